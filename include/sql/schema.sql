@@ -1,0 +1,70 @@
+-- crawler_ops progress store. Idempotent: run at the start of every plan task.
+CREATE SCHEMA IF NOT EXISTS crawler_ops;
+
+-- One row per crawl task: the watermark (every offset below it is done) and the old service's status fields.
+CREATE TABLE IF NOT EXISTS crawler_ops.progress (
+    task_id           text PRIMARY KEY,
+    watermark         bigint NOT NULL,
+    total             bigint,
+    last_start_offset bigint,
+    status            text NOT NULL,
+    filtered_count    bigint NOT NULL DEFAULT 0,
+    produced_count    bigint NOT NULL DEFAULT 0,
+    last_run_id       text,
+    updated_at        timestamptz NOT NULL DEFAULT now()
+);
+
+-- Crawl batches on the status-table protocol: (id, status, start_time, end_time, task_name) as in the
+-- old executor, id = batch start offset, plus the batch end and the claim bookkeeping.
+-- status: 0 pending, 1 claimed (lease from start_time), 2 done (or expired), 3 parked.
+CREATE TABLE IF NOT EXISTS crawler_ops.batch_status (
+    id          bigint NOT NULL,
+    status      integer NOT NULL DEFAULT 0,
+    start_time  timestamptz,
+    end_time    timestamptz,
+    task_name   text NOT NULL,
+    hi          bigint NOT NULL,
+    attempts    integer NOT NULL DEFAULT 0,
+    last_error  text,
+    claim_token text,
+    run_id      text,
+    expired     boolean NOT NULL DEFAULT false,
+    UNIQUE (id, task_name),
+    CHECK (hi > id)
+);
+
+-- One row per DAG run of a crawl task: counters updated with each finished batch, the summary at commit.
+CREATE TABLE IF NOT EXISTS crawler_ops.crawl_run (
+    task_id        text NOT NULL,
+    run_id         text NOT NULL,
+    mode           text NOT NULL,
+    ref_time       timestamptz NOT NULL,
+    total          bigint,
+    old_watermark  bigint,
+    new_watermark  bigint,
+    planned        bigint NOT NULL DEFAULT 0,
+    fetched        bigint NOT NULL DEFAULT 0,
+    kept           bigint NOT NULL DEFAULT 0,
+    published      bigint NOT NULL DEFAULT 0,
+    expired        bigint NOT NULL DEFAULT 0,
+    dead_lettered  bigint NOT NULL DEFAULT 0,
+    pages          bigint NOT NULL DEFAULT 0,
+    errors         jsonb NOT NULL DEFAULT '[]'::jsonb,
+    expiry_cutoff  bigint NOT NULL DEFAULT 0,
+    status         text NOT NULL DEFAULT 'running',
+    started_at     timestamptz NOT NULL DEFAULT now(),
+    finished_at    timestamptz,
+    PRIMARY KEY (task_id, run_id)
+);
+
+-- Records that could not be published (no parseable date, transform failure), with the reason.
+CREATE TABLE IF NOT EXISTS crawler_ops.dead_letter (
+    id            bigserial PRIMARY KEY,
+    task_id       text NOT NULL,
+    run_id        text NOT NULL,
+    source_offset bigint NOT NULL,
+    reason        text NOT NULL,
+    record        jsonb,
+    created_at    timestamptz NOT NULL DEFAULT now()
+);
+CREATE INDEX IF NOT EXISTS dead_letter_task_time ON crawler_ops.dead_letter (task_id, created_at);

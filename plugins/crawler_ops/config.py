@@ -1,0 +1,215 @@
+"""The YAML config: a ``defaults`` block merged into each task, validated per task with pydantic.
+
+One invalid task does not hide the others: :func:`load_config` returns the valid tasks and, separately,
+an error message per invalid task naming the task and the field.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Mapping
+from datetime import timedelta
+from pathlib import Path
+from typing import Any, Literal
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from crawler_ops.errors import ConfigError
+from crawler_ops.filtering import DateRule
+
+CONFIG_ENV = "CRAWLER_OPS_CONFIG"
+DEFAULT_CONFIG = Path(__file__).resolve().parents[2] / "include" / "crawler_tasks.yaml"
+_ID = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,99}$")
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class SourceConfig(_Model):
+    """How to ask the HTTP source for its total and its pages. Paths may contain ``{task}``."""
+
+    conn_id: str = "demo_source"
+    task: str | None = Field(None, description="the source's own id for this data set; defaults to the task id")
+    count_path: str = "/api/{task}/count"
+    page_path: str = "/api/{task}/list"
+    total_path: str = "data.total"
+    records_path: str = "data.data"
+    offset_param: str = "offset"
+    limit_param: str = "limit"
+    timeout_s: float = Field(30.0, gt=0)
+    max_retries: int = Field(4, ge=0, le=20)
+    backoff_s: float = Field(0.5, ge=0)
+    max_backoff_s: float = Field(30.0, ge=0)
+    max_response_mb: float = Field(64.0, gt=0)
+    concurrency: int = Field(4, ge=1, le=64, description="pages fetched concurrently within one chunk")
+
+
+class FilterConfig(_Model):
+    date_fields: tuple[str, ...] = ("aae397", "Collect_time")
+    days: float = Field(7, gt=0)
+    timezone: str = "Asia/Shanghai"
+    future_tolerance_hours: float = Field(24, ge=0)
+
+    @field_validator("timezone")
+    @classmethod
+    def _known_timezone(cls, value: str) -> str:
+        try:
+            ZoneInfo(value)
+        except (ZoneInfoNotFoundError, ValueError) as exc:
+            raise ValueError(f"unknown timezone {value!r}") from exc
+        return value
+
+    @field_validator("date_fields")
+    @classmethod
+    def _some_field(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        if not value:
+            raise ValueError("name at least one date field")
+        return value
+
+    @property
+    def rule(self) -> DateRule:
+        return DateRule(self.date_fields, self.timezone)
+
+    @property
+    def tolerance(self) -> timedelta:
+        return timedelta(hours=self.future_tolerance_hours)
+
+
+class KafkaConfig(_Model):
+    conn_id: str = "kafka_default"
+    topic: str = Field(pattern=r"^[A-Za-z0-9._-]{1,249}$")
+    key_field: str | None = "id"
+    partitions: int = Field(3, ge=1)
+    replication_factor: int = Field(1, ge=1)
+    create_topic: bool = True
+
+
+class CrawlTaskConfig(_Model):
+    """One crawl task: becomes the DAG ``crawl_<id>``."""
+
+    id: str
+    name: str | None = None
+    enabled: bool = True
+    source: SourceConfig = SourceConfig()
+    batch_size: int = Field(100, ge=1, le=10_000)
+    filter: FilterConfig = FilterConfig()
+    max_expired_batches: int = Field(5, ge=1)
+    kafka: KafkaConfig
+    postgres_conn_id: str = "crawler_db"
+    schedule: str | None = "@hourly"
+    start_date: str = "2026-01-01"
+    retries: int = Field(2, ge=0)
+    retry_delay_s: int = Field(30, ge=0)
+    execution_timeout_min: int = Field(60, ge=1)
+    max_chunks: int = Field(16, ge=1, le=512)
+    min_batches_per_chunk: int = Field(20, ge=1)
+    max_parallel_chunks: int = Field(4, ge=1)
+    pool: str | None = None
+    claim_lease_s: int = Field(900, ge=10, description="a claimed batch is re-claimable after this long")
+    on_shrink: Literal["warn", "fail", "reset"] = "warn"
+    transform: str | None = Field(None, description="dotted path of a callable(record) -> published value")
+    paused: bool = False
+    tags: tuple[str, ...] = ()
+
+    @field_validator("id")
+    @classmethod
+    def _safe_id(cls, value: str) -> str:
+        if not _ID.match(value):
+            raise ValueError("use letters, digits, '_', '.', '-' (max 100), not starting with '.' or '-'")
+        return value
+
+    @field_validator("transform")
+    @classmethod
+    def _dotted(cls, value: str | None) -> str | None:
+        if value is not None and not re.match(r"^[A-Za-z_][\w.]*\.[A-Za-z_]\w*$", value):
+            raise ValueError(f"{value!r} is not a dotted path like 'package.module.function'")
+        return value
+
+    @property
+    def dag_id(self) -> str:
+        return f"crawl_{self.id}"
+
+    @property
+    def source_task(self) -> str:
+        return self.source.task or self.id
+
+
+class LoadedConfig(_Model):
+    tasks: tuple[CrawlTaskConfig, ...]
+    errors: Mapping[str, str]
+
+
+def config_path() -> Path:
+    return Path(os.environ.get(CONFIG_ENV) or DEFAULT_CONFIG)
+
+
+def deep_merge(base: Mapping[str, Any], override: Mapping[str, Any]) -> dict[str, Any]:
+    merged = dict(base)
+    for key, value in override.items():
+        if isinstance(value, Mapping) and isinstance(merged.get(key), Mapping):
+            merged[key] = deep_merge(merged[key], value)
+        else:
+            merged[key] = value
+    return merged
+
+
+def describe(exc: ValidationError) -> str:
+    parts = []
+    for err in exc.errors():
+        field = ".".join(str(p) for p in err["loc"]) or "(task)"
+        parts.append(f"field '{field}': {err['msg']}")
+    return "; ".join(parts)
+
+
+def parse_config(document: Any, origin: str = "<config>") -> LoadedConfig:
+    """Validate a parsed YAML document; per-task problems go to ``errors`` keyed by task id."""
+    if not isinstance(document, Mapping):
+        raise ConfigError(f"{origin}: the top level must be a mapping with 'defaults' and 'tasks'")
+    unknown = set(document) - {"defaults", "tasks"}
+    if unknown:
+        raise ConfigError(f"{origin}: unknown top-level keys {sorted(unknown)}; expected 'defaults' and 'tasks'")
+    defaults = document.get("defaults") or {}
+    raw_tasks = document.get("tasks") or []
+    if not isinstance(defaults, Mapping) or not isinstance(raw_tasks, list):
+        raise ConfigError(f"{origin}: 'defaults' must be a mapping and 'tasks' a list")
+    tasks: list[CrawlTaskConfig] = []
+    errors: dict[str, str] = {}
+    for index, raw in enumerate(raw_tasks):
+        label = str(raw.get("id")) if isinstance(raw, Mapping) and raw.get("id") else f"#{index}"
+        if label in errors or any(t.id == label for t in tasks):
+            errors[f"{label}@{index}"] = f"{origin}: task '{label}': duplicate id (task #{index})"
+            continue
+        if not isinstance(raw, Mapping):
+            errors[label] = f"{origin}: task {label}: must be a mapping"
+            continue
+        try:
+            tasks.append(CrawlTaskConfig.model_validate(deep_merge(defaults, raw)))
+        except ValidationError as exc:
+            errors[label] = f"{origin}: task '{label}': {describe(exc)}"
+    return LoadedConfig(tasks=tuple(tasks), errors=errors)
+
+
+def load_config(path: Path | None = None) -> LoadedConfig:
+    """Read and validate the YAML file at ``path`` (default: ``$CRAWLER_OPS_CONFIG`` or the repo sample)."""
+    path = path or config_path()
+    try:
+        document = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise ConfigError(f"cannot read crawler config {path}: {exc}; set {CONFIG_ENV}") from exc
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{path} is not valid YAML: {exc}") from exc
+    return parse_config(document, str(path))
+
+
+def get_task(task_id: str, path: Path | None = None) -> CrawlTaskConfig:
+    loaded = load_config(path)
+    for task in loaded.tasks:
+        if task.id == task_id:
+            return task
+    if task_id in loaded.errors:
+        raise ConfigError(loaded.errors[task_id])
+    raise ConfigError(f"no crawl task '{task_id}' in {path or config_path()}")

@@ -1,0 +1,505 @@
+"""The three steps of a crawl run: plan, crawl one chunk, commit. Called by the generated DAG's tasks.
+
+Where things happen, in one place:
+- fetched: :meth:`SourceApiHook.get_page` (prefetched by a small thread pool in :func:`crawl_chunk`);
+- filtered: :func:`crawler_ops.records.build_messages`;
+- published: :meth:`BatchPublisher.publish`, which waits for every delivery report;
+- checkpointed: :meth:`CrawlStoreHook.complete` (batch done) and :func:`commit_run` (watermark).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+from collections import deque
+from collections.abc import Iterator, Mapping, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import asdict, dataclass
+from datetime import datetime
+from typing import Any
+
+from airflow.sdk.module_loading import import_string
+from psycopg.types.json import Jsonb
+
+from crawler_ops.config import CrawlTaskConfig
+from crawler_ops.errors import ConfigError, CrawlerError, SourceError
+from crawler_ops.filtering import Window, record_date
+from crawler_ops.hooks.producer import BatchPublisher, IdempotentProducerHook, ensure_topic
+from crawler_ops.hooks.source import SourceApiHook
+from crawler_ops.hooks.store import DONE, BatchOutcome, CrawlStoreHook
+from crawler_ops.planning import Batch, Chunk, advance_watermark, chunk_batches, expiry_floor, fill_gaps, plan_batches
+from crawler_ops.records import Transform, build_messages
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class RunParams:
+    """The validated trigger parameters of a crawl run (see the DAG's Params)."""
+
+    reset: bool = False
+    dry_run: bool = False
+    max_batches: int | None = None
+    filter_days: float | None = None
+    replay_from: int | None = None
+    replay_to: int | None = None
+
+    @classmethod
+    def from_params(cls, params: Mapping[str, Any], task_label: str) -> RunParams:
+        values = {name: params.get(name) for name in cls.__dataclass_fields__}
+        values["reset"] = bool(values["reset"])
+        values["dry_run"] = bool(values["dry_run"])
+        run = cls(**values)
+        if (run.replay_from is None) != (run.replay_to is None):
+            raise ConfigError(f"task {task_label}: give both replay_from and replay_to, or neither")
+        if run.replay and not 0 <= run.replay_from < run.replay_to:  # type: ignore[operator]
+            raise ConfigError(
+                f"task {task_label}: replay range [{run.replay_from}, {run.replay_to}) is empty or "
+                "negative; replay_from must be below replay_to"
+            )
+        if run.replay and run.reset:
+            raise ConfigError(f"task {task_label}: reset and a replay range cannot be combined")
+        return run
+
+    @property
+    def replay(self) -> bool:
+        return self.replay_from is not None
+
+
+@dataclass(frozen=True)
+class RunContext:
+    """Who is running: the task config, the Airflow run, the reference time, the params."""
+
+    cfg: CrawlTaskConfig
+    run_id: str
+    ref: datetime
+    params: RunParams
+    map_index: int = -1
+    try_number: int = 1
+
+    @property
+    def window(self) -> Window:
+        days = self.params.filter_days if self.params.filter_days is not None else self.cfg.filter.days
+        return Window.around(self.ref, days, self.cfg.filter.tolerance)
+
+    @property
+    def uses_status_table(self) -> bool:
+        return not (self.params.dry_run or self.params.replay)
+
+    def source(self) -> SourceApiHook:
+        return SourceApiHook(self.cfg.source, self.cfg.id, self.cfg.source_task)
+
+    def store(self) -> CrawlStoreHook:
+        return CrawlStoreHook(self.cfg.postgres_conn_id, self.cfg.id)
+
+
+# --------------------------------------------------------------------------- plan
+
+
+def plan_run(run: RunContext) -> list[dict[str, Any]]:
+    """Count, read the watermark and status rows, plan batches newest first, group them into chunks."""
+    cfg, params = run.cfg, run.params
+    source = run.source()
+    try:
+        total = source.get_total()
+        if not params.dry_run:
+            producer_hook = IdempotentProducerHook(cfg.kafka.conn_id)
+            ensure_topic(
+                producer_hook.admin(),
+                cfg.kafka.topic,
+                cfg.kafka.partitions,
+                cfg.kafka.replication_factor,
+                cfg.kafka.create_topic,
+                cfg.id,
+            )
+        if params.replay:
+            batches = fill_gaps(params.replay_from or 0, min(params.replay_to or 0, total), cfg.batch_size)
+            mode, watermark, first = "replay", None, False
+            if not params.dry_run:
+                store = run.store()
+                store.ensure_schema()
+                with store.transaction() as cur:
+                    store.start_run(cur, run.run_id, mode, run.ref, total, None, len(batches))
+        else:
+            batches, mode, watermark, first = plan_from_store(run, source, total)
+    finally:
+        source.close()
+    batches = batches[: params.max_batches] if params.max_batches else batches
+    chunks = chunk_batches(batches, cfg.max_chunks, cfg.min_batches_per_chunk)
+    log.info(
+        "task %s run %s: %s plan, total=%d, watermark=%s, %d batches (%d records) in %d chunks%s",
+        cfg.id,
+        run.run_id,
+        mode,
+        total,
+        watermark,
+        len(batches),
+        sum(b.size for b in batches),
+        len(chunks),
+        " [dry run]" if params.dry_run else "",
+    )
+    return [chunk_payload(chunk, first) for chunk in chunks]
+
+
+def plan_from_store(run: RunContext, source: SourceApiHook, total: int) -> tuple[list[Batch], str, int | None, bool]:
+    """Plan a normal (first or incremental) run under the task's advisory lock; insert new batch rows."""
+    cfg, params = run.cfg, run.params
+    store = run.store()
+    store.ensure_schema()
+    with store.transaction(lock=True) as cur:
+        if params.reset and not params.dry_run:
+            store.reset(cur)
+            log.info("task %s: reset requested; watermark and status rows forgotten", cfg.id)
+        watermark = None if params.reset else store.read_watermark(cur)
+        if watermark is not None and total < watermark:
+            watermark = handle_shrink(run, store, cur, total, watermark)
+        first = watermark is None
+        start = watermark or 0
+        rows = store.read_rows(cur, above=start)
+        done = [r.batch for r in rows if r.status == DONE]
+        pending = [r.batch for r in rows if r.status != DONE]
+        floor = start
+        if first and total > 0:
+            boundary = probe_window_start(source, total, run)
+            floor = max(start, expiry_floor(boundary, cfg.batch_size, cfg.max_expired_batches))
+        batches = plan_batches(total, start, cfg.batch_size, done, pending, floor=floor)
+        if params.max_batches:
+            batches = batches[: params.max_batches]
+        if not params.dry_run:
+            if floor > start:
+                expired = fill_gaps(start, floor, floor - start, [*done, *pending])
+                store.insert_batches(cur, expired, run.run_id, expired=True)
+                log.info(
+                    "task %s: first crawl; offsets below %d are older than the window (probed), recorded as expired",
+                    cfg.id,
+                    floor,
+                )
+            known = set(pending)
+            store.insert_batches(cur, [b for b in batches if b not in known], run.run_id)
+            store.start_run(
+                cur, run.run_id, "first" if first else "incremental", run.ref, total, watermark, len(batches)
+            )
+    return batches, "first" if first else "incremental", watermark, first
+
+
+def handle_shrink(run: RunContext, store: CrawlStoreHook, cur: Any, total: int, watermark: int) -> int | None:
+    """The source reports fewer records than the watermark: warn (plan nothing), fail, or reset."""
+    cfg = run.cfg
+    message = (
+        f"task {cfg.id}: the source total shrank to {total}, below the watermark {watermark}; on_shrink={cfg.on_shrink}"
+    )
+    if cfg.on_shrink == "fail":
+        raise SourceError(message + "; investigate the source, then trigger with reset=true", retriable=False)
+    if cfg.on_shrink == "reset" and not run.params.dry_run:
+        log.warning("%s: resetting", message)
+        store.reset(cur)
+        return None
+    log.warning("%s: nothing planned, watermark kept", message)
+    store.add_run_error(run.run_id, message)
+    return watermark
+
+
+def probe_window_start(source: SourceApiHook, total: int, run: RunContext) -> int:
+    """Binary search for the oldest offset whose record is not older than the window (records roughly in
+    time order): O(log total) one-record requests instead of reading expired pages."""
+    rule, start = run.cfg.filter.rule, run.window.start
+    tz = rule.tz
+    lo, hi = 0, total
+    while lo < hi:
+        mid = (lo + hi) // 2
+        page = source.get_page(mid, 1)
+        moment = record_date(page[0], rule.fields, tz)[0] if page else None
+        if moment is not None and moment < start:
+            lo = mid + 1
+        else:
+            hi = mid
+    log.info("task %s: probed the window start at offset %d of %d", run.cfg.id, lo, total)
+    return lo
+
+
+def chunk_payload(chunk: Chunk, early_stop: bool) -> dict[str, Any]:
+    return {"label": chunk.label, "batches": [[b.lo, b.hi] for b in chunk.batches], "early_stop": early_stop}
+
+
+# --------------------------------------------------------------------------- crawl one chunk
+
+
+@dataclass
+class ChunkCounts:
+    pages: int = 0
+    fetched: int = 0
+    kept: int = 0
+    published: int = 0
+    expired: int = 0
+    dead_lettered: int = 0
+    batches_done: int = 0
+    batches_skipped: int = 0
+
+
+class ChunkCrawler:
+    """Fetch, filter, publish and checkpoint the batches of one chunk, newest first.
+
+    Pages are prefetched by ``source.concurrency`` threads; each batch is claimed before its fetch starts,
+    published, confirmed by Kafka, and only then marked done, so a crash re-publishes at most the batch
+    in flight (prefetched pages are not yet published and are simply fetched again).
+    """
+
+    def __init__(self, run: RunContext, payload: Mapping[str, Any]) -> None:
+        self.run = run
+        self.cfg = run.cfg
+        self.batches = [Batch(lo, hi) for lo, hi in payload["batches"]]
+        self.early_stop = bool(payload.get("early_stop"))
+        self.label = str(payload.get("label", ""))
+        self.owner = f"{run.run_id}|{run.map_index}"
+        self.token = f"{self.owner}|{run.try_number}|{uuid.uuid4().hex[:12]}"
+        self.counts = ChunkCounts()
+        self.cutoff = 0
+        self.empty_streak = 0
+        self.transform: Transform | None = load_transform(self.cfg)
+        self.headers = [("crawl_task", self.cfg.id.encode()), ("run_id", run.run_id.encode())]
+        self.source = run.source()
+        self.store = run.store() if not run.params.dry_run else None
+        self.publisher = (
+            None
+            if run.params.dry_run
+            else BatchPublisher(
+                IdempotentProducerHook(self.cfg.kafka.conn_id).get_producer(), self.cfg.kafka.topic, self.cfg.id
+            )
+        )
+
+    def claim(self, batch: Batch) -> bool:
+        if self.store is None or not self.run.uses_status_table:
+            return True
+        return self.store.claim(batch, self.run.run_id, self.owner, self.token, self.cfg.claim_lease_s)
+
+    def claimed_fetches(self, pool: ThreadPoolExecutor) -> Iterator[tuple[Batch, Future[list[dict[str, Any]]] | None]]:
+        """Claim and submit fetches ahead, ``concurrency`` pages deep; yield them in plan order."""
+        ahead: deque[tuple[Batch, Future[list[dict[str, Any]]] | None]] = deque()
+        todo = iter(self.batches)
+        while True:
+            while len(ahead) < self.cfg.source.concurrency:
+                batch = next(todo, None)
+                if batch is None:
+                    break
+                if not self.claim(batch):
+                    self.counts.batches_skipped += 1
+                    log.info(
+                        "task %s: batch [%d, %d) is done or held by another worker; skipped",
+                        self.cfg.id,
+                        batch.lo,
+                        batch.hi,
+                    )
+                    continue
+                skip = batch.hi <= self.cutoff
+                ahead.append((batch, None if skip else pool.submit(self.source.get_page, batch.lo, batch.size)))
+            if not ahead:
+                return
+            yield ahead.popleft()
+
+    def crawl(self) -> dict[str, Any]:
+        started = time.monotonic()
+        in_flight: list[Batch] = []
+        try:
+            with ThreadPoolExecutor(self.cfg.source.concurrency, thread_name_prefix="fetch") as pool:
+                fetches = self.claimed_fetches(pool)
+                for batch, future in fetches:
+                    in_flight = [batch]
+                    self.process(batch, future)
+                    in_flight = []
+                    self.log_progress(batch, started)
+        except Exception as exc:
+            self.fail(in_flight, exc)
+            raise
+        finally:
+            self.source.close()
+        return {"label": self.label, **asdict(self.counts)}
+
+    def process(self, batch: Batch, future: Future[list[dict[str, Any]]] | None) -> None:
+        if future is None or batch.hi <= self.cutoff:
+            if future is not None:
+                future.cancel()
+            self.checkpoint(BatchOutcome(batch, 0, 0, 0, 0, skipped_as_expired=True))
+            return
+        records = future.result()
+        if len(records) != batch.size:
+            raise SourceError(
+                f"task {self.cfg.id}: page [{batch.lo}, {batch.hi}) returned {len(records)} records, "
+                f"expected {batch.size} (short page or shrinking source); not marked done",
+                retriable=True,
+            )
+        page = build_messages(
+            records,
+            batch.lo,
+            self.cfg.filter.rule,
+            self.run.window,
+            self.cfg.kafka.key_field,
+            self.headers,
+            self.transform,
+        )
+        published = 0
+        if self.publisher is not None and page.messages:
+            published = self.publisher.publish(page.messages, f"offsets [{batch.lo}, {batch.hi})")
+        found_cutoff = 0
+        if self.early_stop:
+            self.empty_streak = 0 if page.kept else self.empty_streak + 1
+            if self.empty_streak >= self.cfg.max_expired_batches:
+                found_cutoff = batch.lo
+                log.info(
+                    "task %s: %d consecutive pages without in-window records; offsets below %d are treated as expired",
+                    self.cfg.id,
+                    self.empty_streak,
+                    batch.lo,
+                )
+        self.counts.pages += 1
+        self.counts.fetched += len(records)
+        self.checkpoint(
+            BatchOutcome(
+                batch, len(records), page.kept, published, page.expired, page.dead_letters, cutoff=found_cutoff
+            )
+        )
+
+    def checkpoint(self, outcome: BatchOutcome) -> None:
+        """Mark the batch done with its counts (after Kafka confirmed its messages)."""
+        self.counts.kept += outcome.kept
+        self.counts.published += outcome.published
+        self.counts.expired += outcome.expired
+        self.counts.dead_lettered += len(outcome.dead_letters)
+        self.counts.batches_done += 1
+        self.cutoff = max(self.cutoff, outcome.cutoff)
+        if self.store is None:
+            return
+        token = self.token if self.run.uses_status_table else None
+        fenced_in, cutoff = self.store.complete(outcome, self.run.run_id, token)
+        self.cutoff = max(self.cutoff, cutoff)
+        if not fenced_in:
+            log.warning(
+                "task %s: batch [%d, %d) was re-claimed by another worker after our lease expired; its "
+                "messages are published (idempotent by key) but the other worker owns its status",
+                self.cfg.id,
+                outcome.batch.lo,
+                outcome.batch.hi,
+            )
+
+    def fail(self, in_flight: Sequence[Batch], exc: BaseException) -> None:
+        """Give the batch in flight back (pending, error recorded) and record the error on the run."""
+        message = f"{type(exc).__name__}: {exc}"
+        log.error("task %s chunk %s failed: %s", self.cfg.id, self.label, message)
+        if self.store is None:
+            return
+        try:
+            if self.run.uses_status_table:
+                for batch in in_flight:
+                    self.store.release(batch, self.token, message)
+            self.store.add_run_error(self.run.run_id, message)
+        except CrawlerError:
+            log.exception(
+                "task %s: could not record the failure; the commit step releases this run's claims", self.cfg.id
+            )
+
+    def log_progress(self, batch: Batch, started: float) -> None:
+        done = self.counts.batches_done
+        if done % 10 and done != len(self.batches):
+            return
+        rate = self.counts.fetched / max(time.monotonic() - started, 1e-6)
+        log.info(
+            "task %s %s: %d/%d batches (%.0f%%), at offset %d; fetched=%d kept=%d published=%d expired=%d "
+            "dead=%d (%.0f records/s)",
+            self.cfg.id,
+            self.label,
+            done,
+            len(self.batches),
+            100.0 * done / max(len(self.batches), 1),
+            batch.lo,
+            self.counts.fetched,
+            self.counts.kept,
+            self.counts.published,
+            self.counts.expired,
+            self.counts.dead_lettered,
+            rate,
+        )
+
+
+def load_transform(cfg: CrawlTaskConfig) -> Transform | None:
+    if cfg.transform is None:
+        return None
+    try:
+        return import_string(cfg.transform)
+    except ImportError as exc:
+        raise ConfigError(f"task {cfg.id}: transform '{cfg.transform}' cannot be imported: {exc}") from exc
+
+
+def crawl_chunk(run: RunContext, payload: Mapping[str, Any]) -> dict[str, Any]:
+    return ChunkCrawler(run, payload).crawl()
+
+
+# --------------------------------------------------------------------------- commit
+
+
+def commit_run(run: RunContext, chunks: Sequence[Mapping[str, Any]], results: Sequence[Any]) -> dict[str, Any]:
+    """Move the watermark up to the oldest batch not done, tidy the status table, store the run summary.
+
+    Runs after every chunk finished or failed. Returns the summary; the caller fails the DAG run when
+    batches of this plan are left undone.
+    """
+    cfg, params = run.cfg, run.params
+    planned = [Batch(lo, hi) for chunk in chunks for lo, hi in chunk["batches"]]
+    if params.dry_run:
+        summary = sum_results(results)
+        summary.update(mode="dry_run", planned=len(planned), unfinished=len(chunks) - len(results))
+        return summary
+    store = run.store()
+    with store.transaction(lock=True) as cur:
+        record = store.read_run(cur, run.run_id) or {}
+        old = store.read_watermark(cur)
+        new = old
+        unfinished: list[Batch] = []
+        if not params.replay:
+            done = store.done_batches(cur, above=0)
+            done_set = set(done)
+            unfinished = [b for b in planned if b not in done_set]
+            new = advance_watermark(old or 0, done)
+            total = record.get("total") or 0
+            store.run_statement(
+                cur,
+                "save_progress",
+                watermark=new,
+                total=total,
+                last_start=max((b.lo for b in planned), default=None),
+                status="completed" if not unfinished else "incomplete",
+                kept=record.get("kept", 0),
+                published=record.get("published", 0),
+                run_id=run.run_id,
+            )
+            store.run_statement(cur, "prune_batches", watermark=new)
+            store.run_statement(cur, "release_run_claims", run_id=run.run_id)
+        elif len(results) < len(chunks):
+            unfinished = planned
+        status = "success" if not unfinished else "failed"
+        errors = list(record.get("errors") or [])
+        store.run_statement(cur, "finish_run", run_id=run.run_id, watermark=new, status=status, errors=Jsonb(errors))
+    summary = {
+        "task": cfg.id,
+        "run_id": run.run_id,
+        "mode": record.get("mode"),
+        "status": status,
+        "total": record.get("total"),
+        "planned": len(planned),
+        "pages": record.get("pages", 0),
+        "fetched": record.get("fetched", 0),
+        "kept": record.get("kept", 0),
+        "published": record.get("published", 0),
+        "expired": record.get("expired", 0),
+        "dead_lettered": record.get("dead_lettered", 0),
+        "errors": errors,
+        "old_watermark": old,
+        "new_watermark": new,
+        "unfinished_batches": len(unfinished),
+        "oldest_unfinished": [[b.lo, b.hi] for b in sorted(unfinished)[:5]],
+    }
+    return summary
+
+
+def sum_results(results: Sequence[Any]) -> dict[str, Any]:
+    keys = ("pages", "fetched", "kept", "published", "expired", "dead_lettered", "batches_done")
+    return {key: sum(int(r.get(key, 0)) for r in results if isinstance(r, Mapping)) for key in keys}

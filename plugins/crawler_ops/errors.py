@@ -1,0 +1,33 @@
+"""The exception tree of crawler_ops: one base class, a few specific failures, messages that name the input."""
+
+from __future__ import annotations
+
+
+class CrawlerError(Exception):
+    """Base class of every error raised by crawler_ops."""
+
+
+class ConfigError(CrawlerError):
+    """The YAML config (or a run parameter) is invalid; the message names the task and the field."""
+
+
+class SourceError(CrawlerError):
+    """The source API failed or answered something unusable.
+
+    :param retriable: True for failures worth retrying later (5xx, timeouts, 429); False for a bad request,
+        a malformed body or a wrong shape, which retrying will not fix.
+    :param retry_after: seconds the source asked us to wait (a 429's Retry-After), if any.
+    """
+
+    def __init__(self, message: str, *, retriable: bool, retry_after: float | None = None) -> None:
+        super().__init__(message)
+        self.retriable = retriable
+        self.retry_after = retry_after
+
+
+class DeliveryError(CrawlerError):
+    """Kafka did not confirm a delivery, or the topic is missing and cannot be created."""
+
+
+class StatusTableError(CrawlerError):
+    """The progress store or the status table is unusable or inconsistent."""

@@ -1,0 +1,220 @@
+"""Config -> DAG objects: one ``crawl_<id>`` DAG per enabled task (plan -> mapped chunks -> commit).
+
+No network or database access here: this runs at parse time. When a task process starts, only its own
+DAG is built (``get_parsing_context``). An invalid task becomes a small DAG whose only task fails with
+the validation message, so it is visible in the UI instead of silently missing.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections.abc import Callable, MutableMapping
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from airflow.sdk import DAG, Param, TriggerRule, get_current_context, get_parsing_context, task
+from airflow.sdk.exceptions import AirflowException, AirflowFailException
+
+from crawler_ops import crawl
+from crawler_ops.config import CrawlTaskConfig, LoadedConfig, load_config
+from crawler_ops.errors import ConfigError, SourceError
+
+log = logging.getLogger(__name__)
+TAGS = ("crawler_ops", "crawl")
+
+PARAMS = {
+    "reset": Param(False, type="boolean", description="Forget the watermark and status rows; crawl from scratch."),
+    "dry_run": Param(False, type="boolean", description="Fetch and filter only: publish nothing, commit nothing."),
+    "max_batches": Param(
+        None,
+        type=["null", "integer"],
+        minimum=1,
+        description="Crawl at most this many batches (the newest) in this run.",
+    ),
+    "filter_days": Param(
+        None,
+        type=["null", "number"],
+        exclusiveMinimum=0,
+        description="Override the task's filter window (days before the reference time).",
+    ),
+    "replay_from": Param(
+        None,
+        type=["null", "integer"],
+        minimum=0,
+        description="Replay offsets [replay_from, replay_to) without touching the watermark.",
+    ),
+    "replay_to": Param(None, type=["null", "integer"], minimum=1, description="End (exclusive) of the replay range."),
+}
+
+
+def reference_time(context: MutableMapping[str, Any]) -> datetime:
+    """The run's reference time: data-interval end, else ``run_after`` (manual runs without a logical date)."""
+    ref = context.get("data_interval_end") or getattr(context.get("dag_run"), "run_after", None)
+    if ref is None:
+        raise AirflowFailException("the run has neither a data interval nor run_after; cannot anchor the filter")
+    return ref
+
+
+def run_context(cfg: CrawlTaskConfig, context: MutableMapping[str, Any]) -> crawl.RunContext:
+    ti = context["ti"]
+    try:
+        params = crawl.RunParams.from_params(context["params"], cfg.id)
+    except ConfigError as exc:
+        raise AirflowFailException(str(exc)) from exc
+    return crawl.RunContext(
+        cfg=cfg,
+        run_id=context["run_id"],
+        ref=reference_time(context),
+        params=params,
+        map_index=getattr(ti, "map_index", -1),
+        try_number=getattr(ti, "try_number", 1),
+    )
+
+
+def no_retry_for_permanent_errors(step: Callable[[], Any]) -> Any:
+    """Config errors and non-retriable source errors fail at once; Airflow retries everything else."""
+    try:
+        return step()
+    except ConfigError as exc:
+        raise AirflowFailException(str(exc)) from exc
+    except SourceError as exc:
+        if not exc.retriable:
+            raise AirflowFailException(str(exc)) from exc
+        raise
+
+
+def doc_for(cfg: CrawlTaskConfig) -> str:
+    return (
+        f"### {cfg.name or cfg.id}\n\n"
+        f"Crawls source data set `{cfg.source_task}` (connection `{cfg.source.conn_id}`) newest first into Kafka "
+        f"topic `{cfg.kafka.topic}` (connection `{cfg.kafka.conn_id}`); progress in PostgreSQL connection "
+        f"`{cfg.postgres_conn_id}`. Keeps records whose `{'` / `'.join(cfg.filter.date_fields)}` lies within "
+        f"{cfg.filter.days:g} days of the run's data-interval end.\n\n"
+        "**plan** counts and plans batches of "
+        f"{cfg.batch_size} records from the watermark up; **crawl_chunk** (mapped, labelled by offsets) fetches, "
+        "filters, publishes and marks batches done; **commit** moves the watermark and stores the run summary.\n\n"
+        "Params: `reset`, `dry_run`, `max_batches`, `filter_days`, `replay_from`/`replay_to`."
+    )
+
+
+def build_crawl_dag(cfg: CrawlTaskConfig) -> DAG:
+    """The DAG ``crawl_<id>`` for one crawl task."""
+    default_args = {
+        "owner": "crawler_ops",
+        "retries": cfg.retries,
+        "retry_delay": timedelta(seconds=cfg.retry_delay_s),
+        "retry_exponential_backoff": 2.0,
+        "max_retry_delay": timedelta(minutes=30),
+        "execution_timeout": timedelta(minutes=cfg.execution_timeout_min),
+    }
+    with DAG(
+        dag_id=cfg.dag_id,
+        description=f"Crawl {cfg.name or cfg.id} into Kafka topic {cfg.kafka.topic}",
+        schedule=cfg.schedule,
+        start_date=start_date(cfg),
+        catchup=False,
+        max_active_runs=1,
+        default_args=default_args,
+        params=dict(PARAMS),
+        tags=[*TAGS, *cfg.tags],
+        doc_md=doc_for(cfg),
+        is_paused_upon_creation=cfg.paused,
+    ) as dag:
+
+        @task(task_id="plan")
+        def plan(**context: Any) -> list[dict[str, Any]]:
+            run = run_context(cfg, context)
+            return no_retry_for_permanent_errors(lambda: crawl.plan_run(run))
+
+        @task(
+            task_id="crawl_chunk",
+            map_index_template="{{ chunk_label | default('chunk') }}",
+            max_active_tis_per_dagrun=cfg.max_parallel_chunks,
+            pool=cfg.pool or "default_pool",
+        )
+        def crawl_chunk(chunk: dict[str, Any], **context: Any) -> dict[str, Any]:
+            get_current_context()["chunk_label"] = chunk["label"]
+            run = run_context(cfg, context)
+            return no_retry_for_permanent_errors(lambda: crawl.crawl_chunk(run, chunk))
+
+        @task(task_id="commit", trigger_rule=TriggerRule.ALL_DONE)
+        def commit(**context: Any) -> dict[str, Any]:
+            ti = context["ti"]
+            chunks = ti.xcom_pull(task_ids="plan")
+            if chunks is None:
+                # Fail, not skip: a skipped leaf would mark the whole run successful.
+                raise AirflowFailException(
+                    f"task {cfg.id}: plan did not finish; nothing committed, watermark unchanged"
+                )
+            results = pulled_results(ti) if chunks else []
+            run = run_context(cfg, context)
+            summary = crawl.commit_run(run, chunks, results)
+            log.info("crawl summary: %s", summary)
+            if summary.get("status") == "failed" or summary.get("unfinished"):
+                raise AirflowException(
+                    f"task {cfg.id}: {summary.get('unfinished_batches', summary.get('unfinished'))} planned batches "
+                    f"not done (oldest {summary.get('oldest_unfinished')}); errors: {summary.get('errors')}. "
+                    f"The watermark stays at {summary.get('new_watermark')}; the next run retries them."
+                )
+            return summary
+
+        planned = plan()
+        crawled = crawl_chunk.expand(chunk=planned)
+        committed = commit()
+        planned >> crawled >> committed
+        planned >> committed
+    return dag
+
+
+def start_date(cfg: CrawlTaskConfig) -> datetime:
+    start = datetime.fromisoformat(cfg.start_date)
+    return start if start.tzinfo else start.replace(tzinfo=UTC)
+
+
+def pulled_results(ti: Any) -> list[Any]:
+    """Return values of the mapped chunk instances that succeeded (failed ones have none)."""
+    values = ti.xcom_pull(task_ids="crawl_chunk", key="return_value")
+    if values is None:
+        return []
+    if isinstance(values, dict):
+        return [values]
+    return [v for v in values if v is not None]
+
+
+def build_broken_dag(label: str, message: str) -> DAG:
+    """A visible placeholder for an invalid task: its only task fails with the validation message."""
+    dag_id = "crawl_" + (re.sub(r"[^A-Za-z0-9_.-]", "_", label.lstrip("#")) or "invalid")
+    with DAG(
+        dag_id=dag_id,
+        schedule=None,
+        start_date=datetime(2026, 1, 1, tzinfo=UTC),
+        catchup=False,
+        tags=[*TAGS, "config-error"],
+        doc_md=f"**Invalid config**\n\n```\n{message}\n```",
+        is_paused_upon_creation=True,
+        description="INVALID CONFIG: " + message[:200],
+    ) as dag:
+
+        @task(task_id="config_error", retries=0)
+        def config_error() -> None:
+            raise AirflowFailException(message)
+
+        config_error()
+    return dag
+
+
+def build_crawl_dags(loaded: LoadedConfig | None = None) -> dict[str, DAG]:
+    """All crawl DAGs by dag_id (only the one being run when a task process parses)."""
+    loaded = loaded or load_config()
+    wanted = get_parsing_context().dag_id
+    dags: dict[str, DAG] = {}
+    for cfg in loaded.tasks:
+        if cfg.enabled and wanted in (None, cfg.dag_id):
+            dags[cfg.dag_id] = build_crawl_dag(cfg)
+    for label, message in loaded.errors.items():
+        log.error("crawler_ops config: %s", message)
+        broken = build_broken_dag(label, message)
+        if wanted in (None, broken.dag_id) and broken.dag_id not in dags:
+            dags[broken.dag_id] = broken
+    return dags

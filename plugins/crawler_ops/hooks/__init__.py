@@ -1,0 +1,1 @@
+"""Hooks: the source API (httpx), the crawl store (PostgreSQL) and the idempotent Kafka producer."""

@@ -1,0 +1,137 @@
+"""Kafka side: an idempotent producer hook, topic checks, and a publisher that confirms every delivery."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from airflow.providers.apache.kafka.hooks.produce import KafkaProducerHook
+from confluent_kafka import KafkaError, KafkaException, Producer
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from crawler_ops.errors import DeliveryError
+
+# Settings the crawl's guarantees rest on; they override the connection's extra.
+REQUIRED_SETTINGS = {"enable.idempotence": True, "acks": "all"}
+# Defaults the connection's extra may override.
+DEFAULT_SETTINGS = {"linger.ms": 5, "compression.type": "lz4", "message.timeout.ms": 60_000}
+
+
+class IdempotentProducerHook(KafkaProducerHook):
+    """A :class:`KafkaProducerHook` whose producer is always idempotent with ``acks=all``.
+
+    :param kafka_config_id: the Kafka connection (``conn_type kafka``, librdkafka settings in extra).
+    """
+
+    def _get_client(self, config: dict[str, Any]) -> Producer:
+        return Producer({**DEFAULT_SETTINGS, **config, **REQUIRED_SETTINGS})
+
+    def admin(self) -> AdminClient:
+        config = {k: v for k, v in self._build_config().items() if k not in DEFAULT_SETTINGS}
+        return AdminClient(config)
+
+
+def ensure_topic(
+    admin: AdminClient,
+    topic: str,
+    partitions: int,
+    replication: int,
+    create: bool,
+    task_label: str,
+    timeout: float = 15.0,
+) -> bool:
+    """Make sure ``topic`` exists; create it when allowed. Returns True when it was created."""
+    try:
+        metadata = admin.list_topics(topic=topic, timeout=timeout)
+    except KafkaException as exc:
+        raise DeliveryError(f"task {task_label}: Kafka is unreachable while checking topic '{topic}': {exc}") from exc
+    info = metadata.topics.get(topic)
+    if info is not None and info.error is None:
+        return False
+    if not create:
+        raise DeliveryError(
+            f"task {task_label}: Kafka topic '{topic}' does not exist and kafka.create_topic is "
+            "false; create it or enable create_topic"
+        )
+    future = admin.create_topics(
+        [NewTopic(topic, num_partitions=partitions, replication_factor=replication)], operation_timeout=timeout
+    )[topic]
+    try:
+        future.result(timeout=timeout)
+    except KafkaException as exc:
+        error = exc.args[0]
+        if isinstance(error, KafkaError) and error.code() == KafkaError.TOPIC_ALREADY_EXISTS:
+            return False
+        raise DeliveryError(
+            f"task {task_label}: Kafka topic '{topic}' is missing and could not be created "
+            f"({partitions} partitions, replication {replication}): {exc}"
+        ) from exc
+    return True
+
+
+@dataclass(frozen=True)
+class Message:
+    key: bytes
+    value: bytes
+    headers: Sequence[tuple[str, bytes]]
+
+
+class BatchPublisher:
+    """Produces one batch of messages and returns only when Kafka confirmed every one of them.
+
+    The provider's ProduceToTopicOperator only logs failed deliveries; a crawl must not mark a batch done
+    unless each delivery report is a success, so reports are counted here and ``flush`` is checked.
+
+    :param producer: an idempotent confluent-kafka producer.
+    :param topic: the destination topic.
+    :param task_label: the crawl task id, for error messages.
+    :param flush_timeout: seconds to wait for the delivery reports of one batch.
+    """
+
+    def __init__(self, producer: Producer, topic: str, task_label: str, flush_timeout: float = 120.0) -> None:
+        self.producer = producer
+        self.topic = topic
+        self.task_label = task_label
+        self.flush_timeout = flush_timeout
+        self._failures: list[str] = []
+        self._delivered = 0
+
+    def _on_delivery(self, err: KafkaError | None, _msg: Any) -> None:
+        if err is None:
+            self._delivered += 1
+        else:
+            self._failures.append(str(err))
+
+    def publish(self, messages: Sequence[Message], where: str) -> int:
+        """Produce ``messages`` and wait for all delivery reports; raise DeliveryError on any failure."""
+        self._failures.clear()
+        self._delivered = 0
+        for message in messages:
+            while True:
+                try:
+                    self.producer.produce(
+                        self.topic,
+                        key=message.key,
+                        value=message.value,
+                        headers=list(message.headers),
+                        on_delivery=self._on_delivery,
+                    )
+                    break
+                except BufferError:
+                    # The local queue is full: serve delivery reports to make room, then try again.
+                    self.producer.poll(0.1)
+                except KafkaException as exc:
+                    raise DeliveryError(
+                        f"task {self.task_label}: cannot produce to '{self.topic}' ({where}): {exc}"
+                    ) from exc
+            self.producer.poll(0)
+        remaining = self.producer.flush(self.flush_timeout)
+        if remaining or self._failures or self._delivered != len(messages):
+            sample = "; ".join(sorted(set(self._failures))[:3]) or "no delivery report"
+            raise DeliveryError(
+                f"task {self.task_label}: Kafka confirmed {self._delivered} of {len(messages)} messages to topic "
+                f"'{self.topic}' ({where}) within {self.flush_timeout:.0f}s: {sample}. The batch stays not done "
+                "and is retried; check the broker and the topic."
+            )
+        return self._delivered

@@ -1,0 +1,250 @@
+"""The crawl store in PostgreSQL: watermark, batch status rows, run records, dead letters.
+
+Every statement lives in ``include/sql/<name>.sql`` with bound parameters only. Planning and committing
+of one task are serialised by a transaction-scoped advisory lock; batches are claimed with leases and
+completed under a fence (the claim token), so two runs never crawl the same batch at the same time.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import datetime
+from functools import cache, cached_property
+from pathlib import Path
+from typing import Any
+
+import psycopg
+from airflow.providers.postgres.hooks.postgres import PostgresHook
+from psycopg.types.json import Jsonb
+
+from crawler_ops.errors import StatusTableError
+from crawler_ops.planning import Batch
+
+SQL_DIR = Path(os.environ.get("CRAWLER_OPS_SQL_DIR") or Path(__file__).resolve().parents[3] / "include" / "sql")
+PENDING, CLAIMED, DONE, PARKED = 0, 1, 2, 3
+DEAD_LETTER_MAX_BYTES = 64 * 1024
+
+
+@cache
+def sql(name: str) -> str:
+    """The text of ``include/sql/<name>.sql``."""
+    path = SQL_DIR / f"{name}.sql"
+    try:
+        return path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise StatusTableError(f"missing SQL file {path}; set CRAWLER_OPS_SQL_DIR to the include/sql folder") from exc
+
+
+@dataclass(frozen=True)
+class StatusRow:
+    batch: Batch
+    status: int
+
+
+@dataclass(frozen=True)
+class BatchOutcome:
+    """What one finished batch adds to its run: counts, dead letters, and the early-stop cutoff it found."""
+
+    batch: Batch
+    fetched: int
+    kept: int
+    published: int
+    expired: int
+    dead_letters: Sequence[tuple[int, str, Any]] = ()
+    cutoff: int = 0
+    skipped_as_expired: bool = False
+
+
+class CrawlStoreHook(PostgresHook):
+    """Progress and status-table access for one crawl task.
+
+    :param postgres_conn_id: Airflow connection of the crawler database.
+    :param task_id: the crawl task id (``task_name`` in the status table).
+    """
+
+    def __init__(self, postgres_conn_id: str, task_id: str) -> None:
+        super().__init__(postgres_conn_id=postgres_conn_id)
+        self.task_id = task_id
+
+    @cached_property
+    def db(self) -> psycopg.Connection:
+        try:
+            return self.get_conn()
+        except psycopg.OperationalError as exc:
+            raise StatusTableError(
+                f"task {self.task_id}: cannot connect to PostgreSQL (connection '{self.postgres_conn_id}'): {exc}"
+            ) from exc
+
+    @contextmanager
+    def transaction(self, lock: bool = False) -> Iterator[psycopg.Cursor]:
+        """A transaction; with ``lock``, serialised against other plans/commits of this task."""
+        try:
+            with self.db.transaction(), self.db.cursor() as cur:
+                if lock:
+                    cur.execute(sql("lock_task"), {"task": self.task_id})
+                yield cur
+        except psycopg.OperationalError as exc:
+            raise StatusTableError(f"task {self.task_id}: PostgreSQL failed: {exc}") from exc
+
+    def ensure_schema(self) -> None:
+        with self.transaction() as cur:
+            cur.execute("SELECT pg_advisory_xact_lock(hashtextextended('crawler_ops.schema', 0))")
+            cur.execute(sql("schema"))
+
+    # ----------------------------------------------------------------- planning
+
+    def read_watermark(self, cur: psycopg.Cursor) -> int | None:
+        row = cur.execute(sql("select_progress"), {"task": self.task_id}).fetchone()
+        return None if row is None else int(row[0])
+
+    def read_rows(self, cur: psycopg.Cursor, above: int) -> list[StatusRow]:
+        rows = cur.execute(sql("select_batches"), {"task": self.task_id, "from": above}).fetchall()
+        return [StatusRow(Batch(int(lo), int(hi)), int(status)) for lo, hi, status in rows]
+
+    def reset(self, cur: psycopg.Cursor) -> None:
+        cur.execute(sql("reset_task"), {"task": self.task_id})
+
+    def insert_batches(
+        self, cur: psycopg.Cursor, batches: Iterable[Batch], run_id: str, *, expired: bool = False
+    ) -> None:
+        params = [
+            {
+                "lo": b.lo,
+                "hi": b.hi,
+                "status": DONE if expired else PENDING,
+                "task": self.task_id,
+                "run_id": run_id,
+                "expired": expired,
+            }
+            for b in batches
+        ]
+        if params:
+            cur.executemany(sql("insert_batches"), params)
+
+    def start_run(
+        self,
+        cur: psycopg.Cursor,
+        run_id: str,
+        mode: str,
+        ref: datetime,
+        total: int,
+        watermark: int | None,
+        planned: int,
+    ) -> None:
+        cur.execute(
+            sql("start_run"),
+            {
+                "task": self.task_id,
+                "run_id": run_id,
+                "mode": mode,
+                "ref": ref,
+                "total": total,
+                "watermark": watermark,
+                "planned": planned,
+            },
+        )
+
+    # ----------------------------------------------------------------- batches
+
+    def claim(self, batch: Batch, run_id: str, owner: str, token: str, lease_s: int) -> bool:
+        """Claim ``batch`` for worker ``owner`` (run + map index); False when it is done or held by another."""
+        with self.transaction() as cur:
+            row = cur.execute(
+                sql("claim_batch"),
+                {
+                    "task": self.task_id,
+                    "lo": batch.lo,
+                    "token": token,
+                    "run_id": run_id,
+                    "lease_s": lease_s,
+                    "owner": owner.replace("%", r"\%") + "|%",
+                },
+            ).fetchone()
+        return row is not None
+
+    def complete(self, outcome: BatchOutcome, run_id: str, token: str | None) -> tuple[bool, int]:
+        """Record a finished batch (done, counts, dead letters) atomically.
+
+        :return: whether this worker still held the claim, and the run's current expiry cutoff.
+        """
+        with self.transaction() as cur:
+            fenced_in = True
+            if token is not None:
+                done = cur.execute(
+                    sql("complete_batch"),
+                    {
+                        "task": self.task_id,
+                        "lo": outcome.batch.lo,
+                        "token": token,
+                        "expired": outcome.skipped_as_expired,
+                    },
+                ).fetchone()
+                fenced_in = done is not None
+            if outcome.dead_letters:
+                cur.executemany(
+                    sql("insert_dead_letter"),
+                    [
+                        {
+                            "task": self.task_id,
+                            "run_id": run_id,
+                            "offset": offset,
+                            "reason": reason,
+                            "record": Jsonb(cap_record(record)),
+                        }
+                        for offset, reason, record in outcome.dead_letters
+                    ],
+                )
+            row = cur.execute(
+                sql("add_run_counts"),
+                {
+                    "task": self.task_id,
+                    "run_id": run_id,
+                    "fetched": outcome.fetched,
+                    "kept": outcome.kept,
+                    "published": outcome.published,
+                    "expired": outcome.expired,
+                    "dead": len(outcome.dead_letters),
+                    "pages": 0 if outcome.skipped_as_expired else 1,
+                    "cutoff": outcome.cutoff,
+                },
+            ).fetchone()
+        return fenced_in, int(row[0]) if row else 0
+
+    def release(self, batch: Batch, token: str, error: str) -> None:
+        with self.transaction() as cur:
+            cur.execute(
+                sql("release_batch"), {"task": self.task_id, "lo": batch.lo, "token": token, "error": error[:2000]}
+            )
+
+    def add_run_error(self, run_id: str, error: str) -> None:
+        with self.transaction() as cur:
+            cur.execute(sql("add_run_error"), {"task": self.task_id, "run_id": run_id, "error": error[:2000]})
+
+    # ----------------------------------------------------------------- commit
+
+    def read_run(self, cur: psycopg.Cursor, run_id: str) -> dict[str, Any] | None:
+        cur.execute(sql("select_run"), {"task": self.task_id, "run_id": run_id})
+        row = cur.fetchone()
+        if row is None:
+            return None
+        names = [d.name for d in cur.description or ()]
+        return dict(zip(names, row, strict=True))
+
+    def done_batches(self, cur: psycopg.Cursor, above: int) -> list[Batch]:
+        rows = cur.execute(sql("select_done"), {"task": self.task_id, "from": above}).fetchall()
+        return [Batch(int(lo), int(hi)) for lo, hi in rows]
+
+    def run_statement(self, cur: psycopg.Cursor, name: str, **params: Any) -> None:
+        cur.execute(sql(name), {"task": self.task_id, **params})
+
+
+def cap_record(record: Any) -> Any:
+    """Dead-lettered records are stored whole up to a size cap, then as a truncated JSON text."""
+    text = json.dumps(record, ensure_ascii=False, default=str)
+    if len(text.encode()) <= DEAD_LETTER_MAX_BYTES:
+        return record
+    return {"truncated": True, "text": text[: DEAD_LETTER_MAX_BYTES // 4]}
