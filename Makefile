@@ -27,7 +27,7 @@ demo: stack-up
 	$(BIN)/python dev/demo.py
 
 test: stack-up
-	$(BIN)/python -m pytest tests
+	$(BIN)/python -m pytest tests $(PYTEST_ARGS)
 
 test-unit: $(STAMP)
 	$(BIN)/python -m pytest tests/unit
