@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Mapping
-from datetime import timedelta
+from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
 from typing import Any, Literal
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
@@ -50,7 +50,7 @@ class SourceConfig(_Model):
 
 class FilterConfig(_Model):
     date_fields: tuple[str, ...] = ("aae397", "Collect_time")
-    days: float = Field(7, gt=0)
+    days: float = Field(7, gt=0, le=36_500)
     timezone: str = "Asia/Shanghai"
     future_tolerance_hours: float = Field(24, ge=0)
 
@@ -101,7 +101,7 @@ class CrawlTaskConfig(_Model):
     kafka: KafkaConfig
     postgres_conn_id: str = "crawler_db"
     schedule: str | None = "@hourly"
-    start_date: str = "2026-01-01"
+    start_date: datetime = datetime(2026, 1, 1, tzinfo=UTC)
     retries: int = Field(2, ge=0)
     retry_delay_s: int = Field(30, ge=0)
     execution_timeout_min: int = Field(60, ge=1)
@@ -122,10 +122,24 @@ class CrawlTaskConfig(_Model):
             raise ValueError("use letters, digits, '_', '.', '-' (max 100), not starting with '.' or '-'")
         return value
 
+    @field_validator("start_date", mode="before")
+    @classmethod
+    def _iso_start(cls, value: Any) -> datetime:
+        if isinstance(value, datetime):
+            moment = value
+        elif isinstance(value, date):
+            moment = datetime(value.year, value.month, value.day)
+        else:
+            try:
+                moment = datetime.fromisoformat(str(value))
+            except ValueError as exc:
+                raise ValueError(f"{value!r} is not an ISO date such as 2026-01-01") from exc
+        return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
+
     @field_validator("transform")
     @classmethod
     def _dotted(cls, value: str | None) -> str | None:
-        if value is not None and not re.match(r"^[A-Za-z_][\w.]*\.[A-Za-z_]\w*$", value):
+        if value is not None and not re.match(r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)+$", value):
             raise ValueError(f"{value!r} is not a dotted path like 'package.module.function'")
         return value
 
@@ -200,6 +214,8 @@ def load_config(path: Path | None = None) -> LoadedConfig:
         document = yaml.safe_load(path.read_text(encoding="utf-8"))
     except OSError as exc:
         raise ConfigError(f"cannot read crawler config {path}: {exc}; set {CONFIG_ENV}") from exc
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{path} is not UTF-8 text ({exc}); save it as UTF-8") from exc
     except yaml.YAMLError as exc:
         raise ConfigError(f"{path} is not valid YAML: {exc}") from exc
     return parse_config(document, str(path))

@@ -142,6 +142,27 @@ def plan_run(run: RunContext) -> list[dict[str, Any]]:
     return [chunk_payload(chunk, first) for chunk in chunks]
 
 
+def record_plan_failure(run: RunContext, exc: BaseException) -> None:
+    """Keep a failed plan in the run history (status 'failed', the error) when PostgreSQL is reachable."""
+    if run.params.dry_run:
+        return
+    store = run.store()
+    try:
+        store.ensure_schema()
+        with store.transaction() as cur:
+            store.start_run(cur, run.run_id, "replay" if run.params.replay else "plan", run.ref, None, None, 0)
+            store.run_statement(
+                cur,
+                "finish_run",
+                run_id=run.run_id,
+                watermark=None,
+                status="failed",
+                errors=Jsonb([f"plan: {type(exc).__name__}: {exc}"]),
+            )
+    except CrawlerError:
+        log.exception("task %s: could not record the failed plan in PostgreSQL", run.cfg.id)
+
+
 def plan_from_store(run: RunContext, source: SourceApiHook, total: int) -> tuple[list[Batch], str, int | None, bool]:
     """Plan a normal (first or incremental) run under the task's advisory lock; insert new batch rows."""
     cfg, params = run.cfg, run.params
@@ -152,8 +173,9 @@ def plan_from_store(run: RunContext, source: SourceApiHook, total: int) -> tuple
             store.reset(cur)
             log.info("task %s: reset requested; watermark and status rows forgotten", cfg.id)
         watermark = None if params.reset else store.read_watermark(cur)
+        shrink_note = None
         if watermark is not None and total < watermark:
-            watermark = handle_shrink(run, store, cur, total, watermark)
+            watermark, shrink_note = handle_shrink(run, store, cur, total, watermark)
         first = watermark is None
         start = watermark or 0
         rows = store.read_rows(cur, above=start)
@@ -180,11 +202,18 @@ def plan_from_store(run: RunContext, source: SourceApiHook, total: int) -> tuple
             store.start_run(
                 cur, run.run_id, "first" if first else "incremental", run.ref, total, watermark, len(batches)
             )
+            if shrink_note:
+                store.run_statement(cur, "add_run_error", run_id=run.run_id, error=shrink_note)
     return batches, "first" if first else "incremental", watermark, first
 
 
-def handle_shrink(run: RunContext, store: CrawlStoreHook, cur: Any, total: int, watermark: int) -> int | None:
-    """The source reports fewer records than the watermark: warn (plan nothing), fail, or reset."""
+def handle_shrink(
+    run: RunContext, store: CrawlStoreHook, cur: Any, total: int, watermark: int
+) -> tuple[int | None, str]:
+    """The source reports fewer records than the watermark: warn (plan nothing), fail, or reset.
+
+    :return: the watermark to plan from (None after a reset) and the note for the run summary.
+    """
     cfg = run.cfg
     message = (
         f"task {cfg.id}: the source total shrank to {total}, below the watermark {watermark}; on_shrink={cfg.on_shrink}"
@@ -194,10 +223,9 @@ def handle_shrink(run: RunContext, store: CrawlStoreHook, cur: Any, total: int, 
     if cfg.on_shrink == "reset" and not run.params.dry_run:
         log.warning("%s: resetting", message)
         store.reset(cur)
-        return None
+        return None, message + ": watermark and status rows reset"
     log.warning("%s: nothing planned, watermark kept", message)
-    store.add_run_error(run.run_id, message)
-    return watermark
+    return watermark, message + ": nothing planned, watermark kept"
 
 
 def probe_window_start(source: SourceApiHook, total: int, run: RunContext) -> int:

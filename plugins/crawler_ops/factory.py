@@ -112,7 +112,7 @@ def build_crawl_dag(cfg: CrawlTaskConfig) -> DAG:
         dag_id=cfg.dag_id,
         description=f"Crawl {cfg.name or cfg.id} into Kafka topic {cfg.kafka.topic}",
         schedule=cfg.schedule,
-        start_date=start_date(cfg),
+        start_date=cfg.start_date,
         catchup=False,
         max_active_runs=1,
         default_args=default_args,
@@ -125,7 +125,11 @@ def build_crawl_dag(cfg: CrawlTaskConfig) -> DAG:
         @task(task_id="plan")
         def plan(**context: Any) -> list[dict[str, Any]]:
             run = run_context(cfg, context)
-            return no_retry_for_permanent_errors(lambda: crawl.plan_run(run))
+            try:
+                return no_retry_for_permanent_errors(lambda: crawl.plan_run(run))
+            except Exception as exc:
+                crawl.record_plan_failure(run, exc)
+                raise
 
         @task(
             task_id="crawl_chunk",
@@ -167,11 +171,6 @@ def build_crawl_dag(cfg: CrawlTaskConfig) -> DAG:
     return dag
 
 
-def start_date(cfg: CrawlTaskConfig) -> datetime:
-    start = datetime.fromisoformat(cfg.start_date)
-    return start if start.tzinfo else start.replace(tzinfo=UTC)
-
-
 def pulled_results(ti: Any) -> list[Any]:
     """Return values of the mapped chunk instances that succeeded (failed ones have none)."""
     values = ti.xcom_pull(task_ids="crawl_chunk", key="return_value")
@@ -209,10 +208,14 @@ def build_crawl_dags(loaded: LoadedConfig | None = None) -> dict[str, DAG]:
     loaded = loaded or load_config()
     wanted = get_parsing_context().dag_id
     dags: dict[str, DAG] = {}
+    errors = dict(loaded.errors)
     for cfg in loaded.tasks:
         if cfg.enabled and wanted in (None, cfg.dag_id):
-            dags[cfg.dag_id] = build_crawl_dag(cfg)
-    for label, message in loaded.errors.items():
+            try:
+                dags[cfg.dag_id] = build_crawl_dag(cfg)
+            except Exception as exc:  # noqa: BLE001 - one task's DAG failing to build must not hide the others
+                errors[cfg.id] = f"task '{cfg.id}': the DAG could not be built: {type(exc).__name__}: {exc}"
+    for label, message in errors.items():
         log.error("crawler_ops config: %s", message)
         broken = build_broken_dag(label, message)
         if wanted in (None, broken.dag_id) and broken.dag_id not in dags:

@@ -11,9 +11,19 @@ from typing import Any
 import msgspec
 
 from crawler_ops.filtering import DateRule, Verdict, Window, classify
-from crawler_ops.hooks.producer import Message
 
 Transform = Callable[[dict[str, Any]], Any]
+
+
+@dataclass(frozen=True)
+class Message:
+    """One Kafka message: key, JSON value, headers."""
+
+    key: bytes
+    value: bytes
+    headers: Sequence[tuple[str, bytes]]
+
+
 _encoder = msgspec.json.Encoder()
 
 
@@ -67,14 +77,14 @@ def build_messages(
             result.dead_letters.append((offset, detail, record))
             continue
         try:
-            value = transform(record) if transform else record
-        except Exception as exc:  # noqa: BLE001 - a user transform failing on one record dead-letters it
-            result.dead_letters.append((offset, f"transform failed: {exc!r}", record))
+            value = _encoder.encode(transform(record) if transform else record)
+        except Exception as exc:  # noqa: BLE001 - a transform failing on one record dead-letters that record
+            result.dead_letters.append((offset, f"transform or encoding failed: {exc!r}", record))
             continue
         result.messages.append(
             Message(
                 key=record_key(record, key_field),
-                value=_encoder.encode(value),
+                value=value,
                 headers=[*headers, ("source_offset", str(offset).encode())],
             )
         )

@@ -5,6 +5,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 
 import pytest
+
 from tests.support import DemoSource, duplicates, make_task, read_topic, run_dag, run_record, watermark
 
 pytestmark = pytest.mark.integration

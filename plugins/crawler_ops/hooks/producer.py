@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
 
 from airflow.providers.apache.kafka.hooks.produce import KafkaProducerHook
@@ -11,6 +10,7 @@ from confluent_kafka import KafkaError, KafkaException, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from crawler_ops.errors import DeliveryError
+from crawler_ops.records import Message
 
 # Settings the crawl's guarantees rest on; they override the connection's extra.
 REQUIRED_SETTINGS = {"enable.idempotence": True, "acks": "all"}
@@ -68,13 +68,6 @@ def ensure_topic(
             f"({partitions} partitions, replication {replication}): {exc}"
         ) from exc
     return True
-
-
-@dataclass(frozen=True)
-class Message:
-    key: bytes
-    value: bytes
-    headers: Sequence[tuple[str, bytes]]
 
 
 class BatchPublisher:

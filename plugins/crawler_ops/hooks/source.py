@@ -17,6 +17,7 @@ from crawler_ops.config import SourceConfig
 from crawler_ops.errors import SourceError
 
 RETRIABLE_STATUS = frozenset({408, 425, 429, 500, 502, 503, 504})
+MAX_RETRY_AFTER_S = 600.0
 
 
 def json_path(document: Any, path: str) -> Any:
@@ -141,8 +142,11 @@ class SourceApiHook(BaseHook):
                     if exc.retriable:
                         raise SourceError(f"{exc} (gave up after {attempt + 1} attempts)", retriable=True) from exc
                     raise
-                delay = exc.retry_after if exc.retry_after is not None else self.source.backoff_s * 2**attempt
-                delay = min(delay, self.source.max_backoff_s)
+                # The source's own Retry-After wins over our backoff (capped against absurd values).
+                if exc.retry_after is not None:
+                    delay = min(exc.retry_after, MAX_RETRY_AFTER_S)
+                else:
+                    delay = min(self.source.backoff_s * 2**attempt, self.source.max_backoff_s)
                 self.log.warning(
                     "task %s: %s; retry %d/%d in %.2fs",
                     self.task_label,

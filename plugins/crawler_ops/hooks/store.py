@@ -131,7 +131,7 @@ class CrawlStoreHook(PostgresHook):
         run_id: str,
         mode: str,
         ref: datetime,
-        total: int,
+        total: int | None,
         watermark: int | None,
         planned: int,
     ) -> None:

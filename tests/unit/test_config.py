@@ -1,0 +1,305 @@
+"""Unit tests of crawler_ops.config: the YAML model, defaults merged into tasks, per-task errors."""
+
+from __future__ import annotations
+
+import copy
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from crawler_ops.config import CONFIG_ENV, DEFAULT_CONFIG, deep_merge, get_task, load_config, parse_config
+from crawler_ops.errors import ConfigError
+
+REPO_CONFIG = Path(__file__).resolve().parents[2] / "include" / "crawler_tasks.yaml"
+
+
+@pytest.fixture
+def repo_document() -> dict[str, Any]:
+    return yaml.safe_load(REPO_CONFIG.read_text(encoding="utf-8"))
+
+
+def _with_task(document: dict[str, Any], task: Any) -> dict[str, Any]:
+    changed = copy.deepcopy(document)
+    changed["tasks"].append(task)
+    return changed
+
+
+# --- the repo's sample config ---------------------------------------------------------------------------------
+
+
+def test_default_config_path_is_the_repo_sample() -> None:
+    assert DEFAULT_CONFIG.resolve() == REPO_CONFIG
+
+
+def test_repo_config_loads_both_tasks_without_errors() -> None:
+    loaded = load_config(REPO_CONFIG)
+    assert [t.id for t in loaded.tasks] == ["jobs_beijing", "jobs_shanghai"]
+    assert dict(loaded.errors) == {}
+    assert [t.dag_id for t in loaded.tasks] == ["crawl_jobs_beijing", "crawl_jobs_shanghai"]
+    assert loaded.tasks[0].name == "北京招聘信息"
+
+
+def test_config_path_comes_from_the_environment(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    path = tmp_path / "tasks.yaml"
+    path.write_text("tasks:\n  - id: only_one\n    kafka: {topic: t1}\n", encoding="utf-8")
+    monkeypatch.setenv(CONFIG_ENV, str(path))
+    assert [t.id for t in load_config().tasks] == ["only_one"]
+
+
+def test_defaults_are_deep_merged_into_each_task() -> None:
+    beijing, shanghai = load_config(REPO_CONFIG).tasks
+
+    assert beijing.batch_size == 500
+    assert shanghai.batch_size == 200
+    # filter: {days: 3} overrides one key and keeps the defaults' other filter keys
+    assert shanghai.filter.days == 3
+    assert beijing.filter.days == 7
+    assert shanghai.filter.date_fields == ("aae397", "Collect_time")
+    assert shanghai.filter.timezone == "Asia/Shanghai"
+    assert shanghai.filter.future_tolerance_hours == 24
+    # kafka: {topic: ...} keeps the defaults' connection and key field
+    assert (shanghai.kafka.topic, shanghai.kafka.conn_id, shanghai.kafka.key_field) == (
+        "jobs.shanghai",
+        "kafka_default",
+        "id",
+    )
+    assert shanghai.kafka.partitions == 3
+    assert shanghai.source.conn_id == "demo_source"
+    assert shanghai.source.concurrency == 4
+    assert (beijing.schedule, shanghai.schedule) == ("@hourly", "0 */2 * * *")
+
+
+def test_deep_merge_overrides_leaves_and_leaves_its_inputs_untouched() -> None:
+    base = {"a": {"x": 1, "y": {"p": 1}}, "b": [1, 2]}
+    override = {"a": {"y": {"q": 2}}, "b": [3]}
+    assert deep_merge(base, override) == {"a": {"x": 1, "y": {"p": 1, "q": 2}}, "b": [3]}
+    assert base == {"a": {"x": 1, "y": {"p": 1}}, "b": [1, 2]}
+
+
+def test_source_task_defaults_to_the_task_id() -> None:
+    loaded = parse_config(
+        {
+            "tasks": [
+                {"id": "a", "kafka": {"topic": "t"}, "source": {"task": "remote"}},
+                {"id": "b", "kafka": {"topic": "t"}},
+            ]
+        }
+    )
+    assert [t.source_task for t in loaded.tasks] == ["remote", "b"]
+
+
+# --- one invalid task -----------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("task", "label", "field", "message"),
+    [
+        ({"id": "no_topic"}, "no_topic", "kafka.topic", "Field required"),
+        ({"id": "bad_topic", "kafka": {"topic": "has space"}}, "bad_topic", "kafka.topic", "pattern"),
+        ({"id": "zero_batch", "batch_size": 0, "kafka": {"topic": "t"}}, "zero_batch", "batch_size", ">= 1|equal to 1"),
+        ({"id": "huge_batch", "batch_size": 10_001, "kafka": {"topic": "t"}}, "huge_batch", "batch_size", "10000"),
+        ({"id": "typo", "kafka": {"topic": "t"}, "bacth_size": 5}, "typo", "bacth_size", "Extra inputs"),
+        ({"id": "nested_typo", "kafka": {"topic": "t", "topik": "u"}}, "nested_typo", "kafka.topik", "Extra inputs"),
+        (
+            {"id": "bad_tz", "kafka": {"topic": "t"}, "filter": {"timezone": "Mars/Olympus"}},
+            "bad_tz",
+            "filter.timezone",
+            "unknown timezone 'Mars/Olympus'",
+        ),
+        (
+            {"id": "no_fields", "kafka": {"topic": "t"}, "filter": {"date_fields": []}},
+            "no_fields",
+            "filter.date_fields",
+            "at least one date field",
+        ),
+        (
+            {"id": "zero_days", "kafka": {"topic": "t"}, "filter": {"days": 0}},
+            "zero_days",
+            "filter.days",
+            "greater than 0",
+        ),
+        (
+            {"id": "bad_transform", "kafka": {"topic": "t"}, "transform": "not a path"},
+            "bad_transform",
+            "transform",
+            "not a dotted path",
+        ),
+        (
+            {"id": "undotted", "kafka": {"topic": "t"}, "transform": "function"},
+            "undotted",
+            "transform",
+            "not a dotted path",
+        ),
+        ({"id": "bad id!", "kafka": {"topic": "t"}}, "bad id!", "id", "use letters, digits"),
+        ({"id": "-dash", "kafka": {"topic": "t"}}, "-dash", "id", "use letters, digits"),
+        ({"id": "x" * 101, "kafka": {"topic": "t"}}, "x" * 101, "id", "max 100"),
+        ({"id": "shrink", "kafka": {"topic": "t"}, "on_shrink": "ignore"}, "shrink", "on_shrink", "warn"),
+        ({"id": "lease", "kafka": {"topic": "t"}, "claim_lease_s": 1}, "lease", "claim_lease_s", "10"),
+        ({"kafka": {"topic": "t"}}, "#2", "id", "Field required"),
+    ],
+    ids=[
+        "missing-kafka-topic",
+        "bad-topic-name",
+        "batch-size-zero",
+        "batch-size-too-big",
+        "unknown-field",
+        "unknown-nested-field",
+        "bad-timezone",
+        "no-date-fields",
+        "zero-days",
+        "transform-with-spaces",
+        "transform-without-module",
+        "id-with-space",
+        "id-starting-with-dash",
+        "id-too-long",
+        "unknown-on-shrink",
+        "lease-too-short",
+        "missing-id",
+    ],
+)
+def test_an_invalid_task_is_reported_by_id_and_field_while_valid_tasks_load(
+    repo_document: dict[str, Any], task: dict[str, Any], label: str, field: str, message: str
+) -> None:
+    loaded = parse_config(_with_task(repo_document, task), "tasks.yaml")
+
+    assert [t.id for t in loaded.tasks] == ["jobs_beijing", "jobs_shanghai"]
+    assert list(loaded.errors) == [label]
+    error = loaded.errors[label]
+    assert error.startswith("tasks.yaml: task ")
+    assert label in error
+    assert f"field '{field}'" in error
+    assert re.search(message, error), error
+
+
+def test_a_task_that_is_not_a_mapping_is_reported_by_position(repo_document: dict[str, Any]) -> None:
+    loaded = parse_config(_with_task(repo_document, "jobs_guangzhou"), "tasks.yaml")
+    assert len(loaded.tasks) == 2
+    assert loaded.errors == {"#2": "tasks.yaml: task #2: must be a mapping"}
+
+
+def test_an_invalid_default_is_reported_for_every_task(repo_document: dict[str, Any]) -> None:
+    repo_document["defaults"]["filter"]["timezone"] = "Mars/Olympus"
+    loaded = parse_config(repo_document)
+    assert loaded.tasks == ()
+    assert sorted(loaded.errors) == ["jobs_beijing", "jobs_shanghai"]
+    assert all("field 'filter.timezone'" in e for e in loaded.errors.values())
+
+
+def test_duplicate_ids_are_reported_and_the_first_task_is_kept(repo_document: dict[str, Any]) -> None:
+    duplicate = {"id": "jobs_beijing", "kafka": {"topic": "other"}}
+    loaded = parse_config(_with_task(repo_document, duplicate), "tasks.yaml")
+
+    assert [t.id for t in loaded.tasks] == ["jobs_beijing", "jobs_shanghai"]
+    assert loaded.tasks[0].kafka.topic == "jobs.beijing"
+    [(key, error)] = loaded.errors.items()
+    assert key.startswith("jobs_beijing")
+    assert "'jobs_beijing': duplicate id" in error
+
+
+def test_a_duplicate_of_an_invalid_task_is_still_reported() -> None:
+    loaded = parse_config({"tasks": [{"id": "a"}, {"id": "a", "kafka": {"topic": "t"}}]})
+    assert loaded.tasks == ()
+    assert len(loaded.errors) == 2
+    assert any("duplicate id" in e for e in loaded.errors.values())
+
+
+@pytest.mark.parametrize(
+    "path", ["pkg..func", "pkg.1mod.func", "pkg..mod.func"], ids=["empty-part", "digit-part", "empty-middle"]
+)
+def test_a_transform_path_with_an_empty_or_non_identifier_part_is_rejected(path: str) -> None:
+    loaded = parse_config({"tasks": [{"id": "t", "kafka": {"topic": "t"}, "transform": path}]})
+    assert "field 'transform'" in loaded.errors.get("t", "")
+
+
+def test_an_unquoted_yaml_start_date_is_accepted() -> None:
+    document = yaml.safe_load("tasks:\n  - id: a\n    kafka: {topic: t}\n    start_date: 2026-03-01\n")
+    loaded = parse_config(document)
+    assert dict(loaded.errors) == {}
+    assert [t.id for t in loaded.tasks] == ["a"]
+
+
+def test_a_start_date_that_is_not_a_date_is_reported_by_task_and_field() -> None:
+    loaded = parse_config({"tasks": [{"id": "a", "kafka": {"topic": "t"}, "start_date": "yesterday"}]})
+    assert "field 'start_date'" in loaded.errors.get("a", "")
+
+
+# --- the document as a whole ---------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "document",
+    [None, [], ["tasks"], "tasks", 42],
+    ids=["empty-file", "empty-list", "list", "string", "number"],
+)
+def test_a_top_level_that_is_not_a_mapping_is_a_config_error(document: Any) -> None:
+    with pytest.raises(ConfigError, match=r"^tasks\.yaml: the top level must be a mapping"):
+        parse_config(document, "tasks.yaml")
+
+
+def test_an_unknown_top_level_key_is_a_config_error() -> None:
+    with pytest.raises(ConfigError, match=r"unknown top-level keys \['default'\]"):
+        parse_config({"default": {}, "tasks": []}, "tasks.yaml")
+
+
+@pytest.mark.parametrize(
+    "document",
+    [{"tasks": {"id": "a"}}, {"defaults": ["x"], "tasks": []}],
+    ids=["tasks-mapping", "defaults-list"],
+)
+def test_wrongly_shaped_defaults_or_tasks_are_a_config_error(document: dict[str, Any]) -> None:
+    with pytest.raises(ConfigError, match=r"'defaults' must be a mapping and 'tasks' a list"):
+        parse_config(document, "tasks.yaml")
+
+
+def test_a_document_without_tasks_loads_nothing() -> None:
+    loaded = parse_config({"defaults": {"batch_size": 10}})
+    assert loaded.tasks == ()
+    assert dict(loaded.errors) == {}
+
+
+def test_a_missing_file_is_a_config_error_naming_the_path(tmp_path: Path) -> None:
+    path = tmp_path / "nowhere" / "tasks.yaml"
+    with pytest.raises(ConfigError, match=rf"cannot read crawler config {re.escape(str(path))}.*{CONFIG_ENV}"):
+        load_config(path)
+
+
+def test_invalid_yaml_is_a_config_error_naming_the_path(tmp_path: Path) -> None:
+    path = tmp_path / "tasks.yaml"
+    path.write_text("tasks:\n  - id: a\n    kafka: {topic: t\n", encoding="utf-8")
+    with pytest.raises(ConfigError, match=rf"^{re.escape(str(path))} is not valid YAML"):
+        load_config(path)
+
+
+def test_task_errors_name_the_file_they_came_from(tmp_path: Path) -> None:
+    path = tmp_path / "tasks.yaml"
+    path.write_text("tasks:\n  - id: a\n", encoding="utf-8")
+    assert load_config(path).errors["a"].startswith(f"{path}: task 'a'")
+
+
+def test_a_file_that_is_not_utf8_is_a_config_error_naming_the_path(tmp_path: Path) -> None:
+    path = tmp_path / "tasks.yaml"
+    path.write_bytes("tasks:\n  - id: a\n    name: 北京招聘信息\n    kafka: {topic: t}\n".encode("gbk"))
+    with pytest.raises(ConfigError, match=re.escape(str(path))):
+        load_config(path)
+
+
+# --- get_task ------------------------------------------------------------------------------------------------------
+
+
+def test_get_task_returns_the_named_task() -> None:
+    assert get_task("jobs_shanghai", REPO_CONFIG).batch_size == 200
+
+
+def test_get_task_raises_the_validation_message_of_an_invalid_task(tmp_path: Path) -> None:
+    path = tmp_path / "tasks.yaml"
+    path.write_text("tasks:\n  - id: broken\n    batch_size: 0\n    kafka: {topic: t}\n", encoding="utf-8")
+    with pytest.raises(ConfigError, match=r"task 'broken': field 'batch_size'"):
+        get_task("broken", path)
+
+
+def test_get_task_names_an_unknown_task_and_the_file() -> None:
+    with pytest.raises(ConfigError, match=rf"no crawl task 'jobs_mars' in {re.escape(str(REPO_CONFIG))}"):
+        get_task("jobs_mars", REPO_CONFIG)

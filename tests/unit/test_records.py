@@ -1,0 +1,232 @@
+"""Unit tests of crawler_ops.records: message keys, filtering a page into Kafka messages, dead letters."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import subprocess
+import sys
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+from zoneinfo import ZoneInfo
+
+import msgspec
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from crawler_ops.filtering import DateRule, Window
+from crawler_ops.records import build_messages, record_key
+
+REPO = Path(__file__).resolve().parents[2]
+RULE = DateRule(("aae397", "Collect_time"), "Asia/Shanghai")
+REF = datetime(2026, 11, 20, 12, tzinfo=UTC)
+WINDOW = Window.around(REF, days=7, tolerance=timedelta(hours=24))
+HEADERS = [("crawl_task", b"jobs_beijing"), ("run_id", b"scheduled__2026-11-20T12:00:00+00:00")]
+
+json_leaf = st.one_of(st.none(), st.booleans(), st.integers(-(2**53), 2**53), st.text(max_size=8))
+json_value = st.recursive(
+    json_leaf,
+    lambda inner: st.one_of(st.lists(inner, max_size=3), st.dictionaries(st.text(max_size=5), inner, max_size=3)),
+    max_leaves=10,
+)
+json_record = st.dictionaries(st.text(max_size=8), json_value, max_size=6)
+
+
+def _reordered(value: Any) -> Any:
+    """The same JSON value with every object's keys in reverse insertion order."""
+    if isinstance(value, dict):
+        return {k: _reordered(v) for k, v in reversed(list(value.items()))}
+    if isinstance(value, list):
+        return [_reordered(v) for v in value]
+    return value
+
+
+def _posting(offset: int, date: object, **extra: Any) -> dict[str, Any]:
+    return {"id": f"job-{offset}", "aae397": date, "title": "高级数据工程师", "company": "北京某科技有限公司", **extra}
+
+
+# --- record_key ----------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [("job-42", b"job-42"), (42, b"42"), (0, b"0"), ("招聘-7", "招聘-7".encode())],
+    ids=["string", "int", "zero", "chinese"],
+)
+def test_record_key_is_the_key_field_when_present(value: object, expected: bytes) -> None:
+    assert record_key({"id": value, "title": "x"}, "id") == expected
+
+
+@pytest.mark.parametrize(
+    ("record", "key_field"),
+    [
+        ({"title": "x"}, "id"),
+        ({"id": None, "title": "x"}, "id"),
+        ({"id": "", "title": "x"}, "id"),
+        ({"id": "j1"}, None),
+    ],
+    ids=["field-missing", "field-null", "field-empty", "no-key-field-configured"],
+)
+def test_record_key_falls_back_to_a_sha256_of_the_content(record: dict[str, Any], key_field: str | None) -> None:
+    canonical = json.dumps(record, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
+    assert record_key(record, key_field) == hashlib.sha256(canonical).hexdigest().encode()
+
+
+@settings(max_examples=100, deadline=None)
+@given(json_record)
+def test_content_hash_key_is_stable_under_key_order(record: dict[str, Any]) -> None:
+    key = record_key(record, None)
+    assert len(key) == 64
+    assert int(key, 16) >= 0
+    assert record_key(_reordered(record), None) == key
+    assert record_key(json.loads(json.dumps(record)), None) == key
+
+
+@settings(max_examples=100, deadline=None)
+@given(json_record, json_record)
+def test_different_contents_get_different_hash_keys(first: dict[str, Any], second: dict[str, Any]) -> None:
+    if first != second:
+        assert record_key(first, None) != record_key(second, None)
+
+
+# --- build_messages -------------------------------------------------------------------------------------------------
+
+
+def test_a_page_is_split_into_kept_expired_and_dead_lettered_records() -> None:
+    records = [
+        _posting(1000, "2026-11-20 10:00:00"),
+        _posting(1001, "2026-10-01 10:00:00"),
+        _posting(1002, "not-a-date"),
+        _posting(1003, None, Collect_time="2026-11-19T09:00:00+08:00"),
+        _posting(1004, "2026-12-25 00:00:00"),
+    ]
+    result = build_messages(records, 1000, RULE, WINDOW, "id", HEADERS)
+
+    assert [m.key for m in result.messages] == [b"job-1000", b"job-1003"]
+    assert result.kept == 2
+    assert result.expired == 2
+    [(offset, reason, record)] = result.dead_letters
+    assert offset == 1002
+    assert record is records[2]
+    assert "aae397='not-a-date' unparseable" in reason
+    assert "Collect_time missing" in reason
+
+
+def test_every_message_carries_the_run_headers_and_its_source_offset() -> None:
+    records = [_posting(i, "2026-11-20 10:00:00") for i in range(3)]
+    result = build_messages(records, 4_200, RULE, WINDOW, "id", HEADERS)
+
+    assert [list(m.headers) for m in result.messages] == [
+        [*HEADERS, ("source_offset", str(offset).encode())] for offset in (4_200, 4_201, 4_202)
+    ]
+
+
+def test_source_offsets_count_records_that_were_filtered_out() -> None:
+    records = [_posting(0, "2026-01-01 00:00:00"), _posting(1, "garbage"), _posting(2, "2026-11-20 10:00:00")]
+    result = build_messages(records, 700, RULE, WINDOW, "id", HEADERS)
+    [message] = result.messages
+    assert dict(message.headers)["source_offset"] == b"702"
+    assert [offset for offset, _, _ in result.dead_letters] == [701]
+
+
+def test_values_are_utf8_json_with_chinese_text_intact() -> None:
+    record = _posting(1, "2026-11-20 10:00:00")
+    [message] = build_messages([record], 0, RULE, WINDOW, "id", HEADERS).messages
+
+    assert "高级数据工程师".encode() in message.value
+    assert b"\\u" not in message.value
+    assert json.loads(message.value.decode("utf-8")) == record
+
+
+def test_the_transform_maps_kept_records_only_and_its_value_is_published() -> None:
+    seen: list[str] = []
+
+    def transform(record: dict[str, Any]) -> dict[str, Any]:
+        seen.append(record["id"])
+        return {"job_id": record["id"], "title": record["title"]}
+
+    records = [_posting(1, "2026-11-20 10:00:00"), _posting(2, "2020-01-01 00:00:00"), _posting(3, "bad")]
+    result = build_messages(records, 0, RULE, WINDOW, "id", HEADERS, transform=transform)
+
+    assert seen == ["job-1"]
+    [message] = result.messages
+    assert msgspec.json.decode(message.value) == {"job_id": "job-1", "title": "高级数据工程师"}
+    assert message.key == b"job-1", "the key comes from the raw record, not the transformed value"
+
+
+def test_a_record_whose_transform_raises_is_dead_lettered_and_the_page_goes_on() -> None:
+    def transform(record: dict[str, Any]) -> dict[str, Any]:
+        if record["id"] == "job-11":
+            raise KeyError("salary")
+        return record
+
+    records = [_posting(10, "2026-11-20 10:00:00"), _posting(11, "2026-11-20 10:00:00"), _posting(12, "2026-11-20")]
+    result = build_messages(records, 10, RULE, WINDOW, "id", HEADERS, transform=transform)
+
+    assert [m.key for m in result.messages] == [b"job-10", b"job-12"]
+    [(offset, reason, record)] = result.dead_letters
+    assert (offset, record) == (11, records[1])
+    assert reason.startswith("transform or encoding failed: KeyError")
+    assert "salary" in reason
+
+
+def test_records_without_a_key_field_get_content_hash_keys() -> None:
+    record = {"aae397": "2026-11-20 10:00:00", "title": "司机"}
+    [message] = build_messages([record], 0, RULE, WINDOW, "id", HEADERS).messages
+    assert message.key == record_key(record, None)
+    assert len(message.key) == 64
+
+
+def test_naive_dates_use_the_explicit_timezone_over_the_rule() -> None:
+    # 2026-11-21 19:00 is inside the window in Shanghai (11:00 UTC) but not in UTC (19:00 UTC > 12:00 end).
+    record = _posting(1, "2026-11-21 19:00:00")
+    assert build_messages([record], 0, RULE, WINDOW, "id", HEADERS).kept == 1
+    in_utc = build_messages([record], 0, RULE, WINDOW, "id", HEADERS, tz=ZoneInfo("UTC"))
+    assert (in_utc.kept, in_utc.expired) == (0, 1)
+
+
+def test_an_empty_page_produces_nothing() -> None:
+    result = build_messages([], 0, RULE, WINDOW, "id", HEADERS)
+    assert (result.kept, result.expired, result.dead_letters) == (0, 0, [])
+
+
+def test_a_transform_value_that_cannot_be_encoded_is_dead_lettered() -> None:
+    class Opaque:
+        pass
+
+    def transform(record: dict[str, Any]) -> Any:
+        return Opaque() if record["id"] == "job-2" else record
+
+    records = [_posting(1, "2026-11-20 10:00:00"), _posting(2, "2026-11-20 10:00:00")]
+    result = build_messages(records, 1, RULE, WINDOW, "id", HEADERS, transform=transform)
+    assert [m.key for m in result.messages] == [b"job-1"]
+    assert [offset for offset, _, _ in result.dead_letters] == [2]
+
+
+def test_record_handling_imports_without_airflow() -> None:
+    _assert_imports_without_airflow("crawler_ops.records")
+
+
+@pytest.mark.parametrize("module", ["crawler_ops.planning", "crawler_ops.filtering", "crawler_ops.config"])
+def test_pure_modules_import_without_airflow(module: str) -> None:
+    _assert_imports_without_airflow(module)
+
+
+def _assert_imports_without_airflow(module: str) -> None:
+    code = (
+        "import sys, importlib; importlib.import_module(sys.argv[1]); "
+        "loaded = sorted(m for m in ('airflow', 'confluent_kafka') if m in sys.modules); "
+        "print(','.join(loaded))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code, module],
+        cwd=REPO,
+        env={"PYTHONPATH": str(REPO / "plugins"), "PATH": "/usr/bin:/bin"},
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
+    )
+    assert out.stdout.strip() == "", f"{module} pulled in {out.stdout.strip()}"
