@@ -106,7 +106,8 @@ class CrawlStoreHook(PostgresHook):
         return [StatusRow(Batch(int(lo), int(hi)), int(status)) for lo, hi, status in rows]
 
     def reset(self, cur: psycopg.Cursor) -> None:
-        cur.execute(sql("reset_task"), {"task": self.task_id})
+        cur.execute(sql("reset_batches"), {"task": self.task_id})
+        cur.execute(sql("reset_progress"), {"task": self.task_id})
 
     def insert_batches(
         self, cur: psycopg.Cursor, batches: Iterable[Batch], run_id: str, *, expired: bool = False

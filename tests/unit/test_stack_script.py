@@ -1,0 +1,71 @@
+"""dev/stack.py's handling of bad situations, without starting any service."""
+
+from __future__ import annotations
+
+import os
+import socket
+import time
+from pathlib import Path
+
+import pytest
+
+import stack
+
+
+@pytest.fixture
+def stack_dir(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
+    monkeypatch.setattr(stack, "RUN", tmp_path)
+    return tmp_path
+
+
+def test_a_taken_preferred_port_is_replaced_by_a_free_one(monkeypatch, capsys):
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        taken = busy.getsockname()[1]
+        monkeypatch.setenv("CRAWLER_OPS_SOURCE_PORT", str(taken))
+
+        chosen = stack.choose_port("source", [])
+
+    assert chosen != taken
+    assert f"port {taken} is taken by another program; using free port {chosen}" in capsys.readouterr().out
+
+
+def test_a_stale_pid_file_is_detected_and_removed(stack_dir, capsys):
+    (stack_dir / "kafka.pid").write_text("999999999")
+
+    assert stack.running_pid("kafka") is None
+    assert not (stack_dir / "kafka.pid").exists()
+    assert "removing stale pid file" in capsys.readouterr().out
+
+
+def test_our_own_live_process_is_recognised(stack_dir):
+    (stack_dir / "source.pid").write_text(str(os.getpid()))
+
+    assert stack.running_pid("source") == os.getpid()
+
+
+def test_missing_java_names_what_to_install(monkeypatch, tmp_path):
+    monkeypatch.setenv("PATH", str(tmp_path))
+
+    with pytest.raises(stack.StackError, match="Java 17 or newer is needed.*apt-get install openjdk-17"):
+        stack.java_cmd()
+
+
+def test_missing_maven_names_what_to_install(monkeypatch, tmp_path):
+    monkeypatch.setattr(stack, "KAFKA_DIR", tmp_path)
+    monkeypatch.setenv("PATH", str(tmp_path))
+
+    with pytest.raises(stack.StackError, match="Maven is needed.*apt-get install maven"):
+        stack.kafka_classpath()
+
+
+def test_an_unreachable_external_postgres_fails_fast_with_a_clear_error(monkeypatch):
+    # A non-routable address: without a connect timeout this would hang.
+    monkeypatch.setenv("CRAWLER_OPS_PG_URI", "postgresql://postgres@10.255.255.1:5432/crawler")
+    started = time.monotonic()
+
+    with pytest.raises(stack.StackError, match="cannot connect to CRAWLER_OPS_PG_URI within 5s"):
+        stack.start_postgres(stack.Ports(1, 2, 3, 4))
+
+    assert time.monotonic() - started < 15
