@@ -48,7 +48,7 @@ def test_our_own_live_process_is_recognised(stack_dir):
 def test_missing_java_names_what_to_install(monkeypatch, tmp_path):
     monkeypatch.setenv("PATH", str(tmp_path))
 
-    with pytest.raises(stack.StackError, match="Java 17 or newer is needed.*apt-get install openjdk-17"):
+    with pytest.raises(stack.StackError, match=r"Java 17 or newer is needed.*apt-get install openjdk-17"):
         stack.java_cmd()
 
 
@@ -56,7 +56,7 @@ def test_missing_maven_names_what_to_install(monkeypatch, tmp_path):
     monkeypatch.setattr(stack, "KAFKA_DIR", tmp_path)
     monkeypatch.setenv("PATH", str(tmp_path))
 
-    with pytest.raises(stack.StackError, match="Maven is needed.*apt-get install maven"):
+    with pytest.raises(stack.StackError, match=r"Maven is needed.*apt-get install maven"):
         stack.kafka_classpath()
 
 
