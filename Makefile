@@ -35,6 +35,7 @@ test-unit: $(STAMP)
 lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+	$(BIN)/mypy
 
 fmt: $(STAMP)
 	$(BIN)/ruff format .

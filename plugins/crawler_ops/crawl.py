@@ -47,10 +47,14 @@ class RunParams:
 
     @classmethod
     def from_params(cls, params: Mapping[str, Any], task_label: str) -> RunParams:
-        values = {name: params.get(name) for name in cls.__dataclass_fields__}
-        values["reset"] = bool(values["reset"])
-        values["dry_run"] = bool(values["dry_run"])
-        run = cls(**values)
+        run = cls(
+            reset=bool(params.get("reset")),
+            dry_run=bool(params.get("dry_run")),
+            max_batches=params.get("max_batches"),
+            filter_days=params.get("filter_days"),
+            replay_from=params.get("replay_from"),
+            replay_to=params.get("replay_to"),
+        )
         if (run.replay_from is None) != (run.replay_to is None):
             raise ConfigError(f"task {task_label}: give both replay_from and replay_to, or neither")
         if run.replay and not 0 <= run.replay_from < run.replay_to:  # type: ignore[operator]

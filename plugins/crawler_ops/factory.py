@@ -138,7 +138,8 @@ def build_crawl_dag(cfg: CrawlTaskConfig) -> DAG:
             pool=cfg.pool or "default_pool",
         )
         def crawl_chunk(chunk: dict[str, Any], **context: Any) -> dict[str, Any]:
-            get_current_context()["chunk_label"] = chunk["label"]
+            # map_index_template renders from the task's context after it ran: label the instance by offsets.
+            get_current_context()["chunk_label"] = chunk["label"]  # type: ignore[typeddict-unknown-key]
             run = run_context(cfg, context)
             return no_retry_for_permanent_errors(lambda: crawl.crawl_chunk(run, chunk))
 

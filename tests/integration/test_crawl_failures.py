@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from crawler_ops.crawl import RunContext, RunParams, commit_run, crawl_chunk, plan_run
-from crawler_ops.errors import DeliveryError
+from crawler_ops.errors import DeliveryError, StatusTableError
 from tests.support import DemoSource, duplicates, make_task, query, read_topic, run_dag, run_record, watermark
 
 pytestmark = pytest.mark.integration
@@ -193,3 +193,28 @@ def test_missing_topic_with_creation_off_fails_before_fetching_and_names_the_top
 
     assert source.page_requests(unique_id) == []
     assert watermark(pg_uri, unique_id) is None
+
+
+def test_kafka_unreachable_fails_the_plan_naming_the_topic(source, pg_uri, unique_id, monkeypatch):
+    monkeypatch.setenv(
+        "AIRFLOW_CONN_KAFKA_DEAD",
+        '{"conn_type": "kafka", "extra": {"bootstrap.servers": '
+        '"127.0.0.1:1", "socket.connection.setup.timeout.ms": 1000}}',
+    )
+    source.create(unique_id, total=300, ref=REF, in_window_share=1.0)
+    cfg = make_task(unique_id, kafka={"conn_id": "kafka_dead"})
+
+    with pytest.raises(DeliveryError, match=f"Kafka is unreachable while checking topic 'test.{unique_id}'"):
+        plan_run(RunContext(cfg=cfg, run_id="kafka-down", ref=REF, params=RunParams()))
+    assert source.page_requests(unique_id) == []
+    assert watermark(pg_uri, unique_id) is None
+
+
+def test_postgres_unreachable_fails_the_plan_naming_the_connection(source, unique_id, monkeypatch):
+    monkeypatch.setenv("AIRFLOW_CONN_CRAWLER_DB_DEAD", "postgresql://postgres@127.0.0.1:1/crawler")
+    source.create(unique_id, total=300, ref=REF, in_window_share=1.0)
+    cfg = make_task(unique_id, postgres_conn_id="crawler_db_dead")
+
+    with pytest.raises(StatusTableError, match=f"task {unique_id}: cannot connect to PostgreSQL .*'crawler_db_dead'"):
+        plan_run(RunContext(cfg=cfg, run_id="pg-down", ref=REF, params=RunParams()))
+    assert source.page_requests(unique_id) == []

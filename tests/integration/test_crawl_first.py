@@ -51,7 +51,9 @@ def test_first_crawl_includes_the_oldest_partial_batch(source, kafka_bootstrap, 
 
     offsets = sorted(int(m.headers["source_offset"]) for m in read_topic(kafka_bootstrap, cfg.kafka.topic))
     assert offsets == list(range(1_050))
-    assert [r["offset"] for r in source.page_requests(unique_id)][-1] == 0
+    requests = [(r["offset"], r["limit"]) for r in source.page_requests(unique_id)]
+    assert (0, 50) in requests, "the oldest partial page [0, 50) is fetched"
+    assert len(requests) == 11
 
 
 def test_incremental_run_publishes_only_new_records_and_fetches_no_old_page(source, kafka_bootstrap, pg_uri, unique_id):

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from functools import cache, cached_property
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import psycopg
 from airflow.providers.postgres.hooks.postgres import PostgresHook
@@ -73,7 +73,7 @@ class CrawlStoreHook(PostgresHook):
     @cached_property
     def db(self) -> psycopg.Connection:
         try:
-            return self.get_conn()
+            return cast(psycopg.Connection, self.get_conn())
         except psycopg.OperationalError as exc:
             raise StatusTableError(
                 f"task {self.task_id}: cannot connect to PostgreSQL (connection '{self.postgres_conn_id}'): {exc}"

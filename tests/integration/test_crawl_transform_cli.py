@@ -1,0 +1,62 @@
+"""A transform from config, and `airflow dags test` from the command line with and without -c."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+
+from crawler_ops.transforms import JOB_FIELDS
+from tests.support import DemoSource, make_task, query, read_topic, run_dag, run_record, use_config, watermark
+
+pytestmark = pytest.mark.integration
+
+REF = datetime(2026, 11, 1, tzinfo=UTC)
+
+
+def test_transform_shapes_the_published_value(source_url, kafka_bootstrap, pg_uri, unique_id):
+    source = DemoSource(source_url)
+    source.create(unique_id, total=300, ref=REF, in_window_share=1.0)
+    cfg = make_task(unique_id, transform="crawler_ops.transforms.job_posting")
+
+    assert run_dag(cfg, REF) == "success"
+
+    messages = read_topic(kafka_bootstrap, cfg.kafka.topic)
+    assert len(messages) == 300
+    assert all(set(m.value) == set(JOB_FIELDS) and m.key == m.value["id"] for m in messages)
+    assert watermark(pg_uri, unique_id) == 300
+
+
+def airflow_dags_test(dag_id: str, *args: str) -> subprocess.CompletedProcess[str]:
+    airflow = str(Path(sys.executable).parent / "airflow")
+    return subprocess.run(
+        [airflow, "dags", "test", dag_id, *args], env=dict(os.environ), capture_output=True, text=True, timeout=300
+    )
+
+
+@pytest.mark.slow
+def test_airflow_dags_test_cli_with_and_without_conf(source_url, kafka_bootstrap, pg_uri, unique_id, tmp_path):
+    source = DemoSource(source_url)
+    source.create(unique_id, total=400, ref=REF, in_window_share=1.0)
+    cfg = make_task(unique_id)
+    use_config(cfg, tmp_path)
+
+    dry = airflow_dags_test(cfg.dag_id, REF.isoformat(), "-c", json.dumps({"dry_run": True}))
+    assert dry.returncode == 0, dry.stdout[-3000:] + dry.stderr[-3000:]
+    assert read_topic(kafka_bootstrap, cfg.kafka.topic) == []
+    assert query(pg_uri, "SELECT count(*) FROM crawler_ops.crawl_run WHERE task_id = %s", unique_id) == [(0,)]
+
+    real = airflow_dags_test(cfg.dag_id, REF.isoformat())
+    assert real.returncode == 0, real.stdout[-3000:] + real.stderr[-3000:]
+    assert len(read_topic(kafka_bootstrap, cfg.kafka.topic)) == 400
+    assert run_record(pg_uri, unique_id)["status"] == "success"
+    assert watermark(pg_uri, unique_id) == 400
+
+    bad = airflow_dags_test(cfg.dag_id, REF.isoformat(), "-c", json.dumps({"max_batches": 0}))
+    assert bad.returncode != 0
+    assert "max_batches" in bad.stdout + bad.stderr
