@@ -27,9 +27,10 @@ from crawler_ops.errors import ConfigError, CrawlerError, SourceError
 from crawler_ops.filtering import Window, record_date
 from crawler_ops.hooks.producer import BatchPublisher, IdempotentProducerHook, ensure_topic
 from crawler_ops.hooks.source import SourceApiHook
-from crawler_ops.hooks.store import DONE, BatchOutcome, CrawlStoreHook
+from crawler_ops.hooks.store import BatchOutcome, CrawlStoreHook
 from crawler_ops.planning import Batch, Chunk, advance_watermark, chunk_batches, expiry_floor, fill_gaps, plan_batches
 from crawler_ops.records import Transform, build_messages
+from crawler_ops.status_table import DONE
 
 log = logging.getLogger(__name__)
 
@@ -303,7 +304,7 @@ class ChunkCrawler:
     def claim(self, batch: Batch) -> bool:
         if self.store is None or not self.run.uses_status_table:
             return True
-        return self.store.claim(batch, self.run.run_id, self.owner, self.token, self.cfg.claim_lease_s)
+        return self.store.claim(batch, self.owner, self.token, self.cfg.claim_lease_s)
 
     def claimed_fetches(self, pool: ThreadPoolExecutor) -> Iterator[tuple[Batch, Future[list[dict[str, Any]]] | None]]:
         """Claim and submit fetches ahead, ``concurrency`` pages deep; yield them in plan order."""
@@ -504,7 +505,7 @@ def commit_run(run: RunContext, chunks: Sequence[Mapping[str, Any]], results: Se
                 run_id=run.run_id,
             )
             store.run_statement(cur, "prune_batches", watermark=new)
-            store.run_statement(cur, "release_run_claims", run_id=run.run_id)
+            store.release_run(cur, run.run_id)
         elif len(results) < len(chunks):
             unfinished = planned
         status = "success" if not unfinished else "failed"

@@ -8,13 +8,11 @@ completed under a fence (the claim token), so two runs never crawl the same batc
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime
-from functools import cache, cached_property
-from pathlib import Path
+from functools import cached_property
 from typing import Any, cast
 
 import psycopg
@@ -23,20 +21,12 @@ from psycopg.types.json import Jsonb
 
 from crawler_ops.errors import StatusTableError
 from crawler_ops.planning import Batch
+from crawler_ops.sqlfiles import read_sql
+from crawler_ops.status_table import DONE, PENDING, StatusTable
 
-SQL_DIR = Path(os.environ.get("CRAWLER_OPS_SQL_DIR") or Path(__file__).resolve().parents[3] / "include" / "sql")
-PENDING, CLAIMED, DONE, PARKED = 0, 1, 2, 3
 DEAD_LETTER_MAX_BYTES = 64 * 1024
-
-
-@cache
-def sql(name: str) -> str:
-    """The text of ``include/sql/<name>.sql``."""
-    path = SQL_DIR / f"{name}.sql"
-    try:
-        return path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise StatusTableError(f"missing SQL file {path}; set CRAWLER_OPS_SQL_DIR to the include/sql folder") from exc
+# Crawl batches follow the shared status-table protocol; id = batch start offset, plus hi/run_id/expired.
+BATCHES = StatusTable("crawler_ops", "batch_status")
 
 
 @dataclass(frozen=True)
@@ -85,7 +75,7 @@ class CrawlStoreHook(PostgresHook):
         try:
             with self.db.transaction(), self.db.cursor() as cur:
                 if lock:
-                    cur.execute(sql("lock_task"), {"task": self.task_id})
+                    cur.execute(read_sql("lock_task"), {"task": self.task_id})
                 yield cur
         except psycopg.OperationalError as exc:
             raise StatusTableError(f"task {self.task_id}: PostgreSQL failed: {exc}") from exc
@@ -93,21 +83,21 @@ class CrawlStoreHook(PostgresHook):
     def ensure_schema(self) -> None:
         with self.transaction() as cur:
             cur.execute("SELECT pg_advisory_xact_lock(hashtextextended('crawler_ops.schema', 0))")
-            cur.execute(sql("schema"))
+            cur.execute(read_sql("schema"))
 
     # ----------------------------------------------------------------- planning
 
     def read_watermark(self, cur: psycopg.Cursor) -> int | None:
-        row = cur.execute(sql("select_progress"), {"task": self.task_id}).fetchone()
+        row = cur.execute(read_sql("select_progress"), {"task": self.task_id}).fetchone()
         return None if row is None else int(row[0])
 
     def read_rows(self, cur: psycopg.Cursor, above: int) -> list[StatusRow]:
-        rows = cur.execute(sql("select_batches"), {"task": self.task_id, "from": above}).fetchall()
+        rows = cur.execute(read_sql("select_batches"), {"task": self.task_id, "from": above}).fetchall()
         return [StatusRow(Batch(int(lo), int(hi)), int(status)) for lo, hi, status in rows]
 
     def reset(self, cur: psycopg.Cursor) -> None:
-        cur.execute(sql("reset_batches"), {"task": self.task_id})
-        cur.execute(sql("reset_progress"), {"task": self.task_id})
+        cur.execute(read_sql("reset_batches"), {"task": self.task_id})
+        cur.execute(read_sql("reset_progress"), {"task": self.task_id})
 
     def insert_batches(
         self, cur: psycopg.Cursor, batches: Iterable[Batch], run_id: str, *, expired: bool = False
@@ -124,7 +114,7 @@ class CrawlStoreHook(PostgresHook):
             for b in batches
         ]
         if params:
-            cur.executemany(sql("insert_batches"), params)
+            cur.executemany(read_sql("insert_batches"), params)
 
     def start_run(
         self,
@@ -137,7 +127,7 @@ class CrawlStoreHook(PostgresHook):
         planned: int,
     ) -> None:
         cur.execute(
-            sql("start_run"),
+            read_sql("start_run"),
             {
                 "task": self.task_id,
                 "run_id": run_id,
@@ -151,21 +141,10 @@ class CrawlStoreHook(PostgresHook):
 
     # ----------------------------------------------------------------- batches
 
-    def claim(self, batch: Batch, run_id: str, owner: str, token: str, lease_s: int) -> bool:
+    def claim(self, batch: Batch, owner: str, token: str, lease_s: int) -> bool:
         """Claim ``batch`` for worker ``owner`` (run + map index); False when it is done or held by another."""
         with self.transaction() as cur:
-            row = cur.execute(
-                sql("claim_batch"),
-                {
-                    "task": self.task_id,
-                    "lo": batch.lo,
-                    "token": token,
-                    "run_id": run_id,
-                    "lease_s": lease_s,
-                    "owner": owner.replace("%", r"\%") + "|%",
-                },
-            ).fetchone()
-        return row is not None
+            return bool(BATCHES.claim_ids(cur, self.task_id, [batch.lo], token, owner, lease_s))
 
     def complete(self, outcome: BatchOutcome, run_id: str, token: str | None) -> tuple[bool, int]:
         """Record a finished batch (done, counts, dead letters) atomically.
@@ -175,19 +154,12 @@ class CrawlStoreHook(PostgresHook):
         with self.transaction() as cur:
             fenced_in = True
             if token is not None:
-                done = cur.execute(
-                    sql("complete_batch"),
-                    {
-                        "task": self.task_id,
-                        "lo": outcome.batch.lo,
-                        "token": token,
-                        "expired": outcome.skipped_as_expired,
-                    },
-                ).fetchone()
-                fenced_in = done is not None
+                fenced_in = bool(BATCHES.complete(cur, self.task_id, [outcome.batch.lo], token))
+                if fenced_in and outcome.skipped_as_expired:
+                    cur.execute(read_sql("mark_expired"), {"task": self.task_id, "lo": outcome.batch.lo})
             if outcome.dead_letters:
                 cur.executemany(
-                    sql("insert_dead_letter"),
+                    read_sql("insert_dead_letter"),
                     [
                         {
                             "task": self.task_id,
@@ -200,7 +172,7 @@ class CrawlStoreHook(PostgresHook):
                     ],
                 )
             row = cur.execute(
-                sql("add_run_counts"),
+                read_sql("add_run_counts"),
                 {
                     "task": self.task_id,
                     "run_id": run_id,
@@ -216,19 +188,22 @@ class CrawlStoreHook(PostgresHook):
         return fenced_in, int(row[0]) if row else 0
 
     def release(self, batch: Batch, token: str, error: str) -> None:
+        """A failed batch goes back to pending with its error; crawl batches are never parked (SPEC §3)."""
         with self.transaction() as cur:
-            cur.execute(
-                sql("release_batch"), {"task": self.task_id, "lo": batch.lo, "token": token, "error": error[:2000]}
-            )
+            BATCHES.release(cur, self.task_id, batch.lo, token, error, max_attempts=None)
+
+    def release_run(self, cur: psycopg.Cursor, run_id: str) -> int:
+        """Claims the run made and did not finish go back to pending (after all its chunks ended)."""
+        return BATCHES.release_owner(cur, self.task_id, run_id)
 
     def add_run_error(self, run_id: str, error: str) -> None:
         with self.transaction() as cur:
-            cur.execute(sql("add_run_error"), {"task": self.task_id, "run_id": run_id, "error": error[:2000]})
+            cur.execute(read_sql("add_run_error"), {"task": self.task_id, "run_id": run_id, "error": error[:2000]})
 
     # ----------------------------------------------------------------- commit
 
     def read_run(self, cur: psycopg.Cursor, run_id: str) -> dict[str, Any] | None:
-        cur.execute(sql("select_run"), {"task": self.task_id, "run_id": run_id})
+        cur.execute(read_sql("select_run"), {"task": self.task_id, "run_id": run_id})
         row = cur.fetchone()
         if row is None:
             return None
@@ -236,11 +211,11 @@ class CrawlStoreHook(PostgresHook):
         return dict(zip(names, row, strict=True))
 
     def done_batches(self, cur: psycopg.Cursor, above: int) -> list[Batch]:
-        rows = cur.execute(sql("select_done"), {"task": self.task_id, "from": above}).fetchall()
+        rows = cur.execute(read_sql("select_done"), {"task": self.task_id, "from": above}).fetchall()
         return [Batch(int(lo), int(hi)) for lo, hi in rows]
 
     def run_statement(self, cur: psycopg.Cursor, name: str, **params: Any) -> None:
-        cur.execute(sql(name), {"task": self.task_id, **params})
+        cur.execute(read_sql(name), {"task": self.task_id, **params})
 
 
 def cap_record(record: Any) -> Any:

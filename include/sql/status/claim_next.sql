@@ -1,0 +1,16 @@
+-- Claim up to %(limit)s rows of this task in the configured order, skipping rows other workers hold:
+-- status 0, or status 1 whose lease expired and whose end time is empty. Parentheses matter: the old
+-- query's "task AND status=0 OR (...)" claimed other tasks' rows.
+UPDATE {table} AS s
+   SET status = 1, start_time = {now}, end_time = NULL, claim_token = %(token)s
+  FROM (SELECT st.id
+          FROM {table} AS st
+          JOIN {source} AS src ON src.{source_id} = st.id
+         WHERE st.task_name = %(task)s
+           AND (st.status = 0 OR (st.status = 1 AND {st_end_empty} AND st.start_time < {lease_cutoff}))
+           {category_filter}
+         ORDER BY {order_by}
+         LIMIT %(limit)s
+           FOR UPDATE OF st SKIP LOCKED) AS picked
+ WHERE s.task_name = %(task)s AND s.id = picked.id
+RETURNING s.id

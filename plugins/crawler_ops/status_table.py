@@ -1,0 +1,178 @@
+"""The status-table protocol shared by crawl batches and executor rows (SPEC §4).
+
+Layout kept compatible with the old executor: ``(id, status, start_time, end_time, task_name)`` with
+``unique(id, task_name)``; status 0 pending, 1 claimed (a lease from ``start_time``), 2 done, 3 parked.
+crawler_ops adds ``attempts``, ``last_error`` and ``claim_token`` (idempotently, to existing tables too).
+Time columns may be ``timestamptz`` or the old layout's INT epoch seconds; the statements adapt.
+
+Statements live in ``include/sql/status/*.sql`` with ``{placeholders}`` for identifiers and time
+expressions only (composed with :mod:`psycopg.sql`); every value is a bound parameter. Completion and
+failure are fenced by the claim token, so a worker whose lease was taken over cannot overwrite the new claim.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from functools import cache
+from typing import Any
+
+import psycopg
+from psycopg import sql
+
+from crawler_ops.errors import StatusTableError
+from crawler_ops.sqlfiles import read_sql
+
+PENDING, CLAIMED, DONE, PARKED = 0, 1, 2, 3
+STATUS_NAMES = {PENDING: "pending", CLAIMED: "claimed", DONE: "done", PARKED: "parked"}
+EPOCH_TYPES = frozenset({"integer", "bigint", "numeric", "double precision", "real"})
+
+
+@cache
+def template(name: str) -> str:
+    return read_sql(f"status/{name}")
+
+
+@dataclass(frozen=True)
+class StatusTable:
+    """A status table: its qualified name and whether its time columns hold epoch seconds.
+
+    :param schema: the table's schema.
+    :param name: the table's name.
+    :param epoch_times: True for the old layout's INT epoch ``start_time``/``end_time``.
+    """
+
+    schema: str
+    name: str
+    epoch_times: bool = False
+
+    @property
+    def ident(self) -> sql.Identifier:
+        return sql.Identifier(self.schema, self.name)
+
+    @property
+    def label(self) -> str:
+        return f"{self.schema}.{self.name}"
+
+    def _parts(self, prefix: str = "") -> dict[str, sql.Composable]:
+        col = f"{prefix}end_time"
+        if self.epoch_times:
+            now: sql.Composable = sql.SQL("extract(epoch from now())::bigint")
+            cutoff: sql.Composable = sql.SQL("extract(epoch from now())::bigint - %(lease_s)s")
+            end_empty: sql.Composable = sql.SQL("({c} IS NULL OR {c} = 0)").format(c=sql.SQL(col))
+        else:
+            now = sql.SQL("now()")
+            cutoff = sql.SQL("now() - make_interval(secs => %(lease_s)s)")
+            end_empty = sql.SQL("{c} IS NULL").format(c=sql.SQL(col))
+        return {"table": self.ident, "now": now, "lease_cutoff": cutoff, "end_empty": end_empty}
+
+    def statement(self, name: str, **extra: sql.Composable) -> sql.Composed:
+        parts = self._parts()
+        parts["st_end_empty"] = self._parts("st.")["end_empty"]
+        return sql.SQL(template(name)).format(**{**parts, **extra})  # type: ignore[arg-type]
+
+    # ----------------------------------------------------------------- schema
+
+    @classmethod
+    def inspect(cls, cur: psycopg.Cursor[Any], schema: str, name: str) -> StatusTable | None:
+        """The table as found in the catalog (None when it does not exist)."""
+        rows = cur.execute(template("columns"), (schema, name)).fetchall()
+        if not rows:
+            return None
+        columns = {str(c).lower(): str(t) for c, t in rows}
+        missing = {"id", "status", "start_time", "end_time", "task_name"} - set(columns)
+        if missing:
+            raise StatusTableError(
+                f"status table {schema}.{name} lacks the columns {sorted(missing)} of the "
+                "(id, status, start_time, end_time, task_name) layout"
+            )
+        return cls(schema, name, epoch_times=columns["start_time"] in EPOCH_TYPES)
+
+    @classmethod
+    def ensure(cls, cur: psycopg.Cursor[Any], schema: str, name: str, create: bool = True) -> StatusTable:
+        """Create the table when missing (if allowed), add crawler_ops' columns, and check its unique key."""
+        table = cls.inspect(cur, schema, name)
+        if table is None:
+            if not create:
+                raise StatusTableError(f"status table {schema}.{name} does not exist and creation is off")
+            cur.execute(sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(sql.Identifier(schema)))
+            cur.execute(cls(schema, name).statement("create"))
+            table = cls(schema, name)
+        cur.execute(table.statement("upgrade"))
+        if not has_unique_id_task(cur, schema, name):
+            raise StatusTableError(
+                f"status table {schema}.{name} needs a unique constraint on (id, task_name); add it with "
+                f"ALTER TABLE {schema}.{name} ADD UNIQUE (id, task_name)"
+            )
+        return table
+
+    # ----------------------------------------------------------------- protocol
+
+    def claim_ids(
+        self, cur: psycopg.Cursor[Any], task: str, ids: Sequence[int], token: str, owner: str, lease_s: int
+    ) -> list[int]:
+        """Claim the given rows; returns those this worker now holds."""
+        params = {"task": task, "ids": list(ids), "token": token, "owner": like_prefix(owner), "lease_s": lease_s}
+        return [int(r[0]) for r in cur.execute(self.statement("claim_ids"), params).fetchall()]
+
+    def claim_next(
+        self,
+        cur: psycopg.Cursor[Any],
+        task: str,
+        source: sql.Composable,
+        order_by: sql.Composable,
+        category_filter: sql.Composable,
+        params: dict[str, Any],
+        limit: int,
+        token: str,
+        lease_s: int,
+    ) -> list[int]:
+        """Claim up to ``limit`` claimable rows in order, skipping rows locked by other workers."""
+        statement = self.statement(
+            "claim_next",
+            source=source,
+            source_id=sql.Identifier("id"),
+            order_by=order_by,
+            category_filter=category_filter,
+        )
+        rows = cur.execute(
+            statement, {**params, "task": task, "limit": limit, "token": token, "lease_s": lease_s}
+        ).fetchall()
+        return [int(r[0]) for r in rows]
+
+    def complete(self, cur: psycopg.Cursor[Any], task: str, ids: Sequence[int], token: str) -> list[int]:
+        """Mark rows done; returns those completed (rows whose claim was taken over are left alone)."""
+        rows = cur.execute(self.statement("complete"), {"task": task, "ids": list(ids), "token": token}).fetchall()
+        return [int(r[0]) for r in rows]
+
+    def release(
+        self, cur: psycopg.Cursor[Any], task: str, row_id: int, token: str, error: str, max_attempts: int | None
+    ) -> int | None:
+        """Record a failure: pending again, or parked at ``max_attempts``. Returns the new status, or None if fenced."""
+        row = cur.execute(
+            self.statement("release"),
+            {"task": task, "id": row_id, "token": token, "error": error[:2000], "max_attempts": max_attempts},
+        ).fetchone()
+        return None if row is None else int(row[0])
+
+    def release_owner(self, cur: psycopg.Cursor[Any], task: str, owner: str) -> int:
+        """Give back every claim whose token starts with ``owner`` (a finished run's leftovers)."""
+        return cur.execute(self.statement("release_owner"), {"task": task, "owner": like_prefix(owner)}).rowcount
+
+    def counts(self, cur: psycopg.Cursor[Any], task: str) -> dict[str, int]:
+        rows = cur.execute(self.statement("counts"), {"task": task}).fetchall()
+        counts = {name: 0 for name in STATUS_NAMES.values()}
+        for status, count in rows:
+            counts[STATUS_NAMES.get(int(status), f"status_{status}")] = int(count)
+        return counts
+
+
+def like_prefix(owner: str) -> str:
+    """A LIKE pattern matching tokens that start with ``owner|``."""
+    escaped = owner.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+    return escaped + "|%"
+
+
+def has_unique_id_task(cur: psycopg.Cursor[Any], schema: str, name: str) -> bool:
+    """Whether a unique index covers exactly (id, task_name), as ``ON CONFLICT (id, task_name)`` needs."""
+    return cur.execute(template("unique_key"), (schema, name)).fetchone() is not None
