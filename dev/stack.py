@@ -424,7 +424,16 @@ def start_postgres(ports: Ports) -> str:
             raise StackError(f"postgres did not start:\n{result.stdout}{result.stderr}\n{log_tail('postgres')}")
         log(f"postgres: started on 127.0.0.1:{ports.postgres} in {time.monotonic() - started:.1f}s")
     ensure_database(ports.postgres)
+    seed_demo_tables(pg_uri(ports.postgres))
     return pg_uri(ports.postgres)
+
+
+def seed_demo_tables(uri: str) -> None:
+    """The executor demo's source_data_table (idempotent: filled only when empty)."""
+    import psycopg
+
+    with psycopg.connect(uri, autocommit=True, connect_timeout=5) as conn:
+        conn.execute((REPO / "include" / "sql" / "demo" / "source_data_table.sql").read_text(encoding="utf-8"))
 
 
 def stop_postgres() -> None:

@@ -11,7 +11,7 @@ import re
 from collections.abc import Mapping
 from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 import yaml
@@ -23,6 +23,9 @@ from crawler_ops.filtering import DateRule
 CONFIG_ENV = "CRAWLER_OPS_CONFIG"
 DEFAULT_CONFIG = Path(__file__).resolve().parents[2] / "include" / "crawler_tasks.yaml"
 _ID = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,99}$")
+
+
+M = TypeVar("M", bound=BaseModel)
 
 
 class _Model(BaseModel):
@@ -88,39 +91,30 @@ class KafkaConfig(_Model):
     create_topic: bool = True
 
 
-class CrawlTaskConfig(_Model):
-    """One crawl task: becomes the DAG ``crawl_<id>``."""
+DOTTED_PATH = re.compile(r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)+$")
+# A table (optionally schema-qualified) or column name from config: word characters only, so nothing that
+# could carry SQL; names are also checked against the catalog and used only as quoted identifiers.
+SQL_NAME = re.compile(r"^[^\W\d]\w{0,62}$")
 
-    id: str
-    name: str | None = None
+
+def check_dotted(value: str | None) -> str | None:
+    if value is not None and not DOTTED_PATH.match(value):
+        raise ValueError(f"{value!r} is not a dotted path like 'package.module.function'")
+    return value
+
+
+class DagSettings(_Model):
+    """What every generated DAG has: schedule, retries, connection to the crawler database, display."""
+
     enabled: bool = True
-    source: SourceConfig = SourceConfig()
-    batch_size: int = Field(100, ge=1, le=10_000)
-    filter: FilterConfig = FilterConfig()
-    max_expired_batches: int = Field(5, ge=1)
-    kafka: KafkaConfig
     postgres_conn_id: str = "crawler_db"
     schedule: str | None = "@hourly"
     start_date: datetime = datetime(2026, 1, 1, tzinfo=UTC)
     retries: int = Field(2, ge=0)
     retry_delay_s: int = Field(30, ge=0)
     execution_timeout_min: int = Field(60, ge=1)
-    max_chunks: int = Field(16, ge=1, le=512)
-    min_batches_per_chunk: int = Field(20, ge=1)
-    max_parallel_chunks: int = Field(4, ge=1)
-    pool: str | None = None
-    claim_lease_s: int = Field(900, ge=10, description="a claimed batch is re-claimable after this long")
-    on_shrink: Literal["warn", "fail", "reset"] = "warn"
-    transform: str | None = Field(None, description="dotted path of a callable(record) -> published value")
     paused: bool = False
     tags: tuple[str, ...] = ()
-
-    @field_validator("id")
-    @classmethod
-    def _safe_id(cls, value: str) -> str:
-        if not _ID.match(value):
-            raise ValueError("use letters, digits, '_', '.', '-' (max 100), not starting with '.' or '-'")
-        return value
 
     @field_validator("start_date", mode="before")
     @classmethod
@@ -136,12 +130,36 @@ class CrawlTaskConfig(_Model):
                 raise ValueError(f"{value!r} is not an ISO date such as 2026-01-01") from exc
         return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
 
+
+class CrawlTaskConfig(DagSettings):
+    """One crawl task: becomes the DAG ``crawl_<id>``."""
+
+    id: str
+    name: str | None = None
+    source: SourceConfig = SourceConfig()
+    batch_size: int = Field(100, ge=1, le=10_000)
+    filter: FilterConfig = FilterConfig()
+    max_expired_batches: int = Field(5, ge=1)
+    kafka: KafkaConfig
+    max_chunks: int = Field(16, ge=1, le=512)
+    min_batches_per_chunk: int = Field(20, ge=1)
+    max_parallel_chunks: int = Field(4, ge=1)
+    pool: str | None = None
+    claim_lease_s: int = Field(900, ge=10, description="a claimed batch is re-claimable after this long")
+    on_shrink: Literal["warn", "fail", "reset"] = "warn"
+    transform: str | None = Field(None, description="dotted path of a callable(record) -> published value")
+
+    @field_validator("id")
+    @classmethod
+    def _safe_id(cls, value: str) -> str:
+        if not _ID.match(value):
+            raise ValueError("use letters, digits, '_', '.', '-' (max 100), not starting with '.' or '-'")
+        return value
+
     @field_validator("transform")
     @classmethod
     def _dotted(cls, value: str | None) -> str | None:
-        if value is not None and not re.match(r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)+$", value):
-            raise ValueError(f"{value!r} is not a dotted path like 'package.module.function'")
-        return value
+        return check_dotted(value)
 
     @property
     def dag_id(self) -> str:
@@ -152,9 +170,73 @@ class CrawlTaskConfig(_Model):
         return self.source.task or self.id
 
 
+class ExecutorTaskConfig(DagSettings):
+    """One executor task (the old Azkaban job): runs ``function`` over the rows of ``source_table``.
+
+    Becomes the DAG ``exec_<name>``; ``name`` is the ``task_name`` in the status table.
+    """
+
+    name: str = Field(max_length=50)
+    source_table: str
+    status_table: str
+    category: str | None = None
+    category_field: str = "category"
+    sort_fields: tuple[str, ...] = ()
+    output_fields: tuple[str, ...]
+    function: str
+    period: int = Field(600, ge=1, description="lease seconds: a claimed row is re-claimable after this long")
+    cycle_index: int = Field(1000, ge=1, description="rows processed per run, over all workers")
+    workers: int = Field(4, ge=1, le=256)
+    claim_batch: int = Field(20, ge=1, le=10_000, description="rows claimed per statement by a worker")
+    max_attempts: int = Field(3, ge=1)
+    timeout_s: float = Field(300, gt=0, description="seconds one function call may take")
+    create_status_table: bool = True
+
+    @field_validator("name")
+    @classmethod
+    def _safe_name(cls, value: str) -> str:
+        if not _ID.match(value):
+            raise ValueError("use letters, digits, '_', '.', '-', not starting with '.' or '-'")
+        return value
+
+    @field_validator("source_table", "status_table")
+    @classmethod
+    def _table_name(cls, value: str) -> str:
+        parts = value.split(".")
+        if len(parts) > 2 or not all(SQL_NAME.match(p) for p in parts):
+            raise ValueError(f"{value!r} is not a table name like 'table' or 'schema.table'")
+        return value
+
+    @field_validator("category_field", "sort_fields", "output_fields")
+    @classmethod
+    def _column_names(cls, value: Any) -> Any:
+        for name in (value,) if isinstance(value, str) else value:
+            if not SQL_NAME.match(name):
+                raise ValueError(f"{name!r} is not a column name")
+        return value
+
+    @field_validator("output_fields")
+    @classmethod
+    def _has_id(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        if not any(name.lower() == "id" for name in value):
+            raise ValueError("output_fields must include 'id' (the row's unique id, also the status table's id)")
+        return value
+
+    @field_validator("function")
+    @classmethod
+    def _function_path(cls, value: str) -> str:
+        return check_dotted(value) or value
+
+    @property
+    def dag_id(self) -> str:
+        return f"exec_{self.name}"
+
+
 class LoadedConfig(_Model):
     tasks: tuple[CrawlTaskConfig, ...]
     errors: Mapping[str, str]
+    executors: tuple[ExecutorTaskConfig, ...] = ()
+    executor_errors: Mapping[str, str] = {}
 
 
 def config_path() -> Path:
@@ -179,32 +261,47 @@ def describe(exc: ValidationError) -> str:
     return "; ".join(parts)
 
 
-def parse_config(document: Any, origin: str = "<config>") -> LoadedConfig:
-    """Validate a parsed YAML document; per-task problems go to ``errors`` keyed by task id."""
-    if not isinstance(document, Mapping):
-        raise ConfigError(f"{origin}: the top level must be a mapping with 'defaults' and 'tasks'")
-    unknown = set(document) - {"defaults", "tasks"}
-    if unknown:
-        raise ConfigError(f"{origin}: unknown top-level keys {sorted(unknown)}; expected 'defaults' and 'tasks'")
-    defaults = document.get("defaults") or {}
-    raw_tasks = document.get("tasks") or []
-    if not isinstance(defaults, Mapping) or not isinstance(raw_tasks, list):
-        raise ConfigError(f"{origin}: 'defaults' must be a mapping and 'tasks' a list")
-    tasks: list[CrawlTaskConfig] = []
+def validate_entries(
+    entries: Any, model: type[M], key: str, defaults: Mapping[str, Any], kind: str, origin: str
+) -> tuple[list[M], dict[str, str]]:
+    """Validate each entry of a config list on its own; errors are keyed by the entry's ``key`` value."""
+    if not isinstance(entries, list):
+        raise ConfigError(f"{origin}: '{kind}s' must be a list")
+    valid: list[M] = []
     errors: dict[str, str] = {}
-    for index, raw in enumerate(raw_tasks):
-        label = str(raw.get("id")) if isinstance(raw, Mapping) and raw.get("id") else f"#{index}"
-        if label in errors or any(t.id == label for t in tasks):
-            errors[f"{label}@{index}"] = f"{origin}: task '{label}': duplicate id (task #{index})"
+    seen: set[str] = set()
+    for index, raw in enumerate(entries):
+        label = str(raw.get(key)) if isinstance(raw, Mapping) and raw.get(key) else f"#{index}"
+        if label in seen:
+            errors[f"{label}@{index}"] = f"{origin}: {kind} '{label}': duplicate {key} ({kind} #{index})"
             continue
+        seen.add(label)
         if not isinstance(raw, Mapping):
-            errors[label] = f"{origin}: task {label}: must be a mapping"
+            errors[label] = f"{origin}: {kind} '{label}': must be a mapping"
             continue
         try:
-            tasks.append(CrawlTaskConfig.model_validate(deep_merge(defaults, raw)))
+            valid.append(model.model_validate(deep_merge(defaults, raw)))
         except ValidationError as exc:
-            errors[label] = f"{origin}: task '{label}': {describe(exc)}"
-    return LoadedConfig(tasks=tuple(tasks), errors=errors)
+            errors[label] = f"{origin}: {kind} '{label}': {describe(exc)}"
+    return valid, errors
+
+
+def parse_config(document: Any, origin: str = "<config>") -> LoadedConfig:
+    """Validate a parsed YAML document; per-entry problems go to ``errors`` / ``executor_errors``."""
+    expected = ("defaults", "tasks", "executors")
+    if not isinstance(document, Mapping):
+        raise ConfigError(f"{origin}: the top level must be a mapping with {', '.join(map(repr, expected))}")
+    unknown = set(document) - set(expected)
+    if unknown:
+        raise ConfigError(f"{origin}: unknown top-level keys {sorted(unknown)}; expected {', '.join(expected)}")
+    defaults = document.get("defaults") or {}
+    if not isinstance(defaults, Mapping):
+        raise ConfigError(f"{origin}: 'defaults' must be a mapping")
+    tasks, errors = validate_entries(document.get("tasks") or [], CrawlTaskConfig, "id", defaults, "task", origin)
+    executors, executor_errors = validate_entries(
+        document.get("executors") or [], ExecutorTaskConfig, "name", {}, "executor", origin
+    )
+    return LoadedConfig(tasks=tuple(tasks), errors=errors, executors=tuple(executors), executor_errors=executor_errors)
 
 
 def load_config(path: Path | None = None) -> LoadedConfig:

@@ -9,15 +9,15 @@ from __future__ import annotations
 
 import logging
 import re
-from collections.abc import Callable, MutableMapping
+from collections.abc import Callable, Mapping, MutableMapping, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from airflow.sdk import DAG, Param, TriggerRule, get_current_context, get_parsing_context, task
 from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
-from crawler_ops import crawl
-from crawler_ops.config import CrawlTaskConfig, LoadedConfig, load_config
+from crawler_ops import crawl, executor
+from crawler_ops.config import CrawlTaskConfig, DagSettings, ExecutorTaskConfig, LoadedConfig, load_config
 from crawler_ops.errors import ConfigError, SourceError
 
 log = logging.getLogger(__name__)
@@ -98,9 +98,8 @@ def doc_for(cfg: CrawlTaskConfig) -> str:
     )
 
 
-def build_crawl_dag(cfg: CrawlTaskConfig) -> DAG:
-    """The DAG ``crawl_<id>`` for one crawl task."""
-    default_args = {
+def default_args_for(cfg: DagSettings) -> dict[str, Any]:
+    return {
         "owner": "crawler_ops",
         "retries": cfg.retries,
         "retry_delay": timedelta(seconds=cfg.retry_delay_s),
@@ -108,6 +107,10 @@ def build_crawl_dag(cfg: CrawlTaskConfig) -> DAG:
         "max_retry_delay": timedelta(minutes=30),
         "execution_timeout": timedelta(minutes=cfg.execution_timeout_min),
     }
+
+
+def build_crawl_dag(cfg: CrawlTaskConfig) -> DAG:
+    """The DAG ``crawl_<id>`` for one crawl task."""
     with DAG(
         dag_id=cfg.dag_id,
         description=f"Crawl {cfg.name or cfg.id} into Kafka topic {cfg.kafka.topic}",
@@ -115,7 +118,7 @@ def build_crawl_dag(cfg: CrawlTaskConfig) -> DAG:
         start_date=cfg.start_date,
         catchup=False,
         max_active_runs=1,
-        default_args=default_args,
+        default_args=default_args_for(cfg),
         params=dict(PARAMS),
         tags=[*TAGS, *cfg.tags],
         doc_md=doc_for(cfg),
@@ -172,9 +175,9 @@ def build_crawl_dag(cfg: CrawlTaskConfig) -> DAG:
     return dag
 
 
-def pulled_results(ti: Any) -> list[Any]:
-    """Return values of the mapped chunk instances that succeeded (failed ones have none)."""
-    values = ti.xcom_pull(task_ids="crawl_chunk", key="return_value")
+def pulled_results(ti: Any, task_id: str = "crawl_chunk") -> list[Any]:
+    """Return values of the mapped instances of ``task_id`` that succeeded (failed ones have none)."""
+    values = ti.xcom_pull(task_ids=task_id, key="return_value")
     if values is None:
         return []
     if isinstance(values, dict):
@@ -182,9 +185,9 @@ def pulled_results(ti: Any) -> list[Any]:
     return [v for v in values if v is not None]
 
 
-def build_broken_dag(label: str, message: str) -> DAG:
+def build_broken_dag(label: str, message: str, prefix: str = "crawl_") -> DAG:
     """A visible placeholder for an invalid task: its only task fails with the validation message."""
-    dag_id = "crawl_" + (re.sub(r"[^A-Za-z0-9_.-]", "_", label.lstrip("#")) or "invalid")
+    dag_id = prefix + (re.sub(r"[^A-Za-z0-9_.-]", "_", label.lstrip("#")) or "invalid")
     with DAG(
         dag_id=dag_id,
         schedule=None,
@@ -204,21 +207,87 @@ def build_broken_dag(label: str, message: str) -> DAG:
     return dag
 
 
-def build_crawl_dags(loaded: LoadedConfig | None = None) -> dict[str, DAG]:
-    """All crawl DAGs by dag_id (only the one being run when a task process parses)."""
-    loaded = loaded or load_config()
+def build_dags(
+    configs: Sequence[CrawlTaskConfig] | Sequence[ExecutorTaskConfig],
+    errors: Mapping[str, str],
+    builder: Callable[[Any], DAG],
+    prefix: str,
+) -> dict[str, DAG]:
+    """DAGs by dag_id for valid configs, placeholders for invalid ones; only the one being run at task start."""
     wanted = get_parsing_context().dag_id
     dags: dict[str, DAG] = {}
-    errors = dict(loaded.errors)
-    for cfg in loaded.tasks:
+    problems = dict(errors)
+    for cfg in configs:
         if cfg.enabled and wanted in (None, cfg.dag_id):
             try:
-                dags[cfg.dag_id] = build_crawl_dag(cfg)
+                dags[cfg.dag_id] = builder(cfg)
             except Exception as exc:  # noqa: BLE001 - one task's DAG failing to build must not hide the others
-                errors[cfg.id] = f"task '{cfg.id}': the DAG could not be built: {type(exc).__name__}: {exc}"
-    for label, message in errors.items():
+                label = cfg.dag_id.removeprefix(prefix)
+                problems[label] = f"'{label}': the DAG could not be built: {type(exc).__name__}: {exc}"
+    for label, message in problems.items():
         log.error("crawler_ops config: %s", message)
-        broken = build_broken_dag(label, message)
+        broken = build_broken_dag(label, message, prefix)
         if wanted in (None, broken.dag_id) and broken.dag_id not in dags:
             dags[broken.dag_id] = broken
     return dags
+
+
+def build_crawl_dags(loaded: LoadedConfig | None = None) -> dict[str, DAG]:
+    """All crawl DAGs ``crawl_<id>`` of the config."""
+    loaded = loaded or load_config()
+    return build_dags(loaded.tasks, loaded.errors, build_crawl_dag, "crawl_")
+
+
+def build_executor_dag(cfg: ExecutorTaskConfig) -> DAG:
+    """The DAG ``exec_<name>``: sync -> mapped workers -> summary."""
+    with DAG(
+        dag_id=cfg.dag_id,
+        description=f"Run {cfg.function} over {cfg.source_table} (status in {cfg.status_table})",
+        schedule=cfg.schedule,
+        start_date=cfg.start_date,
+        catchup=False,
+        max_active_runs=1,
+        default_args=default_args_for(cfg),
+        tags=["crawler_ops", "executor", *cfg.tags],
+        doc_md=(
+            f"### executor {cfg.name}\n\n**sync** adds new ids of `{cfg.source_table}`"
+            f"{f' (category {cfg.category})' if cfg.category else ''} to `{cfg.status_table}`; **work** runs "
+            f"{cfg.workers} workers that claim rows (lease {cfg.period}s) and call `{cfg.function}` on up to "
+            f"{cfg.cycle_index} rows in all; **summary** counts rows per status."
+        ),
+        is_paused_upon_creation=cfg.paused,
+    ) as dag:
+
+        @task(task_id="sync")
+        def sync() -> dict[str, int]:
+            return no_retry_for_permanent_errors(lambda: executor.sync_rows(cfg))
+
+        @task(task_id="work", map_index_template="{{ worker_label | default('worker') }}")
+        def work(worker: int, **context: Any) -> dict[str, int]:
+            get_current_context()["worker_label"] = f"worker {worker}"  # type: ignore[typeddict-unknown-key]
+            return no_retry_for_permanent_errors(lambda: executor.run_worker(cfg, context["run_id"], worker))
+
+        @task(task_id="summary", trigger_rule=TriggerRule.ALL_DONE)
+        def summary(**context: Any) -> dict[str, Any]:
+            ti = context["ti"]
+            if ti.xcom_pull(task_ids="sync") is None:
+                raise AirflowFailException(f"executor {cfg.name}: sync did not finish; no row was processed")
+            result = executor.summarize(cfg, context["run_id"], pulled_results(ti, "work"))
+            log.info("executor summary: %s", result)
+            if result["workers_finished"] < cfg.workers:
+                raise AirflowException(
+                    f"executor {cfg.name}: {cfg.workers - result['workers_finished']} of {cfg.workers} workers "
+                    f"failed; their claims were released. Status: {result['status']}"
+                )
+            return result
+
+        synced = sync()
+        worked = work.expand(worker=list(range(cfg.workers)))
+        synced >> worked >> summary()
+    return dag
+
+
+def build_executor_dags(loaded: LoadedConfig | None = None) -> dict[str, DAG]:
+    """All executor DAGs ``exec_<name>`` of the config."""
+    loaded = loaded or load_config()
+    return build_dags(loaded.executors, loaded.executor_errors, build_executor_dag, "exec_")

@@ -177,7 +177,7 @@ def test_an_invalid_task_is_reported_by_id_and_field_while_valid_tasks_load(
 def test_a_task_that_is_not_a_mapping_is_reported_by_position(repo_document: dict[str, Any]) -> None:
     loaded = parse_config(_with_task(repo_document, "jobs_guangzhou"), "tasks.yaml")
     assert len(loaded.tasks) == 2
-    assert loaded.errors == {"#2": "tasks.yaml: task #2: must be a mapping"}
+    assert loaded.errors == {"#2": "tasks.yaml: task '#2': must be a mapping"}
 
 
 def test_an_invalid_default_is_reported_for_every_task(repo_document: dict[str, Any]) -> None:
@@ -245,12 +245,16 @@ def test_an_unknown_top_level_key_is_a_config_error() -> None:
 
 
 @pytest.mark.parametrize(
-    "document",
-    [{"tasks": {"id": "a"}}, {"defaults": ["x"], "tasks": []}],
-    ids=["tasks-mapping", "defaults-list"],
+    ("document", "message"),
+    [
+        ({"tasks": {"id": "a"}}, "'tasks' must be a list"),
+        ({"defaults": ["x"], "tasks": []}, "'defaults' must be a mapping"),
+        ({"executors": {"name": "a"}}, "'executors' must be a list"),
+    ],
+    ids=["tasks-mapping", "defaults-list", "executors-mapping"],
 )
-def test_wrongly_shaped_defaults_or_tasks_are_a_config_error(document: dict[str, Any]) -> None:
-    with pytest.raises(ConfigError, match=r"'defaults' must be a mapping and 'tasks' a list"):
+def test_wrongly_shaped_sections_are_a_config_error(document: dict[str, Any], message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
         parse_config(document, "tasks.yaml")
 
 

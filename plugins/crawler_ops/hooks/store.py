@@ -49,11 +49,11 @@ class BatchOutcome:
     skipped_as_expired: bool = False
 
 
-class CrawlStoreHook(PostgresHook):
-    """Progress and status-table access for one crawl task.
+class CrawlerDbHook(PostgresHook):
+    """A :class:`PostgresHook` with one connection, transactions, and errors that name the task.
 
     :param postgres_conn_id: Airflow connection of the crawler database.
-    :param task_id: the crawl task id (``task_name`` in the status table).
+    :param task_id: the crawl or executor task the work is for (``task_name`` in status tables).
     """
 
     def __init__(self, postgres_conn_id: str, task_id: str) -> None:
@@ -71,7 +71,7 @@ class CrawlStoreHook(PostgresHook):
 
     @contextmanager
     def transaction(self, lock: bool = False) -> Iterator[psycopg.Cursor]:
-        """A transaction; with ``lock``, serialised against other plans/commits of this task."""
+        """A transaction; with ``lock``, serialised against other transactions that lock this task."""
         try:
             with self.db.transaction(), self.db.cursor() as cur:
                 if lock:
@@ -79,6 +79,10 @@ class CrawlStoreHook(PostgresHook):
                 yield cur
         except psycopg.OperationalError as exc:
             raise StatusTableError(f"task {self.task_id}: PostgreSQL failed: {exc}") from exc
+
+
+class CrawlStoreHook(CrawlerDbHook):
+    """Progress and status-table access for one crawl task (schema ``crawler_ops``)."""
 
     def ensure_schema(self) -> None:
         with self.transaction() as cur:
