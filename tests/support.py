@@ -16,7 +16,7 @@ import psycopg
 import yaml
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
-from crawler_ops.config import CrawlTaskConfig
+from crawler_ops.config import CrawlTaskConfig, ExecutorTaskConfig
 
 
 class DemoSource:
@@ -159,10 +159,11 @@ def make_task(task_id: str, **overrides: Any) -> CrawlTaskConfig:
     return CrawlTaskConfig.model_validate(base)
 
 
-def use_config(cfg: CrawlTaskConfig, folder: Path) -> Path:
-    """Write ``cfg`` as the only task of a YAML config and point $CRAWLER_OPS_CONFIG at it."""
-    path = folder / f"{cfg.id}.yaml"
-    path.write_text(yaml.safe_dump({"tasks": [cfg.model_dump(mode="json", exclude_none=True)]}, allow_unicode=True))
+def use_config(cfg: CrawlTaskConfig | ExecutorTaskConfig, folder: Path, section: str = "tasks") -> Path:
+    """Write ``cfg`` as the only entry of a YAML config section and point $CRAWLER_OPS_CONFIG at it."""
+    path = folder / f"{cfg.dag_id}.yaml"
+    entry = cfg.model_dump(mode="json", exclude_none=True)
+    path.write_text(yaml.safe_dump({section: [entry]}, allow_unicode=True))
     os.environ["CRAWLER_OPS_CONFIG"] = str(path)
     return path
 

@@ -189,6 +189,7 @@ class ExecutorTaskConfig(DagSettings):
     workers: int = Field(4, ge=1, le=256)
     claim_batch: int = Field(20, ge=1, le=10_000, description="rows claimed per statement by a worker")
     max_attempts: int = Field(3, ge=1)
+    row_retry_delay_s: int = Field(300, ge=0, description="a failed row is claimable again after this long")
     timeout_s: float = Field(300, gt=0, description="seconds one function call may take")
     create_status_table: bool = True
 

@@ -40,6 +40,7 @@ from crawler_ops.status_table import StatusTable
 
 log = logging.getLogger(__name__)
 UserFunction = Callable[[dict[str, Any]], Any]
+PROGRESS_EVERY_S = 5.0
 
 
 @dataclass(frozen=True)
@@ -177,27 +178,35 @@ class ExecutorWorker:
     def run(self) -> dict[str, int]:
         with self.hook.transaction() as cur:
             tables = resolve_tables(cur, self.cfg)
-        started = time.monotonic()
+        started = last_log = time.monotonic()
         try:
             while self.counts.claimed < self.quota:
                 batch = self.claim(tables, min(self.cfg.claim_batch, self.quota - self.counts.claimed))
                 if not batch:
                     break
                 self.process(tables, batch)
-                log.info(
-                    "executor %s %s: %d/%d rows (%d done, %d failed, %d parked), %.1f rows/s",
-                    self.cfg.name,
-                    self.owner.rsplit("|", 1)[-1],
-                    self.counts.claimed,
-                    self.quota,
-                    self.counts.done,
-                    self.counts.failed,
-                    self.counts.parked,
-                    self.counts.claimed / max(time.monotonic() - started, 1e-6),
-                )
+                if time.monotonic() - last_log >= PROGRESS_EVERY_S:
+                    self.log_progress(started)
+                    last_log = time.monotonic()
+            self.log_progress(started)
         finally:
             self._pool.shutdown(wait=False, cancel_futures=True)
         return asdict(self.counts)
+
+    def log_progress(self, started: float) -> None:
+        c = self.counts
+        log.info(
+            "executor %s %s: %d/%d rows claimed (%d done, %d failed, %d parked, %d fenced), %.1f rows/s",
+            self.cfg.name,
+            self.owner.rsplit("|", 1)[-1],
+            c.claimed,
+            self.quota,
+            c.done,
+            c.failed,
+            c.parked,
+            c.fenced,
+            c.claimed / max(time.monotonic() - started, 1e-6),
+        )
 
     def claim(self, tables: Tables, limit: int) -> list[dict[str, Any]]:
         """Claim up to ``limit`` rows and read their output fields, in one transaction."""
@@ -212,6 +221,7 @@ class ExecutorWorker:
                 limit,
                 self.token,
                 self.cfg.period,
+                self.cfg.row_retry_delay_s,
             )
             if not ids:
                 return []

@@ -59,12 +59,14 @@ class StatusTable:
         if self.epoch_times:
             now: sql.Composable = sql.SQL("extract(epoch from now())::bigint")
             cutoff: sql.Composable = sql.SQL("extract(epoch from now())::bigint - %(lease_s)s")
+            retry: sql.Composable = sql.SQL("extract(epoch from now())::bigint - %(retry_s)s")
             end_empty: sql.Composable = sql.SQL("({c} IS NULL OR {c} = 0)").format(c=sql.SQL(col))
         else:
             now = sql.SQL("now()")
             cutoff = sql.SQL("now() - make_interval(secs => %(lease_s)s)")
+            retry = sql.SQL("now() - make_interval(secs => %(retry_s)s)")
             end_empty = sql.SQL("{c} IS NULL").format(c=sql.SQL(col))
-        return {"table": self.ident, "now": now, "lease_cutoff": cutoff, "end_empty": end_empty}
+        return {"table": self.ident, "now": now, "lease_cutoff": cutoff, "retry_cutoff": retry, "end_empty": end_empty}
 
     def statement(self, name: str, **extra: sql.Composable) -> sql.Composed:
         parts = self._parts()
@@ -109,10 +111,24 @@ class StatusTable:
     # ----------------------------------------------------------------- protocol
 
     def claim_ids(
-        self, cur: psycopg.Cursor[Any], task: str, ids: Sequence[int], token: str, owner: str, lease_s: int
+        self,
+        cur: psycopg.Cursor[Any],
+        task: str,
+        ids: Sequence[int],
+        token: str,
+        owner: str,
+        lease_s: int,
+        retry_s: int = 0,
     ) -> list[int]:
         """Claim the given rows; returns those this worker now holds."""
-        params = {"task": task, "ids": list(ids), "token": token, "owner": like_prefix(owner), "lease_s": lease_s}
+        params = {
+            "task": task,
+            "ids": list(ids),
+            "token": token,
+            "owner": like_prefix(owner),
+            "lease_s": lease_s,
+            "retry_s": retry_s,
+        }
         return [int(r[0]) for r in cur.execute(self.statement("claim_ids"), params).fetchall()]
 
     def claim_next(
@@ -126,8 +142,12 @@ class StatusTable:
         limit: int,
         token: str,
         lease_s: int,
+        retry_s: int,
     ) -> list[int]:
-        """Claim up to ``limit`` claimable rows in order, skipping rows locked by other workers."""
+        """Claim up to ``limit`` claimable rows in order, skipping rows locked by other workers.
+
+        A failed row (attempts > 0) is claimable again only ``retry_s`` seconds after its failure.
+        """
         statement = self.statement(
             "claim_next",
             source=source,
@@ -136,7 +156,8 @@ class StatusTable:
             category_filter=category_filter,
         )
         rows = cur.execute(
-            statement, {**params, "task": task, "limit": limit, "token": token, "lease_s": lease_s}
+            statement,
+            {**params, "task": task, "limit": limit, "token": token, "lease_s": lease_s, "retry_s": retry_s},
         ).fetchall()
         return [int(r[0]) for r in rows]
 
