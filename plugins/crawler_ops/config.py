@@ -187,7 +187,7 @@ class ExecutorTaskConfig(DagSettings):
     period: int = Field(600, ge=1, description="lease seconds: a claimed row is re-claimable after this long")
     cycle_index: int = Field(1000, ge=1, description="rows processed per run, over all workers")
     workers: int = Field(4, ge=1, le=256)
-    claim_batch: int = Field(20, ge=1, le=10_000, description="rows claimed per statement by a worker")
+    claim_batch: int = Field(100, ge=1, le=10_000, description="rows claimed per statement by a worker")
     max_attempts: int = Field(3, ge=1)
     row_retry_delay_s: int = Field(300, ge=0, description="a failed row is claimable again after this long")
     timeout_s: float = Field(300, gt=0, description="seconds one function call may take")

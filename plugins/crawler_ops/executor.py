@@ -64,6 +64,10 @@ class Tables:
             return sql.SQL("")
         return sql.SQL("AND src.{} = %(category)s").format(sql.Identifier(self.category_column))
 
+    @property
+    def src_id(self) -> sql.Composable:
+        return sql.SQL("src.{}").format(sql.Identifier(self.id_column))
+
     def order_by(self, id_expr: sql.Composable) -> sql.Composable:
         columns = [sql.SQL("src.{}").format(sql.Identifier(c)) for c in self.sort]
         return sql.SQL(", ").join([*columns, id_expr])
@@ -127,6 +131,15 @@ def sync_rows(cfg: ExecutorTaskConfig, hook: CrawlerDbHook | None = None) -> dic
             category_filter=tables.category_filter(),
         )
         inserted = cur.execute(statement, {"task": cfg.name, "category": cfg.category}).rowcount
+        tables.status.rank(
+            cur,
+            cfg.name,
+            tables.source,
+            sql.Identifier(tables.id_column),
+            tables.order_by(tables.src_id),
+            tables.category_filter(),
+            {"category": cfg.category},
+        )
         counts = tables.status.counts(cur, cfg.name)
     log.info(
         "executor %s: %d new rows from %s.%s into %s; status now %s",
@@ -212,16 +225,7 @@ class ExecutorWorker:
         """Claim up to ``limit`` rows and read their output fields, in one transaction."""
         with self.hook.transaction() as cur:
             ids = tables.status.claim_next(
-                cur,
-                self.cfg.name,
-                tables.source,
-                tables.order_by(sql.SQL("st.id")),
-                tables.category_filter(),
-                {"category": self.cfg.category},
-                limit,
-                self.token,
-                self.cfg.period,
-                self.cfg.row_retry_delay_s,
+                cur, self.cfg.name, limit, self.token, self.cfg.period, self.cfg.row_retry_delay_s
             )
             if not ids:
                 return []
@@ -229,7 +233,7 @@ class ExecutorWorker:
                 columns=sql.SQL(", ").join(sql.Identifier(col) for _, col in tables.output),
                 source=tables.source,
                 source_id=sql.Identifier(tables.id_column),
-                order_by=tables.order_by(sql.SQL("src.{}").format(sql.Identifier(tables.id_column))),
+                order_by=tables.order_by(tables.src_id),
             )
             rows = cur.execute(statement, {"ids": ids}).fetchall()
         self.counts.claimed += len(ids)

@@ -101,6 +101,7 @@ class StatusTable:
             cur.execute(cls(schema, name).statement("create"))
             table = cls(schema, name)
         cur.execute(table.statement("upgrade"))
+        cur.execute(table.statement("open_index", index=sql.Identifier(f"{name[:50]}_open_idx")))
         if not has_unique_id_task(cur, schema, name):
             raise StatusTableError(
                 f"status table {schema}.{name} needs a unique constraint on (id, task_name); add it with "
@@ -132,34 +133,30 @@ class StatusTable:
         return [int(r[0]) for r in cur.execute(self.statement("claim_ids"), params).fetchall()]
 
     def claim_next(
+        self, cur: psycopg.Cursor[Any], task: str, limit: int, token: str, lease_s: int, retry_s: int
+    ) -> list[int]:
+        """Claim up to ``limit`` claimable rows in rank order, skipping rows locked by other workers.
+
+        A failed row (attempts > 0) is claimable again only ``retry_s`` seconds after its failure.
+        """
+        params = {"task": task, "limit": limit, "token": token, "lease_s": lease_s, "retry_s": retry_s}
+        return [int(r[0]) for r in cur.execute(self.statement("claim_next"), params).fetchall()]
+
+    def rank(
         self,
         cur: psycopg.Cursor[Any],
         task: str,
         source: sql.Composable,
+        source_id: sql.Composable,
         order_by: sql.Composable,
-        category_filter: sql.Composable,
+        category_check: sql.Composable,
         params: dict[str, Any],
-        limit: int,
-        token: str,
-        lease_s: int,
-        retry_s: int,
-    ) -> list[int]:
-        """Claim up to ``limit`` claimable rows in order, skipping rows locked by other workers.
-
-        A failed row (attempts > 0) is claimable again only ``retry_s`` seconds after its failure.
-        """
+    ) -> int:
+        """Number the task's open rows in the configured order (``seq``); returns how many changed."""
         statement = self.statement(
-            "claim_next",
-            source=source,
-            source_id=sql.Identifier("id"),
-            order_by=order_by,
-            category_filter=category_filter,
+            "rank", source=source, source_id=source_id, order_by=order_by, category_check=category_check
         )
-        rows = cur.execute(
-            statement,
-            {**params, "task": task, "limit": limit, "token": token, "lease_s": lease_s, "retry_s": retry_s},
-        ).fetchall()
-        return [int(r[0]) for r in rows]
+        return cur.execute(statement, {**params, "task": task}).rowcount
 
     def complete(self, cur: psycopg.Cursor[Any], task: str, ids: Sequence[int], token: str) -> list[int]:
         """Mark rows done; returns those completed (rows whose claim was taken over are left alone)."""

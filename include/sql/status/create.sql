@@ -9,5 +9,6 @@ CREATE TABLE IF NOT EXISTS {table} (
     attempts    integer NOT NULL DEFAULT 0,
     last_error  text,
     claim_token text,
+    seq         bigint,
     UNIQUE (id, task_name)
 )
