@@ -142,7 +142,7 @@ class CrawlTaskConfig(DagSettings):
     max_expired_batches: int = Field(5, ge=1)
     kafka: KafkaConfig
     max_chunks: int = Field(16, ge=1, le=512)
-    min_batches_per_chunk: int = Field(20, ge=1)
+    min_batches_per_chunk: int = Field(50, ge=1)
     max_parallel_chunks: int = Field(4, ge=1)
     pool: str | None = None
     claim_lease_s: int = Field(900, ge=10, description="a claimed batch is re-claimable after this long")

@@ -49,8 +49,17 @@ PARAMS = {
 
 
 def reference_time(context: MutableMapping[str, Any]) -> datetime:
-    """The run's reference time: data-interval end, else ``run_after`` (manual runs without a logical date)."""
-    ref = context.get("data_interval_end") or getattr(context.get("dag_run"), "run_after", None)
+    """The run's reference time for the date filter; never wall-clock time.
+
+    Scheduled and backfill runs: the data-interval end. Manual runs: the logical date the user gave
+    (Airflow 3 sets a manual run's data interval from the trigger time, not from that date), else
+    ``run_after`` when the run has no logical date.
+    """
+    dag_run = context.get("dag_run")
+    run_type = str(getattr(dag_run, "run_type", "")).lower()
+    if "manual" in run_type and context.get("logical_date") is not None:
+        return context["logical_date"]
+    ref = context.get("data_interval_end") or getattr(dag_run, "run_after", None)
     if ref is None:
         raise AirflowFailException("the run has neither a data interval nor run_after; cannot anchor the filter")
     return ref

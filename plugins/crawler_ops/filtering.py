@@ -35,6 +35,10 @@ class Window:
             raise ValueError("the reference time must be timezone-aware")
         return cls(ref - timedelta(days=days), ref + tolerance)
 
+    def in_zone(self, tz: tzinfo) -> Window:
+        """The same window expressed in ``tz``: comparing datetimes that share a tzinfo is much cheaper."""
+        return Window(self.start.astimezone(tz), self.end.astimezone(tz))
+
     def contains(self, moment: datetime) -> bool:
         return self.start <= moment <= self.end
 

@@ -118,7 +118,7 @@ class BatchPublisher:
                     raise DeliveryError(
                         f"task {self.task_label}: cannot produce to '{self.topic}' ({where}): {exc}"
                     ) from exc
-            self.producer.poll(0)
+        # Delivery reports are served here (and on a full queue above), not after every message.
         remaining = self.producer.flush(self.flush_timeout)
         if remaining or self._failures or self._delivered != len(messages):
             sample = "; ".join(sorted(set(self._failures))[:3]) or "no delivery report"
