@@ -16,7 +16,7 @@ import uuid
 from collections import deque
 from collections.abc import Iterator, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from datetime import datetime
 from typing import Any
 
@@ -30,7 +30,7 @@ from crawler_ops.hooks.producer import BatchPublisher, IdempotentProducerHook, e
 from crawler_ops.hooks.source import SourceApiHook
 from crawler_ops.hooks.store import BatchOutcome, CrawlStoreHook
 from crawler_ops.planning import Batch, Chunk, advance_watermark, chunk_batches, expiry_floor, fill_gaps, plan_batches
-from crawler_ops.records import Transform, build_messages
+from crawler_ops.records import Message, PageResult, Transform, build_messages, record_head
 from crawler_ops.status_table import DONE
 
 log = logging.getLogger(__name__)
@@ -243,7 +243,7 @@ def probe_window_start(source: SourceApiHook, total: int, run: RunContext) -> in
     while lo < hi:
         mid = (lo + hi) // 2
         page = source.get_page(mid, 1)
-        moment = record_date(page[0], rule.fields, tz)[0] if page else None
+        moment = record_date(record_head(page[0], rule.fields), rule.fields, tz)[0] if page else None
         if moment is not None and moment < start:
             lo = mid + 1
         else:
@@ -257,6 +257,14 @@ def chunk_payload(chunk: Chunk, early_stop: bool) -> dict[str, Any]:
 
 
 # --------------------------------------------------------------------------- crawl one chunk
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """A filtered batch: its outcome so far and the messages to produce."""
+
+    outcome: BatchOutcome
+    messages: list[Message]
 
 
 @dataclass
@@ -308,9 +316,9 @@ class ChunkCrawler:
             return True
         return self.store.claim(batch, self.owner, self.token, self.cfg.claim_lease_s)
 
-    def claimed_fetches(self, pool: ThreadPoolExecutor) -> Iterator[tuple[Batch, Future[list[dict[str, Any]]] | None]]:
+    def claimed_fetches(self, pool: ThreadPoolExecutor) -> Iterator[tuple[Batch, Future[list[Any]] | None]]:
         """Claim and submit fetches ahead, ``concurrency`` pages deep; yield them in plan order."""
-        ahead: deque[tuple[Batch, Future[list[dict[str, Any]]] | None]] = deque()
+        ahead: deque[tuple[Batch, Future[list[Any]] | None]] = deque()
         todo = iter(self.batches)
         while True:
             while len(ahead) < self.cfg.source.concurrency:
@@ -333,32 +341,48 @@ class ChunkCrawler:
             yield ahead.popleft()
 
     def crawl(self) -> dict[str, Any]:
+        """Per batch: filter it while Kafka confirms the previous one, then confirm and mark that one done,
+        then produce this one. At most one batch is produced and not yet done, so a crash re-publishes
+        at most that batch."""
         # Airflow's heap is large by now; full collections over it stalled chunks for 0.4 s at a time.
-        # Pages are acyclic dicts that reference counting frees, so freeze what exists before the loop.
+        # Pages are acyclic and freed by reference counting, so freeze what exists before the loop.
         gc.freeze()
         started = time.monotonic()
-        in_flight: list[Batch] = []
+        sent: Prepared | None = None
+        current: Batch | None = None
         try:
             with ThreadPoolExecutor(self.cfg.source.concurrency, thread_name_prefix="fetch") as pool:
-                fetches = self.claimed_fetches(pool)
-                for batch, future in fetches:
-                    in_flight = [batch]
-                    self.process(batch, future)
-                    in_flight = []
+                for batch, future in self.claimed_fetches(pool):
+                    current = batch
+                    try:
+                        ready = self.prepare(batch, future)
+                    except Exception:
+                        if sent is not None:  # the previous batch is fine: finish it before failing
+                            self.confirm(sent)
+                            sent = None
+                        raise
+                    if sent is not None:
+                        self.confirm(sent)
+                        sent = None
+                    self.send(ready)
+                    sent, current = ready, None
                     self.log_progress(batch, started)
+                if sent is not None:
+                    self.confirm(sent)
+                    sent = None
         except Exception as exc:
-            self.fail(in_flight, exc)
+            self.fail([b for b in (sent.outcome.batch if sent else None, current) if b is not None], exc)
             raise
         finally:
             self.source.close()
         return {"label": self.label, **asdict(self.counts)}
 
-    def process(self, batch: Batch, future: Future[list[dict[str, Any]]] | None) -> None:
+    def prepare(self, batch: Batch, future: Future[list[Any]] | None) -> Prepared:
+        """Take the fetched page and filter it into messages (nothing is produced yet)."""
         if future is None or batch.hi <= self.cutoff:
             if future is not None:
                 future.cancel()
-            self.checkpoint(BatchOutcome(batch, 0, 0, 0, 0, skipped_as_expired=True))
-            return
+            return Prepared(BatchOutcome(batch, 0, 0, 0, 0, skipped_as_expired=True), [])
         records = future.result()
         if len(records) != batch.size:
             raise SourceError(
@@ -366,36 +390,60 @@ class ChunkCrawler:
                 f"expected {batch.size} (short page or shrinking source); not marked done",
                 retriable=True,
             )
-        page = build_messages(
-            records,
-            batch.lo,
-            self.cfg.filter.rule,
-            self.window,
-            self.cfg.kafka.key_field,
-            self.headers,
-            self.transform,
-        )
-        published = 0
-        if self.publisher is not None and page.messages:
-            published = self.publisher.publish(page.messages, f"offsets [{batch.lo}, {batch.hi})")
-        found_cutoff = 0
-        if self.early_stop:
-            self.empty_streak = 0 if page.kept else self.empty_streak + 1
-            if self.empty_streak >= self.cfg.max_expired_batches:
-                found_cutoff = batch.lo
-                log.info(
-                    "task %s: %d consecutive pages without in-window records; offsets below %d are treated as expired",
-                    self.cfg.id,
-                    self.empty_streak,
-                    batch.lo,
-                )
+        try:
+            page = build_messages(
+                records,
+                batch.lo,
+                self.cfg.filter.rule,
+                self.window,
+                self.cfg.kafka.key_field,
+                self.headers,
+                self.transform,
+            )
+        except ValueError as exc:
+            raise SourceError(
+                f"task {self.cfg.id}: {exc}; the source sent something that is not a record", retriable=False
+            ) from exc
         self.counts.pages += 1
         self.counts.fetched += len(records)
-        self.checkpoint(
-            BatchOutcome(
-                batch, len(records), page.kept, published, page.expired, page.dead_letters, cutoff=found_cutoff
-            )
+        outcome = BatchOutcome(
+            batch,
+            len(records),
+            page.kept,
+            0,
+            page.expired,
+            page.dead_letters,
+            cutoff=self.early_stop_cutoff(batch, page),
         )
+        return Prepared(outcome, page.messages)
+
+    def early_stop_cutoff(self, batch: Batch, page: PageResult) -> int:
+        """On a first crawl, ``max_expired_batches`` consecutive pages with nothing in the window make
+        everything below this batch expired (0: no cutoff)."""
+        if not self.early_stop:
+            return 0
+        self.empty_streak = 0 if page.kept else self.empty_streak + 1
+        if self.empty_streak < self.cfg.max_expired_batches:
+            return 0
+        log.info(
+            "task %s: %d consecutive pages without in-window records; offsets below %d are treated as expired",
+            self.cfg.id,
+            self.empty_streak,
+            batch.lo,
+        )
+        return batch.lo
+
+    def send(self, ready: Prepared) -> None:
+        if self.publisher is not None and ready.messages:
+            self.publisher.send(ready.messages)
+
+    def confirm(self, sent: Prepared) -> None:
+        """Wait until Kafka confirmed every message of the batch, then mark it done."""
+        batch = sent.outcome.batch
+        published = 0
+        if self.publisher is not None and sent.messages:
+            published = self.publisher.confirm(f"offsets [{batch.lo}, {batch.hi})")
+        self.checkpoint(replace(sent.outcome, published=published))
 
     def checkpoint(self, outcome: BatchOutcome) -> None:
         """Mark the batch done with its counts (after Kafka confirmed its messages)."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import hashlib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -50,8 +51,35 @@ class PageResult:
         return len(self.messages)
 
 
+Record = Mapping[str, Any] | msgspec.Raw
+
+
+@functools.cache
+def head_decoder(fields: tuple[str, ...]) -> msgspec.json.Decoder[Any]:
+    """Decodes only ``fields`` of a record's JSON (others are skipped without building Python objects)."""
+    attrs = [(f"f{i}", Any, None) for i in range(len(fields))]
+    struct = msgspec.defstruct("RecordHead", attrs, rename={f"f{i}": name for i, name in enumerate(fields)})
+    return msgspec.json.Decoder(struct)
+
+
+def record_head(record: Record, fields: tuple[str, ...]) -> dict[str, Any]:
+    """The values of ``fields`` (absent ones as None) of a decoded record or of a record's raw JSON."""
+    if not isinstance(record, msgspec.Raw):
+        return {name: record.get(name) for name in fields}
+    try:
+        head = head_decoder(fields).decode(record)
+    except msgspec.ValidationError as exc:
+        raise ValueError(f"not a JSON object: {exc}") from exc
+    return {name: getattr(head, f"f{i}") for i, name in enumerate(fields)}
+
+
+def full_record(record: Record) -> Any:
+    """The whole record as Python objects (a mapping is returned as it is)."""
+    return msgspec.json.decode(record) if isinstance(record, msgspec.Raw) else record
+
+
 def build_messages(
-    records: Sequence[dict[str, Any]],
+    records: Sequence[Record],
     first_offset: int,
     rule: DateRule,
     window: Window,
@@ -62,30 +90,43 @@ def build_messages(
 ) -> PageResult:
     """Filter a page (records at ``first_offset``, ``first_offset + 1``, ...) into Kafka messages.
 
-    Records with no parseable date, or whose transform raises, are dead-lettered with the reason, never
-    dropped silently. Headers carry the crawl task, the run and the record's source offset.
+    Records may be decoded mappings or the source's raw JSON (``msgspec.Raw``): then only the date and
+    key fields are decoded, and a kept record is published as the source sent it unless a transform
+    reshapes it. Records with no parseable date, or whose transform raises, are dead-lettered with the
+    reason, never dropped silently. Headers carry the crawl task, the run and the record's source offset.
     """
     tz = tz or rule.tz
+    fields = (*rule.fields, key_field) if key_field else rule.fields
     result = PageResult()
     for index, record in enumerate(records):
         offset = first_offset + index
-        verdict, detail = classify(record, rule, window, tz)
+        try:
+            head = record_head(record, fields)
+        except ValueError as exc:
+            raise ValueError(f"the record at source offset {offset} is {exc}") from exc
+        verdict, detail = classify(head, rule, window, tz)
         if verdict is Verdict.EXPIRED:
             result.expired += 1
             continue
         if verdict is Verdict.BAD_DATE:
-            result.dead_letters.append((offset, detail, record))
+            result.dead_letters.append((offset, detail, full_record(record)))
             continue
         try:
-            value = _encoder.encode(transform(record) if transform else record)
+            message = make_message(record, head, key_field, transform)
         except Exception as exc:  # noqa: BLE001 - a transform failing on one record dead-letters that record
-            result.dead_letters.append((offset, f"transform or encoding failed: {exc!r}", record))
+            result.dead_letters.append((offset, f"transform or encoding failed: {exc!r}", full_record(record)))
             continue
-        result.messages.append(
-            Message(
-                key=record_key(record, key_field),
-                value=value,
-                headers=[*headers, ("source_offset", str(offset).encode())],
-            )
-        )
+        result.messages.append(Message(message[0], message[1], [*headers, ("source_offset", str(offset).encode())]))
     return result
+
+
+def make_message(
+    record: Record, head: Mapping[str, Any], key_field: str | None, transform: Transform | None
+) -> tuple[bytes, bytes]:
+    """Key and value of one kept record; raw JSON is passed through when nothing needs the decoded record."""
+    key_value = head.get(key_field) if key_field else None
+    if isinstance(record, msgspec.Raw) and transform is None and key_value not in (None, ""):
+        return str(key_value).encode(), bytes(record)
+    decoded = full_record(record)
+    value = _encoder.encode(transform(decoded) if transform else decoded)
+    return record_key(decoded, key_field), value

@@ -132,7 +132,7 @@ def test_total_shrinking_is_reported_and_keeps_the_watermark(source, pg_uri, uni
     ("faults", "expected"),
     [
         ({"malformed_rate": 1.0}, "malformed JSON"),
-        ({"wrong_shape": True}, "has no 'data.data'"),
+        ({"wrong_shape": True}, "has no list of records at 'data.data'"),
         ({"short_pages": True}, "expected 100 (short page"),
     ],
     ids=["malformed-json", "wrong-shape", "short-pages"],

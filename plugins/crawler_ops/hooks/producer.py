@@ -89,6 +89,7 @@ class BatchPublisher:
         self.flush_timeout = flush_timeout
         self._failures: list[str] = []
         self._delivered = 0
+        self._expected = 0
 
     def _on_delivery(self, err: KafkaError | None, _msg: Any) -> None:
         if err is None:
@@ -98,8 +99,14 @@ class BatchPublisher:
 
     def publish(self, messages: Sequence[Message], where: str) -> int:
         """Produce ``messages`` and wait for all delivery reports; raise DeliveryError on any failure."""
+        self.send(messages)
+        return self.confirm(where)
+
+    def send(self, messages: Sequence[Message]) -> None:
+        """Hand ``messages`` to the producer without waiting; :meth:`confirm` waits for their reports."""
         self._failures.clear()
         self._delivered = 0
+        self._expected = len(messages)
         for message in messages:
             while True:
                 try:
@@ -115,15 +122,16 @@ class BatchPublisher:
                     # The local queue is full: serve delivery reports to make room, then try again.
                     self.producer.poll(0.1)
                 except KafkaException as exc:
-                    raise DeliveryError(
-                        f"task {self.task_label}: cannot produce to '{self.topic}' ({where}): {exc}"
-                    ) from exc
+                    raise DeliveryError(f"task {self.task_label}: cannot produce to '{self.topic}': {exc}") from exc
+
+    def confirm(self, where: str) -> int:
+        """Wait for the delivery reports of the last :meth:`send`; raise DeliveryError unless all succeeded."""
         # Delivery reports are served here (and on a full queue above), not after every message.
         remaining = self.producer.flush(self.flush_timeout)
-        if remaining or self._failures or self._delivered != len(messages):
+        if remaining or self._failures or self._delivered != self._expected:
             sample = "; ".join(sorted(set(self._failures))[:3]) or "no delivery report"
             raise DeliveryError(
-                f"task {self.task_label}: Kafka confirmed {self._delivered} of {len(messages)} messages to topic "
+                f"task {self.task_label}: Kafka confirmed {self._delivered} of {self._expected} messages to topic "
                 f"'{self.topic}' ({where}) within {self.flush_timeout:.0f}s: {sample}. The batch stays not done "
                 "and is retried; check the broker and the topic."
             )

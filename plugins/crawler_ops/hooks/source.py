@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import email.utils
+import functools
 import time
 from collections.abc import Mapping
 from datetime import UTC, datetime
@@ -43,6 +44,19 @@ def retry_after_seconds(value: str | None) -> float | None:
     except (TypeError, ValueError):
         return None
     return max(0.0, (when - datetime.now(UTC)).total_seconds())
+
+
+@functools.cache
+def page_decoder(records_path: str) -> msgspec.json.Decoder[Any]:
+    """Decodes a page envelope down to ``records_path`` in one pass, keeping each record as raw JSON.
+
+    For ``data.data`` the type is ``{"data": {"data": [Raw, ...]}}``; other keys are skipped, and each
+    level's value is reached through the attribute ``v``.
+    """
+    node: Any = list[msgspec.Raw]
+    for depth, step in enumerate(reversed(records_path.split("."))):
+        node = msgspec.defstruct(f"PageLevel{depth}", [("v", node)], rename={"v": step})
+    return msgspec.json.Decoder(node)
 
 
 class SourceApiHook(BaseHook):
@@ -110,33 +124,29 @@ class SourceApiHook(BaseHook):
             )
         return total
 
-    def get_page(self, offset: int, limit: int) -> list[dict[str, Any]]:
+    def get_page(self, offset: int, limit: int) -> list[msgspec.Raw]:
+        """The records of one page as raw JSON, one per record (decoded lazily by the filter)."""
         params = {self.source.offset_param: offset, self.source.limit_param: limit}
         where = f"offsets [{offset}, {offset + limit})"
-        document = self.get_json(self.url_for(self.source.page_path), params, where)
-        try:
-            records = json_path(document, self.source.records_path)
-        except KeyError as exc:
-            raise SourceError(
-                f"task {self.task_label}: page at {where} has no '{self.source.records_path}' "
-                f"(missing '{exc.args[0]}'); the source changed shape or source.records_path is wrong",
-                retriable=False,
-            ) from exc
-        if not isinstance(records, list) or not all(isinstance(r, dict) for r in records):
-            raise SourceError(
-                f"task {self.task_label}: '{self.source.records_path}' at {where} is not a list of objects",
-                retriable=False,
-            )
-        return records
+        decoder = page_decoder(self.source.records_path)
+        envelope = self.get_json(self.url_for(self.source.page_path), params, where, decoder)
+        for _ in self.source.records_path.split("."):
+            envelope = envelope.v
+        return envelope
 
     # ----------------------------------------------------------------- transport
 
-    def get_json(self, path: str, params: Mapping[str, Any], what: str) -> Any:
-        """GET and decode JSON, retrying 5xx / 429 / timeouts / truncated bodies with bounded backoff."""
+    def get_json(
+        self, path: str, params: Mapping[str, Any], what: str, decoder: msgspec.json.Decoder[Any] | None = None
+    ) -> Any:
+        """GET and decode JSON, retrying 5xx / 429 / timeouts / truncated bodies with bounded backoff.
+
+        With a typed ``decoder``, a body of the wrong shape fails at once (retrying will not fix it).
+        """
         attempt = 0
         while True:
             try:
-                return self._get_once(path, params, what)
+                return self._get_once(path, params, what, decoder)
             except SourceError as exc:
                 if not exc.retriable or attempt >= self.source.max_retries:
                     if exc.retriable:
@@ -158,7 +168,7 @@ class SourceApiHook(BaseHook):
                 time.sleep(delay)
                 attempt += 1
 
-    def _get_once(self, path: str, params: Mapping[str, Any], what: str) -> Any:
+    def _get_once(self, path: str, params: Mapping[str, Any], what: str, decoder: Any = None) -> Any:
         label = f"task {self.task_label}: GET {path} {what}"
         try:
             with self.client.stream("GET", path, params=dict(params)) as response:
@@ -174,7 +184,13 @@ class SourceApiHook(BaseHook):
         except httpx.TransportError as exc:
             raise SourceError(f"{label} failed: {exc!r}", retriable=True) from exc
         try:
-            return msgspec.json.decode(body)
+            return decoder.decode(body) if decoder is not None else msgspec.json.decode(body)
+        except msgspec.ValidationError as exc:
+            raise SourceError(
+                f"{label} has no list of records at '{self.source.records_path}' ({exc}); the source changed shape "
+                "or source.records_path is wrong",
+                retriable=False,
+            ) from exc
         except msgspec.DecodeError as exc:
             raise SourceError(f"{label} returned malformed JSON ({len(body)} bytes): {exc}", retriable=True) from exc
 
