@@ -47,6 +47,9 @@ DEFAULT_PORTS = {
     "postgres": 15432,
     "source": 18080,
 }
+AIRFLOW_PORT = 18088
+AIRFLOW_SERVICES = ("api-server", "scheduler", "dag-processor", "triggerer")
+AIRFLOW_LOGIN = ("admin", "admin")
 
 
 class StackError(RuntimeError):
@@ -170,7 +173,8 @@ def wait_until(name: str, pid: int | None, ready, timeout: float) -> None:
 
 def choose_port(service: str, taken: list[int]) -> int:
     """The preferred port if free, else any free port (reported)."""
-    preferred = int(os.environ.get(f"CRAWLER_OPS_{service.upper()}_PORT", DEFAULT_PORTS[service]))
+    default = DEFAULT_PORTS.get(service, AIRFLOW_PORT)
+    preferred = int(os.environ.get(f"CRAWLER_OPS_{service.upper()}_PORT", default))
     if not port_open(preferred) and preferred not in taken:
         return preferred
     chosen = free_port()
@@ -510,11 +514,84 @@ def stack_env(ports: Ports, postgres_uri: str) -> dict[str, str]:
                 "schema": "http",
             }
         ),
+        # Every Airflow process must agree on these; local development values, kept in .stack/airflow.
+        "AIRFLOW__API_AUTH__JWT_SECRET": secret("jwt_secret"),
+        "AIRFLOW__API__SECRET_KEY": secret("api_secret_key"),
+        "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": f"{AIRFLOW_LOGIN[0]}:admin",
+        "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE": str(passwords_file()),
         "CRAWLER_OPS_CONFIG": os.environ.get("CRAWLER_OPS_CONFIG", str(REPO / "include" / "crawler_tasks.yaml")),
         "CRAWLER_OPS_SOURCE_URL": f"http://127.0.0.1:{ports.source}",
         "CRAWLER_OPS_KAFKA_BOOTSTRAP": f"127.0.0.1:{ports.kafka}",
         "CRAWLER_OPS_PG_URI": postgres_uri,
     }
+
+
+def secret(name: str) -> str:
+    """A random secret generated once per stack (local development only)."""
+    path = STACK / "airflow" / "secrets.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    values = json.loads(path.read_text()) if path.exists() else {}
+    if name not in values:
+        values[name] = uuid.uuid4().hex + uuid.uuid4().hex
+        path.write_text(json.dumps(values))
+    return str(values[name])
+
+
+def passwords_file() -> Path:
+    """The simple auth manager's password file with the documented local login (admin / admin)."""
+    path = STACK / "airflow" / "passwords.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({AIRFLOW_LOGIN[0]: AIRFLOW_LOGIN[1]}))
+    return path
+
+
+def airflow_up() -> None:
+    """api-server, scheduler, dag-processor and triggerer (LocalExecutor) on the running stack."""
+    state = load_state()
+    if not state:
+        raise StackError("the stack is not up: run `python dev/stack.py up` first")
+    RUN.mkdir(parents=True, exist_ok=True)
+    previous = own_port("airflow")
+    port = previous or choose_port("airflow", [])
+    url = f"http://127.0.0.1:{port}"
+    env = {
+        **state["env"],
+        "CRAWLER_OPS_CONFIG": os.environ.get("CRAWLER_OPS_CONFIG", state["env"]["CRAWLER_OPS_CONFIG"]),
+        "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"{url}/execution/",
+        "AIRFLOW__API__BASE_URL": url,
+        "AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL": "10",
+        "AIRFLOW__SCHEDULER__SCHEDULER_HEARTBEAT_SEC": "2",
+    }
+    airflow = str(Path(sys.executable).parent / "airflow")
+    for service in AIRFLOW_SERVICES:
+        name = f"airflow-{service}"
+        if running_pid(name) is not None:
+            log(f"{name}: already running")
+            continue
+        args = ["api-server", "-H", "127.0.0.1", "-p", str(port)] if service == "api-server" else [service]
+        spawn(name, [airflow, *args], env=env)
+    (RUN / "airflow.ports").write_text(json.dumps({"airflow": port}))
+    wait_until(
+        "airflow-api-server",
+        running_pid("airflow-api-server"),
+        lambda: http_ok(f"{url}/api/v2/monitor/health"),
+        timeout=120,
+    )
+    state["airflow"] = {"url": url, "login": list(AIRFLOW_LOGIN), "config": env["CRAWLER_OPS_CONFIG"]}
+    STATE_FILE.write_text(json.dumps(state, indent=2))
+    log(f"airflow: UI and REST API on {url} (login {AIRFLOW_LOGIN[0]} / {AIRFLOW_LOGIN[1]}); logs in {LOGS}")
+
+
+def airflow_down() -> None:
+    for service in AIRFLOW_SERVICES:
+        name = f"airflow-{service}"
+        pid = running_pid(name)
+        if pid is not None:
+            stop_pid(name, pid)
+            log(f"{name}: stopped")
+    state = load_state()
+    if state.pop("airflow", None) is not None:
+        STATE_FILE.write_text(json.dumps(state, indent=2))
 
 
 def migrate_airflow(env: dict[str, str]) -> None:
@@ -545,11 +622,11 @@ def own_port(service: str) -> int | None:
         except OSError:
             return None
         return int(lines[3]) if len(lines) > 3 and pid_alive(int(lines[0])) else None
-    name = "kafka" if service.startswith("kafka") else service
+    name = {"kafka_controller": "kafka", "airflow": "airflow-api-server"}.get(service, service)
     if running_pid(name) is None:
         return None
     try:
-        return int(json.loads((RUN / f"{name}.ports").read_text())[service])
+        return int(json.loads((RUN / f"{service.split('_')[0]}.ports").read_text())[service])
     except (OSError, ValueError, KeyError):
         return None
 
@@ -620,13 +697,18 @@ def status() -> int:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("command", choices=["up", "down", "status", "env"])
+    parser.add_argument("command", choices=["up", "down", "status", "env", "airflow-up", "airflow-down"])
     args = parser.parse_args(argv)
     try:
         if args.command == "up":
             up()
         elif args.command == "down":
+            airflow_down()
             down()
+        elif args.command == "airflow-up":
+            airflow_up()
+        elif args.command == "airflow-down":
+            airflow_down()
         elif args.command == "status":
             return status()
         else:

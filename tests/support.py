@@ -162,7 +162,7 @@ def make_task(task_id: str, **overrides: Any) -> CrawlTaskConfig:
 def use_config(cfg: CrawlTaskConfig | ExecutorTaskConfig, folder: Path, section: str = "tasks") -> Path:
     """Write ``cfg`` as the only entry of a YAML config section and point $CRAWLER_OPS_CONFIG at it."""
     path = folder / f"{cfg.dag_id}.yaml"
-    entry = cfg.model_dump(mode="json", exclude_none=True)
+    entry = cfg.model_dump(mode="json")  # None kept: schedule null must stay null
     path.write_text(yaml.safe_dump({section: [entry]}, allow_unicode=True))
     os.environ["CRAWLER_OPS_CONFIG"] = str(path)
     return path

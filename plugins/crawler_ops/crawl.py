@@ -542,9 +542,10 @@ def commit_run(run: RunContext, chunks: Sequence[Mapping[str, Any]], results: Se
         unfinished: list[Batch] = []
         if not params.replay:
             done = store.done_batches(cur, above=0)
-            done_set = set(done)
-            unfinished = [b for b in planned if b not in done_set]
             new = advance_watermark(old or 0, done)
+            # Rows below the watermark were pruned by an earlier commit: the watermark says they are done.
+            done_set = set(done)
+            unfinished = [b for b in planned if b.hi > new and b not in done_set]
             total = record.get("total") or 0
             store.run_statement(
                 cur,

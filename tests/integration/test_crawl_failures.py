@@ -218,3 +218,48 @@ def test_postgres_unreachable_fails_the_plan_naming_the_connection(source, uniqu
     with pytest.raises(StatusTableError, match=f"task {unique_id}: cannot connect to PostgreSQL .*'crawler_db_dead'"):
         plan_run(RunContext(cfg=cfg, run_id="pg-down", ref=REF, params=RunParams()))
     assert source.page_requests(unique_id) == []
+
+
+def test_two_runs_forced_at_once_never_crawl_the_same_batch(source, kafka_bootstrap, pg_uri, unique_id):
+    """max_active_runs=1 keeps Airflow from doing this; the database guard must hold when it happens anyway."""
+    source.create(unique_id, total=2_000, ref=REF, in_window_share=1.0)
+    source.faults(unique_id, latency_ms=30)
+    cfg = make_task(unique_id, max_chunks=1, source={"concurrency": 2})
+    runs = [RunContext(cfg=cfg, run_id=f"forced-{name}", ref=REF, params=RunParams()) for name in "ab"]
+    plans = [plan_run(run) for run in runs]
+    assert plans[0] == plans[1], "the second plan reuses the first plan's batch rows"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO / "plugins"), str(REPO)])}
+    workers = [
+        subprocess.Popen(
+            [
+                sys.executable,
+                str(REPO / "tests/integration/chunk_runner.py"),
+                json.dumps(
+                    {
+                        "config": cfg.model_dump(mode="json"),
+                        "run_id": run.run_id,
+                        "ref": REF.isoformat(),
+                        "map_index": 0,
+                        "try_number": 1,
+                        "payload": plan[0],
+                    }
+                ),
+            ],
+            env=env,
+            cwd=REPO,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        for run, plan in zip(runs, plans, strict=True)
+    ]
+    results = [json.loads(w.communicate(timeout=300)[0].strip().splitlines()[-1]) for w in workers]
+    summaries = [commit_run(run, plan, [result]) for run, plan, result in zip(runs, plans, results, strict=True)]
+
+    offsets = [r["offset"] for r in source.page_requests(unique_id)]
+    assert sorted(offsets) == list(range(0, 2_000, 100)), "every batch fetched exactly once"
+    assert sum(r["batches_done"] for r in results) == 20
+    assert all(r["batches_skipped"] > 0 for r in results), "both runs really ran at the same time"
+    assert [s["status"] for s in summaries] == ["success", "success"]
+    messages = read_topic(kafka_bootstrap, cfg.kafka.topic)
+    assert len(messages) == 2_000 and not duplicates(messages)
+    assert watermark(pg_uri, unique_id) == 2_000

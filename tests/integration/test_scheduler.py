@@ -1,0 +1,128 @@
+"""Driving crawl DAGs as users do: Airflow's real services (api-server, scheduler, dag-processor, triggerer,
+LocalExecutor) started by dev/stack.py, runs triggered through the REST API with params."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import yaml
+
+from tests.support import DemoSource, duplicates, make_task, query, read_topic, run_record, watermark
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+REPO = Path(__file__).resolve().parents[2]
+RUN_TIMEOUT_S = 240
+
+
+class AirflowApi:
+    """The REST API of the running api-server, with a token from the simple auth manager's login."""
+
+    def __init__(self, url: str, login: list[str]) -> None:
+        token = httpx.post(f"{url}/auth/token", json={"username": login[0], "password": login[1]}, timeout=30)
+        token.raise_for_status()
+        self.http = httpx.Client(
+            base_url=f"{url}/api/v2", timeout=30, headers={"Authorization": f"Bearer {token.json()['access_token']}"}
+        )
+
+    def trigger(
+        self, dag_id: str, conf: dict[str, Any] | None = None, logical_date: str | None = None
+    ) -> httpx.Response:
+        return self.http.post(f"/dags/{dag_id}/dagRuns", json={"logical_date": logical_date, "conf": conf or {}})
+
+    def wait_for(self, dag_id: str, run_id: str) -> str:
+        deadline = time.monotonic() + RUN_TIMEOUT_S
+        while time.monotonic() < deadline:
+            state = self.http.get(f"/dags/{dag_id}/dagRuns/{run_id}").json()["state"]
+            if state in ("success", "failed"):
+                return state
+            time.sleep(1)
+        raise TimeoutError(f"{dag_id} run {run_id} did not finish within {RUN_TIMEOUT_S}s")
+
+    def wait_for_dag(self, dag_id: str) -> None:
+        deadline = time.monotonic() + 120
+        while self.http.get(f"/dags/{dag_id}").status_code != 200:
+            assert time.monotonic() < deadline, f"the dag-processor did not register {dag_id}"
+            time.sleep(1)
+
+    def run(self, dag_id: str, conf: dict[str, Any] | None = None) -> tuple[str, str]:
+        response = self.trigger(dag_id, conf)
+        assert response.status_code == 200, response.text
+        run_id = response.json()["dag_run_id"]
+        return run_id, self.wait_for(dag_id, run_id)
+
+
+@pytest.fixture(scope="session")
+def task_ids() -> dict[str, str]:
+    suffix = uuid.uuid4().hex[:8]
+    return {"rest": f"rest_{suffix}"}
+
+
+@pytest.fixture(scope="session")
+def airflow(
+    stack: dict[str, str], task_ids: dict[str, str], tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[AirflowApi]:
+    """Airflow's services on a config holding this session's test tasks; stopped afterwards."""
+    config = tmp_path_factory.mktemp("airflow") / "tasks.yaml"
+    tasks = [make_task(task_ids["rest"]).model_dump(mode="json")]
+    config.write_text(yaml.safe_dump({"tasks": tasks}, allow_unicode=True), encoding="utf-8")
+    stack_py = [sys.executable, str(REPO / "dev" / "stack.py")]
+    env = {**os.environ, "CRAWLER_OPS_CONFIG": str(config)}
+    subprocess.run([*stack_py, "airflow-down"], check=True, env=env)
+    subprocess.run([*stack_py, "airflow-up"], check=True, env=env)
+    state = json.loads((REPO / ".stack" / "stack.json").read_text())["airflow"]
+    api = AirflowApi(state["url"], state["login"])
+    for task_id in task_ids.values():
+        api.wait_for_dag(f"crawl_{task_id}")
+    yield api
+    subprocess.run([*stack_py, "airflow-down"], check=True, env=env)
+
+
+def test_rest_triggers_with_params_drive_the_crawl(airflow, source_url, kafka_bootstrap, pg_uri, task_ids):
+    task = task_ids["rest"]
+    cfg = make_task(task)
+    source = DemoSource(source_url)
+    source.create(task, total=1_200, ref=datetime.now(UTC).replace(microsecond=0), in_window_share=0.5)
+
+    rejected = airflow.trigger(cfg.dag_id, {"max_batches": 0})
+    assert rejected.status_code == 400
+    assert "max_batches" in rejected.text and "minimum of 1" in rejected.text
+
+    assert airflow.run(cfg.dag_id, {"dry_run": True})[1] == "success"
+    assert read_topic(kafka_bootstrap, cfg.kafka.topic) == []
+    assert watermark(pg_uri, task) is None
+
+    assert airflow.run(cfg.dag_id, {"max_batches": 2})[1] == "success"
+    assert len(source.page_requests(task)) >= 2
+    assert {int(m.headers["source_offset"]) for m in read_topic(kafka_bootstrap, cfg.kafka.topic)} == set(
+        range(1_000, 1_200)
+    )
+
+    # No logical date: the reference time is the run's run_after (kept in the run record).
+    run_id, state = airflow.run(cfg.dag_id)
+    assert state == "success"
+    record = run_record(pg_uri, task)
+    assert record["run_id"] == run_id
+    truth = source.truth(task, record["ref_time"], days=7, tolerance_s=24 * 3600)
+    messages = read_topic(kafka_bootstrap, cfg.kafka.topic)
+    assert {m.key for m in messages} == set(truth["in_window_ids"])
+    assert not duplicates(messages)
+    assert watermark(pg_uri, task) == 1_200
+
+    replay_id, state = airflow.run(cfg.dag_id, {"replay_from": 0, "replay_to": 300, "filter_days": 3650})
+    assert state == "success"
+    replayed = [m for m in read_topic(kafka_bootstrap, cfg.kafka.topic) if m.headers["run_id"] == replay_id]
+    assert sorted(int(m.headers["source_offset"]) for m in replayed) == list(range(300))
+    assert watermark(pg_uri, task) == 1_200
+    assert query(pg_uri, "SELECT mode FROM crawler_ops.crawl_run WHERE run_id = %s", replay_id) == [("replay",)]
