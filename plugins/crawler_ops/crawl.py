@@ -17,7 +17,7 @@ from collections import deque
 from collections.abc import Iterator, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import asdict, dataclass, replace
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from airflow.sdk.module_loading import import_string
@@ -25,7 +25,7 @@ from psycopg.types.json import Jsonb
 
 from crawler_ops.config import CrawlTaskConfig
 from crawler_ops.errors import ConfigError, CrawlerError, SourceError
-from crawler_ops.filtering import Window, record_date
+from crawler_ops.filtering import DateRule, Window, record_date
 from crawler_ops.hooks.producer import BatchPublisher, IdempotentProducerHook, ensure_topic
 from crawler_ops.hooks.source import SourceApiHook
 from crawler_ops.hooks.store import BatchOutcome, CrawlStoreHook
@@ -83,15 +83,20 @@ class RunContext:
     params: RunParams
     map_index: int = -1
     try_number: int = 1
+    backfill_interval: tuple[datetime, datetime] | None = None
 
     @property
     def window(self) -> Window:
+        """Backfill runs keep the records dated in their own data interval; others the configured window."""
+        if self.backfill_interval is not None:
+            return Window(*self.backfill_interval)
         days = self.params.filter_days if self.params.filter_days is not None else self.cfg.filter.days
         return Window.around(self.ref, days, self.cfg.filter.tolerance)
 
     @property
     def uses_status_table(self) -> bool:
-        return not (self.params.dry_run or self.params.replay)
+        """Replays and backfills read a range and never touch the watermark or the batch rows."""
+        return not (self.params.dry_run or self.params.replay or self.backfill_interval is not None)
 
     def source(self) -> SourceApiHook:
         return SourceApiHook(self.cfg.source, self.cfg.id, self.cfg.source_task)
@@ -119,9 +124,10 @@ def plan_run(run: RunContext) -> list[dict[str, Any]]:
                 cfg.kafka.create_topic,
                 cfg.id,
             )
-        if params.replay:
-            batches = fill_gaps(params.replay_from or 0, min(params.replay_to or 0, total), cfg.batch_size)
-            mode, watermark, first = "replay", None, False
+        if params.replay or run.backfill_interval is not None:
+            lo, hi = range_to_read(run, source, total)
+            batches = fill_gaps(lo, hi, cfg.batch_size) if lo < hi else []
+            mode, watermark, first = ("replay" if params.replay else "backfill"), None, False
             if not params.dry_run:
                 store = run.store()
                 store.ensure_schema()
@@ -234,22 +240,48 @@ def handle_shrink(
     return watermark, message + ": nothing planned, watermark kept"
 
 
-def probe_window_start(source: SourceApiHook, total: int, run: RunContext) -> int:
-    """Binary search for the oldest offset whose record is not older than the window (records roughly in
-    time order): O(log total) one-record requests instead of reading expired pages."""
-    rule, start = run.cfg.filter.rule, run.window.start
+def probe_offset(source: SourceApiHook, total: int, rule: DateRule, moment: datetime) -> int:
+    """Binary search for the first offset whose record is not older than ``moment`` (records roughly in
+    time order): O(log total) one-record requests. A record without a usable date counts as not older."""
     tz = rule.tz
     lo, hi = 0, total
     while lo < hi:
         mid = (lo + hi) // 2
         page = source.get_page(mid, 1)
-        moment = record_date(record_head(page[0], rule.fields), rule.fields, tz)[0] if page else None
-        if moment is not None and moment < start:
+        found = record_date(record_head(page[0], rule.fields), rule.fields, tz)[0] if page else None
+        if found is not None and found < moment:
             lo = mid + 1
         else:
             hi = mid
-    log.info("task %s: probed the window start at offset %d of %d", run.cfg.id, lo, total)
     return lo
+
+
+def probe_window_start(source: SourceApiHook, total: int, run: RunContext) -> int:
+    """Where a first crawl's window starts: offsets below are older than the window."""
+    offset = probe_offset(source, total, run.cfg.filter.rule, run.window.start)
+    log.info("task %s: probed the window start at offset %d of %d", run.cfg.id, offset, total)
+    return offset
+
+
+def range_to_read(run: RunContext, source: SourceApiHook, total: int) -> tuple[int, int]:
+    """The offsets a replay names, or those a backfill finds by probing its interval's two ends (one batch of
+    margin each side for records that are only roughly in time order)."""
+    if run.params.replay:
+        return run.params.replay_from or 0, min(run.params.replay_to or 0, total)
+    window, margin = run.window, run.cfg.batch_size
+    lo = probe_offset(source, total, run.cfg.filter.rule, window.start)
+    hi = probe_offset(source, total, run.cfg.filter.rule, window.end + timedelta(seconds=1))
+    log.info(
+        "task %s: backfill of [%s, %s] reads offsets [%d, %d) of %d (probed, +/- %d)",
+        run.cfg.id,
+        window.start,
+        window.end,
+        max(0, lo - margin),
+        min(total, hi + margin),
+        total,
+        margin,
+    )
+    return max(0, lo - margin), min(total, hi + margin)
 
 
 def chunk_payload(chunk: Chunk, early_stop: bool) -> dict[str, Any]:
@@ -540,7 +572,7 @@ def commit_run(run: RunContext, chunks: Sequence[Mapping[str, Any]], results: Se
         old = store.read_watermark(cur)
         new = old
         unfinished: list[Batch] = []
-        if not params.replay:
+        if run.uses_status_table:
             done = store.done_batches(cur, above=0)
             new = advance_watermark(old or 0, done)
             # Rows below the watermark were pruned by an earlier commit: the watermark says they are done.

@@ -13,8 +13,9 @@ from collections.abc import Callable, Mapping, MutableMapping, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from airflow.sdk import DAG, Param, TriggerRule, get_current_context, get_parsing_context, task
+from airflow.sdk import DAG, CronTriggerTimetable, Param, TriggerRule, get_current_context, get_parsing_context, task
 from airflow.sdk.exceptions import AirflowException, AirflowFailException
+from croniter import croniter
 
 from crawler_ops import crawl, executor
 from crawler_ops.config import CrawlTaskConfig, DagSettings, ExecutorTaskConfig, LoadedConfig, load_config
@@ -65,12 +66,22 @@ def reference_time(context: MutableMapping[str, Any]) -> datetime:
     return ref
 
 
+def is_backfill(context: MutableMapping[str, Any]) -> bool:
+    return "backfill" in str(getattr(context.get("dag_run"), "run_type", "")).lower()
+
+
 def run_context(cfg: CrawlTaskConfig, context: MutableMapping[str, Any]) -> crawl.RunContext:
     ti = context["ti"]
     try:
         params = crawl.RunParams.from_params(context["params"], cfg.id)
     except ConfigError as exc:
         raise AirflowFailException(str(exc)) from exc
+    interval = None
+    if is_backfill(context) and not params.replay:
+        start, end = context.get("data_interval_start"), context.get("data_interval_end")
+        if start is None or end is None or not start < end:
+            raise AirflowFailException(f"task {cfg.id}: a backfill run needs a data interval, got [{start}, {end}]")
+        interval = (start, end)
     return crawl.RunContext(
         cfg=cfg,
         run_id=context["run_id"],
@@ -78,7 +89,18 @@ def run_context(cfg: CrawlTaskConfig, context: MutableMapping[str, Any]) -> craw
         params=params,
         map_index=getattr(ti, "map_index", -1),
         try_number=getattr(ti, "try_number", 1),
+        backfill_interval=interval,
     )
+
+
+def timetable_for(cfg: DagSettings) -> Any:
+    """A cron schedule fires at its cron times (CronTriggerTimetable) with a data interval of one period, so
+    a backfill run knows which dates are its own; other schedules are passed to Airflow as they are."""
+    if cfg.schedule is None or not croniter.is_valid(cfg.schedule):
+        return cfg.schedule
+    fires = croniter(cfg.schedule, cfg.start_date)
+    first, second = fires.get_next(datetime), fires.get_next(datetime)
+    return CronTriggerTimetable(cfg.schedule, timezone="UTC", interval=second - first)
 
 
 def no_retry_for_permanent_errors(step: Callable[[], Any]) -> Any:
@@ -123,7 +145,7 @@ def build_crawl_dag(cfg: CrawlTaskConfig) -> DAG:
     with DAG(
         dag_id=cfg.dag_id,
         description=f"Crawl {cfg.name or cfg.id} into Kafka topic {cfg.kafka.topic}",
-        schedule=cfg.schedule,
+        schedule=timetable_for(cfg),
         start_date=cfg.start_date,
         catchup=False,
         max_active_runs=1,
@@ -252,7 +274,7 @@ def build_executor_dag(cfg: ExecutorTaskConfig) -> DAG:
     with DAG(
         dag_id=cfg.dag_id,
         description=f"Run {cfg.function} over {cfg.source_table} (status in {cfg.status_table})",
-        schedule=cfg.schedule,
+        schedule=timetable_for(cfg),
         start_date=cfg.start_date,
         catchup=False,
         max_active_runs=1,

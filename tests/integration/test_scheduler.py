@@ -9,8 +9,9 @@ import subprocess
 import sys
 import time
 import uuid
+from collections import Counter
 from collections.abc import Iterator
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -63,10 +64,20 @@ class AirflowApi:
         return run_id, self.wait_for(dag_id, run_id)
 
 
+BACKFILL_REF = datetime(2026, 10, 8, tzinfo=UTC)
+
+
 @pytest.fixture(scope="session")
 def task_ids() -> dict[str, str]:
     suffix = uuid.uuid4().hex[:8]
-    return {"rest": f"rest_{suffix}"}
+    return {"rest": f"rest_{suffix}", "backfill": f"backfill_{suffix}"}
+
+
+def session_tasks(task_ids: dict[str, str]) -> list[dict[str, Any]]:
+    return [
+        make_task(task_ids["rest"]).model_dump(mode="json"),
+        make_task(task_ids["backfill"], schedule="@daily", batch_size=500).model_dump(mode="json"),
+    ]
 
 
 @pytest.fixture(scope="session")
@@ -75,7 +86,11 @@ def airflow(
 ) -> Iterator[AirflowApi]:
     """Airflow's services on a config holding this session's test tasks; stopped afterwards."""
     config = tmp_path_factory.mktemp("airflow") / "tasks.yaml"
-    tasks = [make_task(task_ids["rest"]).model_dump(mode="json")]
+    tasks = session_tasks(task_ids)
+    # The scheduled task's data must exist before its first scheduled run can look at it.
+    DemoSource(stack["CRAWLER_OPS_SOURCE_URL"]).create(
+        task_ids["backfill"], total=20_000, ref=BACKFILL_REF, in_window_share=0.5
+    )
     config.write_text(yaml.safe_dump({"tasks": tasks}, allow_unicode=True), encoding="utf-8")
     stack_py = [sys.executable, str(REPO / "dev" / "stack.py")]
     env = {**os.environ, "CRAWLER_OPS_CONFIG": str(config)}
@@ -126,3 +141,92 @@ def test_rest_triggers_with_params_drive_the_crawl(airflow, source_url, kafka_bo
     assert sorted(int(m.headers["source_offset"]) for m in replayed) == list(range(300))
     assert watermark(pg_uri, task) == 1_200
     assert query(pg_uri, "SELECT mode FROM crawler_ops.crawl_run WHERE run_id = %s", replay_id) == [("replay",)]
+
+
+def airflow_cli(*args: str) -> subprocess.CompletedProcess[str]:
+    airflow = str(Path(sys.executable).parent / "airflow")
+    return subprocess.run([airflow, *args], env=dict(os.environ), capture_output=True, text=True, timeout=300)
+
+
+def backfill_runs(airflow: AirflowApi, dag_id: str, count: int) -> list[dict[str, Any]]:
+    """Wait until ``count`` backfill runs of ``dag_id`` have finished; return them."""
+    deadline = time.monotonic() + RUN_TIMEOUT_S
+    while time.monotonic() < deadline:
+        runs = airflow.http.get(f"/dags/{dag_id}/dagRuns", params={"run_type": "backfill", "limit": 100}).json()
+        finished = [r for r in runs["dag_runs"] if r["state"] in ("success", "failed")]
+        if len(finished) >= count and all(r["state"] in ("success", "failed") for r in runs["dag_runs"]):
+            return sorted(finished, key=lambda r: r["logical_date"])
+        time.sleep(2)
+    raise TimeoutError(f"{count} backfill runs of {dag_id} did not finish")
+
+
+def wait_until_idle(airflow: AirflowApi, dag_id: str) -> None:
+    deadline = time.monotonic() + RUN_TIMEOUT_S
+    while any(
+        r["state"] in ("queued", "running")
+        for r in airflow.http.get(f"/dags/{dag_id}/dagRuns", params={"limit": 100}).json()["dag_runs"]
+    ):
+        assert time.monotonic() < deadline, f"{dag_id} still has active runs"
+        time.sleep(1)
+
+
+def test_backfill_publishes_each_interval_by_probing_and_leaves_the_watermark(
+    airflow, source_url, kafka_bootstrap, pg_uri, task_ids
+):
+    task = task_ids["backfill"]
+    cfg = make_task(task, schedule="@daily", batch_size=500)
+    source = DemoSource(source_url)
+    wait_until_idle(airflow, cfg.dag_id)  # the schedule's own first run (its window holds no data)
+    before = watermark(pg_uri, task)
+    source.clear_requests(task)
+
+    created = airflow_cli(
+        "backfill", "create", "--dag-id", cfg.dag_id, "--from-date", "2026-10-05", "--to-date", "2026-10-07"
+    )
+    assert created.returncode == 0, created.stdout[-2000:] + created.stderr[-2000:]
+    runs = backfill_runs(airflow, cfg.dag_id, 3)
+
+    assert [r["state"] for r in runs] == ["success"] * 3
+    messages = read_topic(kafka_bootstrap, cfg.kafka.topic)
+    for run in runs:
+        start = datetime.fromisoformat(run["data_interval_start"])
+        end = datetime.fromisoformat(run["data_interval_end"])
+        assert end - start == timedelta(days=1)
+        truth = source.truth(task, end, days=1)
+        published = [m.key for m in messages if m.headers["run_id"] == run["dag_run_id"]]
+        assert truth["in_window_count"] > 1_000
+        assert sorted(published) == sorted(truth["in_window_ids"]), run["dag_run_id"]
+    pages = len(source.page_requests(task))
+    assert pages < 3 * (1_500 // 500 + 3), f"probing bounds the reads, not a scan of 20,000 records ({pages})"
+    assert watermark(pg_uri, task) == before
+
+    deadline = time.monotonic() + RUN_TIMEOUT_S
+    while any(
+        b["completed_at"] is None
+        for b in airflow.http.get("/backfills", params={"dag_id": cfg.dag_id}).json()["backfills"]
+    ):
+        assert time.monotonic() < deadline, "the first backfill was never marked complete"
+        time.sleep(1)
+    again = airflow_cli(
+        "backfill",
+        "create",
+        "--dag-id",
+        cfg.dag_id,
+        "--from-date",
+        "2026-10-05",
+        "--to-date",
+        "2026-10-07",
+        "--reprocess-behavior",
+        "completed",
+    )
+    assert again.returncode == 0, again.stdout[-2000:] + again.stderr[-2000:]
+    time.sleep(5)
+    wait_until_idle(airflow, cfg.dag_id)
+    first = Counter(m.key for m in messages if m.headers["run_id"] in {r["dag_run_id"] for r in runs})
+    second = Counter(
+        m.key
+        for m in read_topic(kafka_bootstrap, cfg.kafka.topic)
+        if m.headers["run_id"] in {r["dag_run_id"] for r in runs}
+    )
+    assert second == first + first, "the same window publishes the same keys again"
+    assert watermark(pg_uri, task) == before
