@@ -87,9 +87,9 @@ def executor_entry(name: str) -> dict[str, Any]:
         "sort_fields": ["district"],
         "output_fields": ["id", "province", "city", "district"],
         "function": "crawler_ops.samples.full_address",
-        "cycle_index": 30,
+        "cycle_index": 10,
         "workers": 2,
-        "schedule": None,
+        "schedule": "* * * * *",
         "retries": 0,
     }
 
@@ -164,6 +164,11 @@ def test_rest_triggers_with_params_drive_the_crawl(airflow, source_url, kafka_bo
     messages = read_topic(kafka_bootstrap, cfg.kafka.topic)
     assert {m.key for m in messages} == set(truth["in_window_ids"])
     assert not duplicates(messages)
+    assert watermark(pg_uri, task) == 1_200
+
+    reset_id, state = airflow.run(cfg.dag_id, {"reset": True})
+    assert state == "success"
+    assert query(pg_uri, "SELECT mode FROM crawler_ops.crawl_run WHERE run_id = %s", reset_id) == [("first",)]
     assert watermark(pg_uri, task) == 1_200
 
     replay_id, state = airflow.run(cfg.dag_id, {"replay_from": 0, "replay_to": 300, "filter_days": 3650})
@@ -311,11 +316,30 @@ def test_a_minutely_schedule_fires_twice_and_the_second_run_publishes_only_new_r
     assert watermark(pg_uri, task) == 1_620
 
 
-def test_an_executor_dag_runs_from_a_rest_trigger(airflow, pg_uri, task_ids):
-    name = task_ids["executor"]
+def test_an_executor_dag_runs_on_its_schedule_and_from_a_rest_trigger(airflow, pg_uri, task_ids):
+    dag_id = f"exec_{task_ids['executor']}"
+    deadline = time.monotonic() + 150
+    while not finished_runs(airflow, dag_id, "scheduled"):
+        assert time.monotonic() < deadline, "the executor's schedule did not fire"
+        time.sleep(2)
 
-    _run_id, state = airflow.run(f"exec_{name}")
+    _run_id, state = airflow.run(dag_id)
 
     assert state == "success"
-    counts = dict(query(pg_uri, f'SELECT status, count(*) FROM public."status_{name}" GROUP BY status'))
-    assert counts[2] == 30 and sum(counts.values()) == 46  # 上海市 has 46 districts in the demo table
+    wait_until_idle(airflow, dag_id)
+    runs = finished_runs(airflow, dag_id, "scheduled") + finished_runs(airflow, dag_id, "manual")
+    assert all(r["state"] == "success" for r in runs)
+    counts = dict(query(pg_uri, f'SELECT status, count(*) FROM public."status_{task_ids["executor"]}" GROUP BY 1'))
+    assert counts.get(2, 0) == 10 * len(runs), "each run processes cycle_index rows"
+    assert sum(counts.values()) == 46  # 上海市 has 46 districts in the demo table
+
+
+def test_a_trigger_while_a_run_is_active_waits_for_it(airflow, task_ids):
+    dag_id = f"crawl_{task_ids['rest']}"
+    first = airflow.trigger(dag_id, {"dry_run": True}).json()["dag_run_id"]
+    second = airflow.trigger(dag_id, {"dry_run": True}).json()["dag_run_id"]
+
+    assert airflow.wait_for(dag_id, first) == "success"
+    assert airflow.wait_for(dag_id, second) == "success"
+    runs = {r: airflow.http.get(f"/dags/{dag_id}/dagRuns/{r}").json() for r in (first, second)}
+    assert runs[second]["start_date"] >= runs[first]["end_date"], "max_active_runs=1 queued the second run"
