@@ -140,20 +140,27 @@ def default_args_for(cfg: DagSettings) -> dict[str, Any]:
     }
 
 
+def dag_settings(cfg: DagSettings) -> dict[str, Any]:
+    """What every generated DAG shares besides its schedule: one active run at a time, retries, paused or not."""
+    return {
+        "start_date": cfg.start_date,
+        "catchup": False,
+        "max_active_runs": 1,
+        "default_args": default_args_for(cfg),
+        "is_paused_upon_creation": cfg.paused,
+    }
+
+
 def build_crawl_dag(cfg: CrawlTaskConfig) -> DAG:
     """The DAG ``crawl_<id>`` for one crawl task."""
     with DAG(
         dag_id=cfg.dag_id,
         description=f"Crawl {cfg.name or cfg.id} into Kafka topic {cfg.kafka.topic}",
-        schedule=timetable_for(cfg),
-        start_date=cfg.start_date,
-        catchup=False,
-        max_active_runs=1,
-        default_args=default_args_for(cfg),
         params=dict(PARAMS),
         tags=[*TAGS, *cfg.tags],
         doc_md=doc_for(cfg),
-        is_paused_upon_creation=cfg.paused,
+        schedule=timetable_for(cfg),
+        **dag_settings(cfg),
     ) as dag:
 
         @task(task_id="plan")
@@ -274,11 +281,6 @@ def build_executor_dag(cfg: ExecutorTaskConfig) -> DAG:
     with DAG(
         dag_id=cfg.dag_id,
         description=f"Run {cfg.function} over {cfg.source_table} (status in {cfg.status_table})",
-        schedule=timetable_for(cfg),
-        start_date=cfg.start_date,
-        catchup=False,
-        max_active_runs=1,
-        default_args=default_args_for(cfg),
         tags=["crawler_ops", "executor", *cfg.tags],
         doc_md=(
             f"### executor {cfg.name}\n\n**sync** adds new ids of `{cfg.source_table}`"
@@ -286,7 +288,8 @@ def build_executor_dag(cfg: ExecutorTaskConfig) -> DAG:
             f"{cfg.workers} workers that claim rows (lease {cfg.period}s) and call `{cfg.function}` on up to "
             f"{cfg.cycle_index} rows in all; **summary** counts rows per status."
         ),
-        is_paused_upon_creation=cfg.paused,
+        schedule=timetable_for(cfg),
+        **dag_settings(cfg),
     ) as dag:
 
         @task(task_id="sync")
