@@ -40,7 +40,15 @@ class AirflowApi:
     def trigger(
         self, dag_id: str, conf: dict[str, Any] | None = None, logical_date: str | None = None
     ) -> httpx.Response:
-        return self.http.post(f"/dags/{dag_id}/dagRuns", json={"logical_date": logical_date, "conf": conf or {}})
+        # The local metadata DB is SQLite, shared with the busy scheduler: retry a server error, never a 4xx.
+        for _ in range(5):
+            response = self.http.post(
+                f"/dags/{dag_id}/dagRuns", json={"logical_date": logical_date, "conf": conf or {}}
+            )
+            if response.status_code < 500:
+                return response
+            time.sleep(2)
+        return response
 
     def wait_for(self, dag_id: str, run_id: str) -> str:
         deadline = time.monotonic() + RUN_TIMEOUT_S
