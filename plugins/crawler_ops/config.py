@@ -97,6 +97,13 @@ DOTTED_PATH = re.compile(r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)+$")
 SQL_NAME = re.compile(r"^[^\W\d]\w{0,62}$")
 
 
+def check_id(value: str) -> str:
+    """Task ids and executor names become DAG ids and status-table values."""
+    if not _ID.match(value):
+        raise ValueError("use letters, digits, '_', '.', '-' (max 100), not starting with '.' or '-'")
+    return value
+
+
 def check_dotted(value: str | None) -> str | None:
     if value is not None and not DOTTED_PATH.match(value):
         raise ValueError(f"{value!r} is not a dotted path like 'package.module.function'")
@@ -152,9 +159,7 @@ class CrawlTaskConfig(DagSettings):
     @field_validator("id")
     @classmethod
     def _safe_id(cls, value: str) -> str:
-        if not _ID.match(value):
-            raise ValueError("use letters, digits, '_', '.', '-' (max 100), not starting with '.' or '-'")
-        return value
+        return check_id(value)
 
     @field_validator("transform")
     @classmethod
@@ -196,9 +201,7 @@ class ExecutorTaskConfig(DagSettings):
     @field_validator("name")
     @classmethod
     def _safe_name(cls, value: str) -> str:
-        if not _ID.match(value):
-            raise ValueError("use letters, digits, '_', '.', '-', not starting with '.' or '-'")
-        return value
+        return check_id(value)
 
     @field_validator("source_table", "status_table")
     @classmethod

@@ -97,11 +97,6 @@ class BatchPublisher:
         else:
             self._failures.append(str(err))
 
-    def publish(self, messages: Sequence[Message], where: str) -> int:
-        """Produce ``messages`` and wait for all delivery reports; raise DeliveryError on any failure."""
-        self.send(messages)
-        return self.confirm(where)
-
     def send(self, messages: Sequence[Message]) -> None:
         """Hand ``messages`` to the producer without waiting; :meth:`confirm` waits for their reports."""
         self._failures.clear()

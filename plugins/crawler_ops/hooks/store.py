@@ -86,7 +86,7 @@ class CrawlStoreHook(CrawlerDbHook):
 
     def ensure_schema(self) -> None:
         with self.transaction() as cur:
-            cur.execute("SELECT pg_advisory_xact_lock(hashtextextended('crawler_ops.schema', 0))")
+            cur.execute(read_sql("lock_schema"))
             cur.execute(read_sql("schema"))
 
     # ----------------------------------------------------------------- planning
