@@ -57,14 +57,20 @@ CREATE TABLE IF NOT EXISTS crawler_ops.crawl_run (
     PRIMARY KEY (task_id, run_id)
 );
 
--- Records that could not be published (no parseable date, transform failure), with the reason.
-CREATE TABLE IF NOT EXISTS crawler_ops.dead_letter (
+-- Errors of a run, one row each: a record that could not be published (kind 'record': no parseable date,
+-- transform failure; the record itself kept, size-capped), a batch that failed (kind 'batch': offsets
+-- [source_offset, offset_end)), or a plan that failed (kind 'plan'). Pruned by the maintenance DAG.
+CREATE TABLE IF NOT EXISTS crawler_ops.crawl_error (
     id            bigserial PRIMARY KEY,
     task_id       text NOT NULL,
     run_id        text NOT NULL,
-    source_offset bigint NOT NULL,
+    kind          text NOT NULL CHECK (kind IN ('record', 'batch', 'plan')),
+    source_offset bigint,
+    offset_end    bigint,
     reason        text NOT NULL,
     record        jsonb,
     created_at    timestamptz NOT NULL DEFAULT now()
 );
-CREATE INDEX IF NOT EXISTS dead_letter_task_time ON crawler_ops.dead_letter (task_id, created_at);
+CREATE INDEX IF NOT EXISTS crawl_error_task_time ON crawler_ops.crawl_error (task_id, created_at);
+CREATE INDEX IF NOT EXISTS crawl_error_time ON crawler_ops.crawl_error (created_at);
+CREATE INDEX IF NOT EXISTS crawl_run_finished ON crawler_ops.crawl_run (finished_at);

@@ -89,6 +89,19 @@ class KafkaConfig(_Model):
     partitions: int = Field(3, ge=1)
     replication_factor: int = Field(1, ge=1)
     create_topic: bool = True
+    dead_letter_topic: str | None = Field(
+        None,
+        pattern=r"^[A-Za-z0-9._-]{1,249}$",
+        description="also publish dead-lettered records here (with the reason), before the batch is done",
+    )
+    consumer_groups: tuple[str, ...] = Field((), description="consumer groups whose lag the status view shows")
+    asset_host: str | None = Field(
+        None, description="host part of the topic's Asset URI kafka://<host>/<topic>; default: the connection id"
+    )
+
+    @property
+    def asset_uri(self) -> str:
+        return f"kafka://{self.asset_host or self.conn_id}/{self.topic}"
 
 
 DOTTED_PATH = re.compile(r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)+$")
@@ -108,6 +121,18 @@ def check_dotted(value: str | None) -> str | None:
     if value is not None and not DOTTED_PATH.match(value):
         raise ValueError(f"{value!r} is not a dotted path like 'package.module.function'")
     return value
+
+
+class NotifyConfig(_Model):
+    """A webhook called with the run summary when a run succeeds or fails.
+
+    The URL and the HMAC secret come from an Airflow connection (``host`` = the URL, ``password`` =
+    the secret), never from this file.
+    """
+
+    conn_id: str
+    on: tuple[Literal["success", "failure"], ...] = ("success", "failure")
+    timeout_s: float = Field(10.0, gt=0, le=120)
 
 
 class DagSettings(_Model):
@@ -155,6 +180,7 @@ class CrawlTaskConfig(DagSettings):
     claim_lease_s: int = Field(900, ge=10, description="a claimed batch is re-claimable after this long")
     on_shrink: Literal["warn", "fail", "reset"] = "warn"
     transform: str | None = Field(None, description="dotted path of a callable(record) -> published value")
+    notify: NotifyConfig | None = None
 
     @field_validator("id")
     @classmethod
@@ -236,11 +262,28 @@ class ExecutorTaskConfig(DagSettings):
         return f"exec_{self.name}"
 
 
+class MaintenanceConfig(DagSettings):
+    """The retention DAG ``crawler_ops_maintenance`` (the old TTL sweep): what to delete after how long."""
+
+    schedule: str | None = "@daily"
+    retries: int = Field(1, ge=0)
+    keep_runs_days: float = Field(30, gt=0, description="run history rows finished longer ago are deleted")
+    keep_errors_days: float = Field(30, gt=0, description="error and dead-letter rows older than this are deleted")
+    keep_status_days: float = Field(30, gt=0, description="done status rows that finished longer ago")
+    delete_batch: int = Field(5000, ge=1, le=1_000_000, description="rows deleted per statement (and transaction)")
+
+    @property
+    def dag_id(self) -> str:
+        return "crawler_ops_maintenance"
+
+
 class LoadedConfig(_Model):
     tasks: tuple[CrawlTaskConfig, ...]
     errors: Mapping[str, str]
     executors: tuple[ExecutorTaskConfig, ...] = ()
     executor_errors: Mapping[str, str] = {}
+    maintenance: MaintenanceConfig | None = MaintenanceConfig()
+    maintenance_error: str | None = None
 
 
 def config_path() -> Path:
@@ -292,7 +335,7 @@ def validate_entries(
 
 def parse_config(document: Any, origin: str = "<config>") -> LoadedConfig:
     """Validate a parsed YAML document; per-entry problems go to ``errors`` / ``executor_errors``."""
-    expected = ("defaults", "tasks", "executors")
+    expected = ("defaults", "tasks", "executors", "maintenance")
     if not isinstance(document, Mapping):
         raise ConfigError(f"{origin}: the top level must be a mapping with {', '.join(map(repr, expected))}")
     unknown = set(document) - set(expected)
@@ -305,7 +348,27 @@ def parse_config(document: Any, origin: str = "<config>") -> LoadedConfig:
     executors, executor_errors = validate_entries(
         document.get("executors") or [], ExecutorTaskConfig, "name", {}, "executor", origin
     )
-    return LoadedConfig(tasks=tuple(tasks), errors=errors, executors=tuple(executors), executor_errors=executor_errors)
+    maintenance, maintenance_error = parse_maintenance(document.get("maintenance"), origin)
+    return LoadedConfig(
+        tasks=tuple(tasks),
+        errors=errors,
+        executors=tuple(executors),
+        executor_errors=executor_errors,
+        maintenance=maintenance,
+        maintenance_error=maintenance_error,
+    )
+
+
+def parse_maintenance(raw: Any, origin: str) -> tuple[MaintenanceConfig | None, str | None]:
+    """The ``maintenance`` block (all defaults when absent); an invalid block is reported, not raised."""
+    if raw is None:
+        return MaintenanceConfig(), None
+    if not isinstance(raw, Mapping):
+        return None, f"{origin}: 'maintenance' must be a mapping"
+    try:
+        return MaintenanceConfig.model_validate(raw), None
+    except ValidationError as exc:
+        return None, f"{origin}: maintenance: {describe(exc)}"
 
 
 def load_config(path: Path | None = None) -> LoadedConfig:

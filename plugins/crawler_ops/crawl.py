@@ -17,12 +17,13 @@ from collections import deque
 from collections.abc import Iterator, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import asdict, dataclass, replace
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from airflow.sdk.module_loading import import_string
 from psycopg.types.json import Jsonb
 
+from crawler_ops import metrics
 from crawler_ops.config import CrawlTaskConfig
 from crawler_ops.errors import ConfigError, CrawlerError, SourceError
 from crawler_ops.filtering import DateRule, Window, record_date
@@ -30,7 +31,7 @@ from crawler_ops.hooks.producer import BatchPublisher, IdempotentProducerHook, e
 from crawler_ops.hooks.source import SourceApiHook
 from crawler_ops.hooks.store import BatchOutcome, CrawlStoreHook
 from crawler_ops.planning import Batch, Chunk, advance_watermark, chunk_batches, expiry_floor, fill_gaps, plan_batches
-from crawler_ops.records import Message, PageResult, Transform, build_messages, record_head
+from crawler_ops.records import Message, PageResult, Transform, build_messages, dead_letter_messages, record_head
 from crawler_ops.status_table import DONE
 
 log = logging.getLogger(__name__)
@@ -115,15 +116,11 @@ def plan_run(run: RunContext) -> list[dict[str, Any]]:
     try:
         total = source.get_total()
         if not params.dry_run:
-            producer_hook = IdempotentProducerHook(cfg.kafka.conn_id)
-            ensure_topic(
-                producer_hook.admin(),
-                cfg.kafka.topic,
-                cfg.kafka.partitions,
-                cfg.kafka.replication_factor,
-                cfg.kafka.create_topic,
-                cfg.id,
-            )
+            admin = IdempotentProducerHook(cfg.kafka.conn_id).admin()
+            for topic in filter(None, (cfg.kafka.topic, cfg.kafka.dead_letter_topic)):
+                ensure_topic(
+                    admin, topic, cfg.kafka.partitions, cfg.kafka.replication_factor, cfg.kafka.create_topic, cfg.id
+                )
         if params.replay or run.backfill_interval is not None:
             lo, hi = range_to_read(run, source, total)
             batches = fill_gaps(lo, hi, cfg.batch_size) if lo < hi else []
@@ -163,6 +160,7 @@ def record_plan_failure(run: RunContext, exc: BaseException) -> None:
         store.ensure_schema()
         with store.transaction() as cur:
             store.start_run(cur, run.run_id, "replay" if run.params.replay else "plan", run.ref, None, None, 0)
+            store.record_error(cur, run.run_id, f"plan: {type(exc).__name__}: {exc}", "plan", None)
             store.run_statement(
                 cur,
                 "finish_run",
@@ -171,6 +169,7 @@ def record_plan_failure(run: RunContext, exc: BaseException) -> None:
                 status="failed",
                 errors=Jsonb([f"plan: {type(exc).__name__}: {exc}"]),
             )
+            # finish_run sets the errors list whole; the error row above stays.
     except CrawlerError:
         log.exception("task %s: could not record the failed plan in PostgreSQL", run.cfg.id)
 
@@ -293,10 +292,11 @@ def chunk_payload(chunk: Chunk, early_stop: bool) -> dict[str, Any]:
 
 @dataclass(frozen=True)
 class Prepared:
-    """A filtered batch: its outcome so far and the messages to produce."""
+    """A filtered batch: its outcome so far and the messages to produce (``dead`` of them dead letters)."""
 
     outcome: BatchOutcome
     messages: list[Message]
+    dead: int = 0
 
 
 @dataclass
@@ -447,7 +447,13 @@ class ChunkCrawler:
             page.dead_letters,
             cutoff=self.early_stop_cutoff(batch, page),
         )
-        return Prepared(outcome, page.messages)
+        dlq = self.cfg.kafka.dead_letter_topic
+        if dlq is None or not page.dead_letters:
+            return Prepared(outcome, page.messages)
+        dead = dead_letter_messages(
+            page.dead_letters, dlq, self.cfg.id, self.run.run_id, self.cfg.kafka.key_field, self.headers
+        )
+        return Prepared(outcome, [*page.messages, *dead], len(dead))
 
     def early_stop_cutoff(self, batch: Batch, page: PageResult) -> int:
         """On a first crawl, ``max_expired_batches`` consecutive pages with nothing in the window make
@@ -474,7 +480,7 @@ class ChunkCrawler:
         batch = sent.outcome.batch
         published = 0
         if self.publisher is not None and sent.messages:
-            published = self.publisher.confirm(f"offsets [{batch.lo}, {batch.hi})")
+            published = self.publisher.confirm(f"offsets [{batch.lo}, {batch.hi})") - sent.dead
         self.checkpoint(replace(sent.outcome, published=published))
 
     def checkpoint(self, outcome: BatchOutcome) -> None:
@@ -487,6 +493,15 @@ class ChunkCrawler:
         self.cutoff = max(self.cutoff, outcome.cutoff)
         if self.store is None:
             return
+        for counter, value in (
+            ("fetched", outcome.fetched),
+            ("kept", outcome.kept),
+            ("published", outcome.published),
+            ("expired", outcome.expired),
+            ("dead_lettered", len(outcome.dead_letters)),
+            ("batches_done", 1),
+        ):
+            metrics.count(self.cfg.id, counter, value)
         token = self.token if self.run.uses_status_table else None
         fenced_in, cutoff = self.store.complete(outcome, self.run.run_id, token)
         self.cutoff = max(self.cutoff, cutoff)
@@ -509,7 +524,9 @@ class ChunkCrawler:
             if self.run.uses_status_table:
                 for batch in in_flight:
                     self.store.release(batch, self.token, message)
-            self.store.add_run_error(self.run.run_id, message)
+            # The error row names the offsets in flight (one batch, or two adjacent ones while pipelined).
+            span = Batch(min(b.lo for b in in_flight), max(b.hi for b in in_flight)) if in_flight else None
+            self.store.add_run_error(self.run.run_id, message, span)
         except CrawlerError:
             log.exception(
                 "task %s: could not record the failure; the commit step releases this run's claims", self.cfg.id
@@ -560,7 +577,7 @@ def commit_run(run: RunContext, chunks: Sequence[Mapping[str, Any]], results: Se
     Runs after every chunk finished or failed. Returns the summary; the caller fails the DAG run when
     batches of this plan are left undone.
     """
-    cfg, params = run.cfg, run.params
+    params = run.params
     planned = [Batch(lo, hi) for chunk in chunks for lo, hi in chunk["batches"]]
     if params.dry_run:
         summary = sum_results(results)
@@ -597,26 +614,58 @@ def commit_run(run: RunContext, chunks: Sequence[Mapping[str, Any]], results: Se
         status = "success" if not unfinished else "failed"
         errors = list(record.get("errors") or [])
         store.run_statement(cur, "finish_run", run_id=run.run_id, watermark=new, status=status, errors=Jsonb(errors))
-    summary = {
-        "task": cfg.id,
+    return run_summary(run, record, status, len(planned), old, new, errors, unfinished)
+
+
+def run_summary(
+    run: RunContext,
+    record: Mapping[str, Any],
+    status: str,
+    planned: int,
+    old: int | None,
+    new: int | None,
+    errors: Sequence[str],
+    unfinished: Sequence[Batch] = (),
+) -> dict[str, Any]:
+    """The run summary: returned by commit, logged, sent to the webhook, attached to the topic's Asset event."""
+    started = record.get("started_at")
+    return {
+        "task": run.cfg.id,
         "run_id": run.run_id,
         "mode": record.get("mode"),
         "status": status,
+        "topic": run.cfg.kafka.topic,
+        "ref_time": run.ref.isoformat(),
         "total": record.get("total"),
-        "planned": len(planned),
+        "planned": planned,
         "pages": record.get("pages", 0),
         "fetched": record.get("fetched", 0),
         "kept": record.get("kept", 0),
         "published": record.get("published", 0),
         "expired": record.get("expired", 0),
         "dead_lettered": record.get("dead_lettered", 0),
-        "errors": errors,
+        "errors": list(errors),
         "old_watermark": old,
         "new_watermark": new,
+        "duration_s": round((datetime.now(UTC) - started).total_seconds(), 3) if started else None,
         "unfinished_batches": len(unfinished),
         "oldest_unfinished": [[b.lo, b.hi] for b in sorted(unfinished)[:5]],
     }
-    return summary
+
+
+def failed_plan_summary(run: RunContext) -> dict[str, Any]:
+    """The summary of a run whose plan failed, from its run record when the plan could write one."""
+    record: Mapping[str, Any] = {}
+    if not run.params.dry_run:
+        store = run.store()
+        try:
+            with store.transaction() as cur:
+                record = store.read_run(cur, run.run_id) or {}
+        except CrawlerError:
+            log.exception("task %s: could not read the run record of the failed plan", run.cfg.id)
+    errors = list(record.get("errors") or []) or ["plan did not finish"]
+    old = record.get("old_watermark")
+    return run_summary(run, record, "failed", record.get("planned", 0), old, old, errors)
 
 
 def sum_results(results: Sequence[Any]) -> dict[str, Any]:

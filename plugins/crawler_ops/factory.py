@@ -13,13 +13,24 @@ from collections.abc import Callable, Mapping, MutableMapping, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from airflow.sdk import DAG, CronTriggerTimetable, Param, TriggerRule, get_current_context, get_parsing_context, task
+from airflow.sdk import (
+    DAG,
+    Asset,
+    AssetAlias,
+    CronTriggerTimetable,
+    Param,
+    TriggerRule,
+    get_current_context,
+    get_parsing_context,
+    task,
+)
 from airflow.sdk.exceptions import AirflowException, AirflowFailException
 from croniter import croniter
 
 from crawler_ops import crawl, executor
 from crawler_ops.config import CrawlTaskConfig, DagSettings, ExecutorTaskConfig, LoadedConfig, load_config
 from crawler_ops.errors import ConfigError, SourceError
+from crawler_ops.notify import notify_run
 
 log = logging.getLogger(__name__)
 TAGS = ("crawler_ops", "crawl")
@@ -184,26 +195,9 @@ def build_crawl_dag(cfg: CrawlTaskConfig) -> DAG:
             run = run_context(cfg, context)
             return no_retry_for_permanent_errors(lambda: crawl.crawl_chunk(run, chunk))
 
-        @task(task_id="commit", trigger_rule=TriggerRule.ALL_DONE)
+        @task(task_id="commit", trigger_rule=TriggerRule.ALL_DONE, outlets=[topic_alias(cfg)])
         def commit(**context: Any) -> dict[str, Any]:
-            ti = context["ti"]
-            chunks = ti.xcom_pull(task_ids="plan")
-            if chunks is None:
-                # Fail, not skip: a skipped leaf would mark the whole run successful.
-                raise AirflowFailException(
-                    f"task {cfg.id}: plan did not finish; nothing committed, watermark unchanged"
-                )
-            results = pulled_results(ti) if chunks else []
-            run = run_context(cfg, context)
-            summary = crawl.commit_run(run, chunks, results)
-            log.info("crawl summary: %s", summary)
-            if summary.get("status") == "failed" or summary.get("unfinished"):
-                raise AirflowException(
-                    f"task {cfg.id}: {summary.get('unfinished_batches', summary.get('unfinished'))} planned batches "
-                    f"not done (oldest {summary.get('oldest_unfinished')}); errors: {summary.get('errors')}. "
-                    f"The watermark stays at {summary.get('new_watermark')}; the next run retries them."
-                )
-            return summary
+            return commit_step(cfg, context)
 
         planned = plan()
         crawled = crawl_chunk.expand(chunk=planned)
@@ -211,6 +205,58 @@ def build_crawl_dag(cfg: CrawlTaskConfig) -> DAG:
         planned >> crawled >> committed
         planned >> committed
     return dag
+
+
+def topic_asset(cfg: CrawlTaskConfig) -> Asset:
+    """The Asset of the task's Kafka topic; downstream DAGs schedule on it (``schedule=[Asset(uri)]``)."""
+    return Asset(uri=cfg.kafka.asset_uri)
+
+
+def topic_alias(cfg: CrawlTaskConfig) -> AssetAlias:
+    """The commit's outlet: through this alias it emits the topic's Asset event only when records were published."""
+    return AssetAlias(f"crawler_ops.{cfg.id}")
+
+
+def commit_step(cfg: CrawlTaskConfig, context: MutableMapping[str, Any]) -> dict[str, Any]:
+    """Commit the run, then tell the world: webhook on success or failure, the topic's Asset event on new data.
+
+    A failed run fails this task without retries (retrying the commit cannot finish batches), after one
+    notification; a crash of the commit itself notifies only on its last try.
+    """
+    ti = context["ti"]
+    chunks = ti.xcom_pull(task_ids="plan")
+    try:
+        run = run_context(cfg, context)
+    except AirflowFailException as exc:
+        notify_run(cfg.notify, cfg.id, "failure", {"task": cfg.id, "run_id": context["run_id"], "errors": [str(exc)]})
+        raise
+    if chunks is None:
+        summary = crawl.failed_plan_summary(run)
+        notify_run(cfg.notify, cfg.id, "failure", summary)
+        # Fail, not skip: a skipped leaf would mark the whole run successful.
+        raise AirflowFailException(
+            f"task {cfg.id}: plan did not finish ({'; '.join(summary['errors'])}); nothing committed, "
+            "watermark unchanged"
+        )
+    try:
+        summary = crawl.commit_run(run, chunks, pulled_results(ti) if chunks else [])
+    except Exception as exc:
+        if isinstance(exc, AirflowFailException) or getattr(ti, "try_number", 1) > getattr(ti, "max_tries", 0):
+            failure = {"task": cfg.id, "run_id": run.run_id, "status": "failed", "errors": [f"commit: {exc}"]}
+            notify_run(cfg.notify, cfg.id, "failure", failure)
+        raise
+    log.info("crawl summary: %s", summary)
+    if summary.get("status") == "failed" or summary.get("unfinished"):
+        notify_run(cfg.notify, cfg.id, "failure", summary)
+        raise AirflowFailException(
+            f"task {cfg.id}: {summary.get('unfinished_batches', summary.get('unfinished'))} planned batches "
+            f"not done (oldest {summary.get('oldest_unfinished')}); errors: {summary.get('errors')}. "
+            f"The watermark stays at {summary.get('new_watermark')}; the next run retries them."
+        )
+    if summary.get("published"):
+        context["outlet_events"][topic_alias(cfg)].add(topic_asset(cfg), extra=summary)
+    notify_run(cfg.notify, cfg.id, "success", summary)
+    return summary
 
 
 def pulled_results(ti: Any, task_id: str = "crawl_chunk") -> list[Any]:

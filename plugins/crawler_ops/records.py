@@ -18,11 +18,12 @@ Transform = Callable[[dict[str, Any]], Any]
 
 @dataclass(frozen=True)
 class Message:
-    """One Kafka message: key, JSON value, headers."""
+    """One Kafka message: key, JSON value, headers; ``topic`` None means the task's topic."""
 
     key: bytes
     value: bytes
     headers: Sequence[tuple[str, bytes]]
+    topic: str | None = None
 
 
 _encoder = msgspec.json.Encoder()
@@ -130,3 +131,23 @@ def make_message(
     decoded = full_record(record)
     value = _encoder.encode(transform(decoded) if transform else decoded)
     return record_key(decoded, key_field), value
+
+
+def dead_letter_messages(
+    dead_letters: Sequence[tuple[int, str, Any]],
+    topic: str,
+    task_id: str,
+    run_id: str,
+    key_field: str | None,
+    headers: Sequence[tuple[str, bytes]],
+) -> list[Message]:
+    """Messages for the dead-letter topic: the record as the source sent it, with the reason and offset."""
+    messages = []
+    for offset, reason, record in dead_letters:
+        key = record_key(record, key_field) if isinstance(record, Mapping) else f"{task_id}:{offset}".encode()
+        value = _encoder.encode(
+            {"task": task_id, "run_id": run_id, "source_offset": offset, "reason": reason, "record": record}
+        )
+        extra = [("source_offset", str(offset).encode()), ("reason", reason.encode()[:1000])]
+        messages.append(Message(key, value, [*headers, *extra], topic))
+    return messages

@@ -163,7 +163,11 @@ def test_records_with_bad_dates_are_dead_lettered_with_the_reason(source, kafka_
     assert truth["bad_date_ids"], "the fault injected bad dates"
     messages = read_topic(kafka_bootstrap, cfg.kafka.topic)
     assert sorted(m.key for m in messages) == sorted(truth["in_window_ids"])
-    dead = query(pg_uri, "SELECT record->>'id', reason FROM crawler_ops.dead_letter WHERE task_id = %s", unique_id)
+    dead = query(
+        pg_uri,
+        "SELECT record->>'id', reason FROM crawler_ops.crawl_error WHERE kind = 'record' AND task_id = %s",
+        unique_id,
+    )
     assert sorted(row[0] for row in dead) == sorted(truth["bad_date_ids"])
     assert all("aae397='not-a-date' unparseable" in reason and "Collect_time missing" in reason for _, reason in dead)
     assert run_record(pg_uri, unique_id)["dead_lettered"] == len(dead)

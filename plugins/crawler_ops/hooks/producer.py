@@ -106,7 +106,7 @@ class BatchPublisher:
             while True:
                 try:
                     self.producer.produce(
-                        self.topic,
+                        message.topic or self.topic,
                         key=message.key,
                         value=message.value,
                         headers=list(message.headers),

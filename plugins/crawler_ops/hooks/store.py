@@ -1,4 +1,4 @@
-"""The crawl store in PostgreSQL: watermark, batch status rows, run records, dead letters.
+"""The crawl store in PostgreSQL: watermark, batch status rows, run records, errors and dead letters.
 
 Every statement lives in ``include/sql/<name>.sql`` with bound parameters only. Planning and committing
 of one task are serialised by a transaction-scoped advisory lock; batches are claimed with leases and
@@ -68,6 +68,12 @@ class CrawlerDbHook(PostgresHook):
             raise StatusTableError(
                 f"task {self.task_id}: cannot connect to PostgreSQL (connection '{self.postgres_conn_id}'): {exc}"
             ) from exc
+
+    def close(self) -> None:
+        """Close the connection if one was opened."""
+        db = self.__dict__.pop("db", None)
+        if db is not None:
+            db.close()
 
     @contextmanager
     def transaction(self, lock: bool = False) -> Iterator[psycopg.Cursor]:
@@ -163,15 +169,9 @@ class CrawlStoreHook(CrawlerDbHook):
                     cur.execute(read_sql("mark_expired"), {"task": self.task_id, "lo": outcome.batch.lo})
             if outcome.dead_letters:
                 cur.executemany(
-                    read_sql("insert_dead_letter"),
+                    read_sql("insert_error"),
                     [
-                        {
-                            "task": self.task_id,
-                            "run_id": run_id,
-                            "offset": offset,
-                            "reason": reason,
-                            "record": Jsonb(cap_record(record)),
-                        }
+                        self.error_row(run_id, "record", reason, offset, None, Jsonb(cap_record(record)))
                         for offset, reason, record in outcome.dead_letters
                     ],
                 )
@@ -200,9 +200,28 @@ class CrawlStoreHook(CrawlerDbHook):
         """Claims the run made and did not finish go back to pending (after all its chunks ended)."""
         return BATCHES.release_owner(cur, self.task_id, run_id)
 
-    def add_run_error(self, run_id: str, error: str) -> None:
+    def add_run_error(self, run_id: str, error: str, batch: Batch | None = None) -> None:
+        """Note a failure on the run's summary and in the error table (kind 'batch' when a batch is named)."""
         with self.transaction() as cur:
-            cur.execute(read_sql("add_run_error"), {"task": self.task_id, "run_id": run_id, "error": error[:2000]})
+            self.record_error(cur, run_id, error, "batch" if batch else "plan", batch)
+
+    def record_error(self, cur: psycopg.Cursor, run_id: str, error: str, kind: str, batch: Batch | None) -> None:
+        cur.execute(read_sql("add_run_error"), {"task": self.task_id, "run_id": run_id, "error": error[:2000]})
+        lo, hi = (batch.lo, batch.hi) if batch else (None, None)
+        cur.execute(read_sql("insert_error"), self.error_row(run_id, kind, error[:8000], lo, hi, None))
+
+    def error_row(
+        self, run_id: str, kind: str, reason: str, offset: int | None, offset_end: int | None, record: Any
+    ) -> dict[str, Any]:
+        return {
+            "task": self.task_id,
+            "run_id": run_id,
+            "kind": kind,
+            "offset": offset,
+            "offset_end": offset_end,
+            "reason": reason,
+            "record": record,
+        }
 
     # ----------------------------------------------------------------- commit
 

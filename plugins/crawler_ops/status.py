@@ -1,0 +1,202 @@
+"""The per-task status view: what the old service showed, and more, from PostgreSQL, the source, Kafka and Airflow.
+
+Used by ``python -m crawler_ops status`` and by the status endpoint in Airflow's api-server
+(:mod:`crawler_ops.web`). Every part is gathered on its own: a source or broker that does not answer shows
+as an error on that task instead of hiding the rest.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from datetime import UTC, datetime
+from typing import Any
+
+from confluent_kafka import ConsumerGroupTopicPartitions, KafkaException, TopicPartition
+from confluent_kafka.admin import AdminClient, OffsetSpec
+
+from crawler_ops.config import CrawlTaskConfig, LoadedConfig
+from crawler_ops.hooks.producer import IdempotentProducerHook
+from crawler_ops.hooks.source import SourceApiHook
+from crawler_ops.hooks.store import CrawlStoreHook
+from crawler_ops.sqlfiles import read_sql
+
+log = logging.getLogger(__name__)
+
+STATUS_TIMEOUT_S = 5.0
+RUN_FIELDS = (
+    "run_id",
+    "mode",
+    "status",
+    "started_at",
+    "finished_at",
+    "duration_s",
+    "planned",
+    "fetched",
+    "kept",
+    "published",
+    "expired",
+    "dead_lettered",
+    "errors",
+)
+
+
+def collect(loaded: LoadedConfig, task_id: str | None = None, live: bool = True) -> dict[str, Any]:
+    """The status of every crawl task of ``loaded`` (or of ``task_id``), plus invalid tasks' config errors.
+
+    :param live: also ask each source for its current total and Kafka for consumer lag.
+    :raises KeyError: when ``task_id`` names no configured task.
+    """
+    tasks = [t for t in loaded.tasks if task_id is None or t.id == task_id]
+    invalid = {k: v for k, v in loaded.errors.items() if task_id is None or k == task_id}
+    if task_id is not None and not tasks and not invalid:
+        raise KeyError(task_id)
+    running, running_error = active_runs([t.dag_id for t in tasks])
+    with ThreadPoolExecutor(max(1, min(8, len(tasks)))) as pool:
+        rows = list(pool.map(lambda t: task_status(t, running, running_error, live), tasks))
+    return {
+        "generated_at": datetime.now(UTC).isoformat(),
+        "tasks": rows,
+        "invalid_tasks": [{"task_id": k, "error": v} for k, v in sorted(invalid.items())],
+    }
+
+
+def task_status(
+    cfg: CrawlTaskConfig, running: Mapping[str, list[str]] | None, running_error: str | None, live: bool
+) -> dict[str, Any]:
+    """One task's row; each source of information fills its own fields or an ``*_error`` field."""
+    row: dict[str, Any] = {
+        "task_id": cfg.id,
+        "task_name": cfg.name or cfg.id,
+        "dag_id": cfg.dag_id,
+        "topic": cfg.kafka.topic,
+        "running": None if running is None else bool(running.get(cfg.dag_id)),
+        "active_runs": None if running is None else running.get(cfg.dag_id, []),
+    }
+    if running_error:
+        row["running_error"] = running_error
+    row.update(stored_status(cfg))
+    if live:
+        row.update(source_total(cfg))
+        row["kafka"] = kafka_status(cfg)
+    total = row.get("source_total", row.get("total"))
+    watermark = row.get("watermark")
+    row["progress"] = f"{100.0 * watermark / total:.1f}%" if total and watermark is not None else "-"
+    return row
+
+
+def stored_status(cfg: CrawlTaskConfig) -> dict[str, Any]:
+    """Watermark and counters, batch rows by status, the last run and recent errors from PostgreSQL."""
+    store = CrawlStoreHook(cfg.postgres_conn_id, cfg.id)
+    try:
+        with store.transaction() as cur:
+            if cur.execute(read_sql("view/schema_exists")).fetchone() is None:
+                return {"status": "never run", "watermark": None}
+            progress = fetch_dict(cur, "view/progress", task=cfg.id) or {"status": "never run", "watermark": None}
+            batches = dict(cur.execute(read_sql("view/batch_counts"), {"task": cfg.id}).fetchall())
+            last_run = fetch_dict(cur, "view/last_run", task=cfg.id)
+            errors = fetch_dict(cur, "view/recent_errors", task=cfg.id) or {}
+    except Exception as exc:  # noqa: BLE001 - one task's database problem must not hide the others
+        return {"status": "unknown", "db_error": f"{type(exc).__name__}: {exc}"}
+    finally:
+        store.close()
+    names = {0: "pending", 1: "claimed", 2: "done", 3: "parked"}
+    return {
+        **{k: iso(v) for k, v in progress.items()},
+        "batches": {names.get(int(k), str(k)): int(v) for k, v in batches.items()},
+        "last_run": {k: iso(last_run[k]) for k in RUN_FIELDS} if last_run else None,
+        "errors_24h": errors,
+    }
+
+
+def fetch_dict(cur: Any, name: str, **params: Any) -> dict[str, Any] | None:
+    row = cur.execute(read_sql(name), params).fetchone()
+    if row is None:
+        return None
+    return dict(zip([d.name for d in cur.description], row, strict=True))
+
+
+def iso(value: Any) -> Any:
+    return value.isoformat() if isinstance(value, datetime) else value
+
+
+def source_total(cfg: CrawlTaskConfig) -> dict[str, Any]:
+    """The source's current total, asked once with a short timeout (no retries)."""
+    quick = cfg.source.model_copy(update={"max_retries": 0, "timeout_s": min(cfg.source.timeout_s, STATUS_TIMEOUT_S)})
+    source = SourceApiHook(quick, cfg.id, cfg.source_task)
+    try:
+        return {"source_total": source.get_total()}
+    except Exception as exc:  # noqa: BLE001 - shown on the task's row
+        return {"source_total": None, "source_error": f"{type(exc).__name__}: {exc}"}
+    finally:
+        source.close()
+
+
+def kafka_status(cfg: CrawlTaskConfig) -> dict[str, Any]:
+    """Messages in the topic and, per configured consumer group, its committed offsets' lag."""
+    try:
+        admin = IdempotentProducerHook(cfg.kafka.conn_id).admin()
+        return topic_lag(admin, cfg.kafka.topic, cfg.kafka.consumer_groups, STATUS_TIMEOUT_S)
+    except Exception as exc:  # noqa: BLE001 - shown on the task's row
+        return {"error": f"{type(exc).__name__}: {exc}"}
+
+
+def topic_lag(admin: AdminClient, topic: str, groups: Sequence[str], timeout: float) -> dict[str, Any]:
+    """Per group: lag = end offset - committed offset per partition (from the earliest when nothing committed)."""
+    metadata = admin.list_topics(topic=topic, timeout=timeout).topics.get(topic)
+    if metadata is None or metadata.error is not None:
+        return {"error": f"topic '{topic}' does not exist yet", "groups": {}}
+    partitions = [TopicPartition(topic, p) for p in sorted(metadata.partitions)]
+    end = list_offsets(admin, partitions, OffsetSpec.latest(), timeout)
+    start = list_offsets(admin, partitions, OffsetSpec.earliest(), timeout)
+    result: dict[str, Any] = {"messages": sum(end.values()) - sum(start.values()), "end_offset": sum(end.values())}
+    lags: dict[str, Any] = {}
+    requests = [ConsumerGroupTopicPartitions(g, list(partitions)) for g in groups]
+    futures = {}
+    for request in requests:  # the admin API takes one group per request
+        futures.update(admin.list_consumer_group_offsets([request], request_timeout=timeout))
+    for group, future in futures.items():
+        try:
+            committed = {tp.partition: tp.offset for tp in future.result(timeout=timeout).topic_partitions}
+        except KafkaException as exc:
+            lags[group] = {"error": str(exc)}
+            continue
+        per_partition = {p: end[p] - (committed[p] if committed.get(p, -1) >= 0 else start[p]) for p in sorted(end)}
+        lags[group] = {
+            "lag": sum(per_partition.values()),
+            "committed": sum(max(committed.get(p, -1), 0) for p in end),
+            "partitions": per_partition,
+        }
+    result["groups"] = lags
+    return result
+
+
+def list_offsets(
+    admin: AdminClient, partitions: Iterable[TopicPartition], spec: OffsetSpec, timeout: float
+) -> dict[int, int]:
+    futures = admin.list_offsets({tp: spec for tp in partitions}, request_timeout=timeout)
+    return {tp.partition: int(future.result(timeout=timeout).offset) for tp, future in futures.items()}
+
+
+def active_runs(dag_ids: Sequence[str]) -> tuple[dict[str, list[str]] | None, str | None]:
+    """Queued or running DAG runs per DAG id from Airflow's metadata DB (None and the reason when unreadable)."""
+    if not dag_ids:
+        return {}, None
+    try:
+        from airflow.models.dagrun import DagRun
+        from airflow.utils.session import create_session
+        from airflow.utils.state import DagRunState
+        from sqlalchemy import select
+
+        query = select(DagRun.dag_id, DagRun.run_id).where(
+            DagRun.dag_id.in_(list(dag_ids)), DagRun.state.in_([DagRunState.RUNNING, DagRunState.QUEUED])
+        )
+        runs: dict[str, list[str]] = {}
+        with create_session() as session:
+            for dag_id, run_id in session.execute(query).all():
+                runs.setdefault(dag_id, []).append(run_id)
+        return runs, None
+    except Exception as exc:  # noqa: BLE001 - the rest of the view is still useful
+        log.warning("status: cannot read Airflow's DAG runs: %s", exc)
+        return None, f"Airflow metadata DB not readable here: {type(exc).__name__}: {exc}"

@@ -1,0 +1,136 @@
+"""The status view inside Airflow's api-server: a FastAPI app mounted at ``/crawler-ops`` by the plugin.
+
+``GET /crawler-ops/api/status[?task=ID&live=false]`` returns the JSON of ``python -m crawler_ops status
+--json``; ``GET /crawler-ops/`` renders it as a small HTML page (linked from the Airflow UI's navigation).
+Both need an Airflow login (the UI's session cookie or ``Authorization: Bearer <JWT>``), and a user sees
+only the tasks whose DAG they may read.
+"""
+
+from __future__ import annotations
+
+from html import escape
+from typing import Annotated, Any
+
+from fastapi import Depends, FastAPI, HTTPException, Query, Request
+from fastapi.responses import HTMLResponse
+
+from crawler_ops.config import load_config
+from crawler_ops.errors import ConfigError
+from crawler_ops.status import collect
+
+URL_PREFIX = "/crawler-ops"
+
+
+async def current_user(request: Request) -> Any:
+    """The logged-in Airflow user, exactly as the REST API resolves it (401 without a valid login).
+
+    Imported here, not at module level: every task process loads plugins (for macros), and the api-server's
+    security module would cost each task start half a second.
+    """
+    from airflow.api_fastapi.core_api.security import bearer_scheme, get_user
+
+    return await get_user(request, None, await bearer_scheme(request))
+
+
+User = Annotated[Any, Depends(current_user)]
+
+app = FastAPI(title="crawler_ops status", description="Per crawl task: progress, runs, errors, Kafka lag.")
+
+
+def visible_report(user: Any, task: str | None, live: bool) -> dict[str, Any]:
+    """The status report restricted to the DAGs ``user`` may read."""
+    from airflow.api_fastapi.app import get_auth_manager
+    from airflow.api_fastapi.auth.managers.models.resource_details import DagDetails
+
+    try:
+        loaded = load_config()
+        allowed = tuple(
+            t
+            for t in loaded.tasks
+            if get_auth_manager().is_authorized_dag(method="GET", details=DagDetails(id=t.dag_id), user=user)
+        )
+        return collect(loaded.model_copy(update={"tasks": allowed}), task, live=live)
+    except ConfigError as exc:
+        raise HTTPException(status_code=500, detail=f"crawler_ops config: {exc}") from exc
+    except KeyError as exc:
+        raise HTTPException(status_code=404, detail=f"no crawl task '{task}' visible to you") from exc
+
+
+@app.get("/api/status")
+def status_json(
+    user: User,
+    task: Annotated[str | None, Query(description="only this crawl task id")] = None,
+    live: Annotated[bool, Query(description="ask the sources and Kafka too")] = True,
+) -> dict[str, Any]:
+    return visible_report(user, task, live)
+
+
+@app.get("/", response_class=HTMLResponse)
+def status_page(user: User, task: str | None = None, live: bool = True) -> str:
+    return render_html(visible_report(user, task, live))
+
+
+COLUMNS = (
+    ("task", lambda r: f"{r['task_id']}<br><small>{escape(str(r['task_name']))}</small>"),
+    ("running", lambda r: {True: "yes", False: "no", None: "?"}[r.get("running")]),
+    ("status", lambda r: r.get("status")),
+    ("source total", lambda r: r.get("source_total", r.get("source_error", "-"))),
+    ("watermark", lambda r: f"{r.get('watermark')} ({r['progress']})"),
+    ("last start offset", lambda r: r.get("last_start_offset")),
+    ("filtered / produced", lambda r: f"{r.get('filtered_count', 0)} / {r.get('produced_count', 0)}"),
+    ("last update", lambda r: r.get("last_update")),
+    ("last run", lambda r: run_cell(r.get("last_run"))),
+    ("errors 24h", lambda r: errors_cell(r.get("errors_24h"))),
+    ("kafka", lambda r: kafka_cell(r.get("kafka"))),
+)
+
+
+def run_cell(run: dict[str, Any] | None) -> str:
+    if not run:
+        return "-"
+    return (
+        f"{run['status']} ({run['mode']}, {run['duration_s']}s)<br><small>{run['run_id']}<br>fetched {run['fetched']}"
+        f" kept {run['kept']} published {run['published']} dead {run['dead_lettered']}</small>"
+    )
+
+
+def errors_cell(errors: dict[str, Any] | None) -> str:
+    if not errors or not (errors.get("records") or errors.get("batches")):
+        return "0"
+    return f"{errors['records']} records, {errors['batches']} batches<br><small>{escape(str(errors['latest']))}</small>"
+
+
+def kafka_cell(kafka: dict[str, Any] | None) -> str:
+    if kafka is None:
+        return "-"
+    if "messages" not in kafka:
+        return escape(str(kafka.get("error")))
+    lags = "".join(
+        f"<br>{escape(g)}: lag {v['lag']}" if "lag" in v else f"<br>{escape(g)}: {escape(v['error'])}"
+        for g, v in sorted(kafka.get("groups", {}).items())
+    )
+    return f"{kafka['messages']} messages{lags}"
+
+
+def render_html(report: dict[str, Any]) -> str:
+    head = "".join(f"<th>{escape(name)}</th>" for name, _ in COLUMNS)
+    rows = "".join(
+        "<tr>" + "".join(f"<td>{cell(row) if name in RICH else escape(str(cell(row)))}</td>" for name, cell in COLUMNS)
+        for row in report["tasks"]
+    )
+    invalid = "".join(
+        f"<p class=bad><b>{escape(b['task_id'])}</b>: {escape(b['error'])}</p>" for b in report["invalid_tasks"]
+    )
+    return (
+        "<!doctype html><html><head><meta charset=utf-8><meta http-equiv=refresh content=30>"
+        "<title>crawler_ops status</title><style>body{font-family:sans-serif;margin:1em}"
+        "table{border-collapse:collapse}td,th{border:1px solid #ccc;padding:4px 8px;vertical-align:top;"
+        "text-align:left}small{color:#555}.bad{color:#b00}</style></head><body>"
+        f"<h2>crawler_ops status</h2><p><small>{escape(report['generated_at'])} &middot; JSON: "
+        f"<a href='{URL_PREFIX}/api/status'>{URL_PREFIX}/api/status</a> &middot; refreshes every 30 s</small></p>"
+        f"<table><tr>{head}</tr>{rows}</table>{invalid}</body></html>"
+    )
+
+
+# Cells that build their own (escaped) HTML.
+RICH = {"task", "last run", "errors 24h", "kafka"}
