@@ -663,7 +663,7 @@ def failed_plan_summary(run: RunContext) -> dict[str, Any]:
                 record = store.read_run(cur, run.run_id) or {}
         except CrawlerError:
             log.exception("task %s: could not read the run record of the failed plan", run.cfg.id)
-    errors = list(record.get("errors") or []) or ["plan did not finish"]
+    errors = list(record.get("errors") or []) or ["the plan task failed before it could record the run; see its log"]
     old = record.get("old_watermark")
     return run_summary(run, record, "failed", record.get("planned", 0), old, old, errors)
 

@@ -61,12 +61,21 @@ class StatusTable:
             cutoff: sql.Composable = sql.SQL("extract(epoch from now())::bigint - %(lease_s)s")
             retry: sql.Composable = sql.SQL("extract(epoch from now())::bigint - %(retry_s)s")
             end_empty: sql.Composable = sql.SQL("({c} IS NULL OR {c} = 0)").format(c=sql.SQL(col))
+            age: sql.Composable = sql.SQL("extract(epoch from now())::bigint - %(age_s)s")
         else:
             now = sql.SQL("now()")
             cutoff = sql.SQL("now() - make_interval(secs => %(lease_s)s)")
             retry = sql.SQL("now() - make_interval(secs => %(retry_s)s)")
             end_empty = sql.SQL("{c} IS NULL").format(c=sql.SQL(col))
-        return {"table": self.ident, "now": now, "lease_cutoff": cutoff, "retry_cutoff": retry, "end_empty": end_empty}
+            age = sql.SQL("now() - make_interval(secs => %(age_s)s)")
+        return {
+            "table": self.ident,
+            "now": now,
+            "lease_cutoff": cutoff,
+            "retry_cutoff": retry,
+            "age_cutoff": age,
+            "end_empty": end_empty,
+        }
 
     def statement(self, name: str, **extra: sql.Composable) -> sql.Composed:
         parts = self._parts()

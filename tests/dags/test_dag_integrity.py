@@ -35,7 +35,13 @@ def test_sample_config_dags_import_without_errors_or_network(monkeypatch, no_net
     bag = load_bag(monkeypatch, SAMPLE)
 
     assert bag.import_errors == {}
-    assert set(bag.dag_ids) == {"crawl_jobs_beijing", "crawl_jobs_shanghai", "exec_area_addresses"}
+    assert set(bag.dag_ids) == {
+        "crawl_jobs_beijing",
+        "crawl_jobs_shanghai",
+        "exec_area_addresses",
+        "crawler_ops_maintenance",
+        "sample_jobs_beijing_downstream",
+    }
 
 
 @pytest.mark.parametrize("dag_id", ["crawl_jobs_beijing", "crawl_jobs_shanghai"], ids=["beijing", "shanghai"])
@@ -73,7 +79,7 @@ def test_an_invalid_task_becomes_a_failing_dag_and_the_valid_one_still_loads(mon
     bag = load_bag(monkeypatch, config)
 
     assert bag.import_errors == {}
-    assert set(bag.dag_ids) == {"crawl_good", "crawl_bad"}
+    assert set(bag.dag_ids) == {"crawl_good", "crawl_bad", "crawler_ops_maintenance"}
     broken = bag.get_dag("crawl_bad")
     assert "config-error" in broken.tags
     with pytest.raises(AirflowFailException, match=r"task 'bad': field 'batch_size'"):
@@ -86,5 +92,40 @@ def test_invalid_yaml_is_an_import_error_naming_the_file(monkeypatch, tmp_path):
 
     errors = load_bag(monkeypatch, config).import_errors
 
-    assert {Path(f).name for f in errors} == {"crawl_dags.py", "executor_dags.py"}
+    assert {Path(f).name for f in errors} == {
+        "crawl_dags.py",
+        "executor_dags.py",
+        "maintenance_dag.py",
+        "sample_downstream.py",
+    }
     assert all(f"{config} is not valid YAML" in message for message in errors.values())
+
+
+def test_maintenance_dag_has_three_independent_pruning_tasks(monkeypatch, no_network):
+    dag = load_bag(monkeypatch, SAMPLE).get_dag("crawler_ops_maintenance")
+
+    assert {t.task_id for t in dag.tasks} == {"prune_run_history", "prune_errors", "prune_status_rows"}
+    assert all(not t.upstream_task_ids for t in dag.tasks)
+    assert {"crawler_ops", "maintenance"} <= set(dag.tags)
+    assert "30 days" in dag.doc_md
+
+
+def test_an_invalid_maintenance_block_becomes_a_failing_dag(monkeypatch, tmp_path):
+    config = tmp_path / "tasks.yaml"
+    config.write_text(
+        "tasks:\n  - id: good\n    kafka: {topic: good.topic}\nmaintenance: {keep_runs_days: -1}\n", encoding="utf-8"
+    )
+    bag = load_bag(monkeypatch, config)
+
+    assert set(bag.dag_ids) == {"crawl_good", "crawler_ops_maintenance"}
+    broken = bag.get_dag("crawler_ops_maintenance")
+    assert "config-error" in broken.tags
+    with pytest.raises(AirflowFailException, match=r"maintenance: field 'keep_runs_days'"):
+        broken.get_task("config_error").python_callable()
+
+
+def test_crawl_dag_commit_emits_through_an_alias_of_the_topic_asset(monkeypatch):
+    dag = load_bag(monkeypatch, SAMPLE).get_dag("crawl_jobs_beijing")
+
+    outlets = dag.get_task("commit").outlets
+    assert [o.name for o in outlets] == ["crawler_ops.jobs_beijing"]

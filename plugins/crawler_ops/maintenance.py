@@ -1,0 +1,96 @@
+"""Retention (the old TTL sweep), run by the DAG ``crawler_ops_maintenance``.
+
+Deletes, in bounded batches (one statement and transaction per ``delete_batch`` rows, so a large backlog
+never holds long locks or one huge transaction):
+
+- run history rows finished more than ``keep_runs_days`` ago;
+- error and dead-letter rows older than ``keep_errors_days``;
+- done status rows that finished more than ``keep_status_days`` ago: crawl batch rows below their
+  task's watermark, and executor rows whose source row no longer exists (a done executor row whose
+  source row exists is kept, or the next sync would queue that row again).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable
+from typing import Any
+
+from psycopg import sql
+
+from crawler_ops.config import ExecutorTaskConfig, MaintenanceConfig
+from crawler_ops.errors import StatusTableError
+from crawler_ops.executor import executor_hook, resolve_tables
+from crawler_ops.hooks.store import CrawlerDbHook, CrawlStoreHook
+from crawler_ops.sqlfiles import read_sql
+
+log = logging.getLogger(__name__)
+DAY_S = 86_400
+
+
+def delete_in_batches(hook: CrawlerDbHook, statement: str | sql.Composed, params: dict[str, Any], label: str) -> int:
+    """Run a bounded DELETE (``LIMIT %(limit)s`` inside) until it deletes fewer rows than the limit."""
+    deleted = 0
+    while True:
+        with hook.transaction() as cur:
+            count = cur.execute(statement, params).rowcount
+        deleted += count
+        if count:
+            log.info("retention: %s: deleted %d rows (%d so far)", label, count, deleted)
+        if count < params["limit"]:
+            return deleted
+
+
+def crawl_databases(cfg: MaintenanceConfig, conn_ids: Iterable[str]) -> list[str]:
+    """Every PostgreSQL connection holding a crawler_ops schema: the crawl tasks' and the maintenance DAG's."""
+    return sorted({cfg.postgres_conn_id, *conn_ids})
+
+
+def prune_crawl_table(cfg: MaintenanceConfig, conn_id: str, name: str, keep_days: float) -> int:
+    """Prune one crawler_ops table (``prune/<name>.sql``) in the database of ``conn_id``."""
+    hook = CrawlStoreHook(conn_id, "maintenance")
+    try:
+        hook.ensure_schema()
+        params = {"age_s": keep_days * DAY_S, "limit": cfg.delete_batch}
+        return delete_in_batches(hook, read_sql(f"prune/{name}"), params, f"{conn_id} {name}")
+    finally:
+        hook.close()
+
+
+def prune_executor_rows(cfg: MaintenanceConfig, executor: ExecutorTaskConfig) -> int:
+    """Prune one executor's done rows whose source row is gone."""
+    hook = executor_hook(executor)
+    try:
+        with hook.transaction() as cur:
+            tables = resolve_tables(cur, executor)
+        statement = tables.status.statement(
+            "prune_done", source=tables.source, source_id=sql.Identifier(tables.id_column)
+        )
+        params = {"task": executor.name, "age_s": int(cfg.keep_status_days * DAY_S), "limit": cfg.delete_batch}
+        return delete_in_batches(hook, statement, params, f"executor {executor.name} {tables.status.label}")
+    finally:
+        hook.close()
+
+
+def prune_all(cfg: MaintenanceConfig, crawl_conn_ids: Iterable[str], name: str, keep_days: float) -> dict[str, int]:
+    """Prune one crawler_ops table in every crawl database; returns rows deleted per connection."""
+    return {conn: prune_crawl_table(cfg, conn, name, keep_days) for conn in crawl_databases(cfg, crawl_conn_ids)}
+
+
+def prune_status_rows(
+    cfg: MaintenanceConfig, crawl_conn_ids: Iterable[str], executors: Iterable[ExecutorTaskConfig]
+) -> dict[str, Any]:
+    """Done crawl batch rows and executor rows; one executor failing does not stop the others."""
+    result: dict[str, Any] = {"crawl_batches": prune_all(cfg, crawl_conn_ids, "batches", cfg.keep_status_days)}
+    failures = []
+    for executor in executors:
+        try:
+            result[f"executor {executor.name}"] = prune_executor_rows(cfg, executor)
+        except Exception as exc:  # reported below, after the other executors ran
+            log.exception("retention: executor %s failed", executor.name)
+            failures.append(f"executor '{executor.name}': {type(exc).__name__}: {exc}")
+    if failures:
+        raise StatusTableError(
+            f"retention of status rows failed for {len(failures)} executor(s): " + "; ".join(failures)
+        )
+    return result

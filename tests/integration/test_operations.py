@@ -1,0 +1,316 @@
+"""Operations on the real services: run history, errors and dead letters, the status CLI, webhooks, Assets."""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import os
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import pytest
+from confluent_kafka import Consumer
+
+from tests.support import DemoSource, make_task, query, read_topic, run_dag, run_record, use_config, watermark
+
+pytestmark = pytest.mark.integration
+
+REPO = Path(__file__).resolve().parents[2]
+REF = datetime(2026, 11, 1, tzinfo=UTC)
+TOLERANCE_S = 24 * 3600
+
+
+@pytest.fixture
+def source(source_url: str) -> DemoSource:
+    return DemoSource(source_url)
+
+
+# --------------------------------------------------------------------------- run history, errors, dead letters
+
+
+def test_the_run_history_row_holds_the_summary_of_what_reached_kafka(source, kafka_bootstrap, pg_uri, unique_id):
+    source.create(unique_id, total=1_000, ref=REF, in_window_share=0.6)
+    source.faults(unique_id, bad_date_share=0.05)
+    cfg = make_task(unique_id)
+
+    assert run_dag(cfg, REF) == "success"
+
+    truth = source.truth(unique_id, REF, days=7, tolerance_s=TOLERANCE_S)
+    row = run_record(pg_uri, unique_id)
+    published = read_topic(kafka_bootstrap, cfg.kafka.topic)
+    assert row["status"] == "success" and row["mode"] == "first"
+    assert row["old_watermark"] is None and row["new_watermark"] == 1_000 == watermark(pg_uri, unique_id)
+    assert row["published"] == row["kept"] == len(published) == len(truth["in_window_ids"])
+    assert row["dead_lettered"] == len(truth["bad_date_ids"]) > 0
+    assert row["fetched"] == row["kept"] + row["expired"] + row["dead_lettered"]
+    assert row["planned"] >= row["pages"] > 0
+    assert row["finished_at"] > row["started_at"]
+    assert row["errors"] == []
+
+
+def test_dead_letters_go_to_the_error_table_and_the_dead_letter_topic(source, kafka_bootstrap, pg_uri, unique_id):
+    source.create(unique_id, total=600, ref=REF, in_window_share=1.0)
+    source.faults(unique_id, bad_date_share=0.1)
+    cfg = make_task(unique_id, kafka={"dead_letter_topic": f"test.{unique_id}.dead"})
+
+    assert run_dag(cfg, REF) == "success"
+
+    truth = source.truth(unique_id, REF, days=7, tolerance_s=TOLERANCE_S)
+    rows = query(
+        pg_uri,
+        "SELECT source_offset, offset_end, reason, record, run_id FROM crawler_ops.crawl_error "
+        "WHERE task_id = %s AND kind = 'record'",
+        unique_id,
+    )
+    assert sorted(r[3]["id"] for r in rows) == sorted(truth["bad_date_ids"])
+    assert all(r[1] is None and "unparseable" in r[2] and r[3]["aae397"] == "not-a-date" for r in rows)
+    dead = read_topic(kafka_bootstrap, f"test.{unique_id}.dead")
+    assert sorted(m.key for m in dead) == sorted(truth["bad_date_ids"])
+    by_key = {m.key: m for m in dead}
+    for offset, _end, reason, record, run_id in rows:
+        message = by_key[record["id"]]
+        assert message.value == {
+            "task": unique_id,
+            "run_id": run_id,
+            "source_offset": offset,
+            "reason": reason,
+            "record": record,
+        }
+        assert message.headers["reason"] == reason and message.headers["source_offset"] == str(offset)
+    main = read_topic(kafka_bootstrap, cfg.kafka.topic)
+    assert not {m.key for m in main} & set(truth["bad_date_ids"])
+    assert run_record(pg_uri, unique_id)["published"] == len(main), "dead letters are not counted as published"
+
+
+def test_a_failing_batch_is_an_error_row_naming_its_offsets(source, pg_uri, unique_id):
+    source.create(unique_id, total=500, ref=REF, in_window_share=1.0)
+    source.faults(unique_id, fail_offsets=[260])  # not an offset the first crawl's window probe reads
+    cfg = make_task(unique_id, max_chunks=1)
+
+    assert run_dag(cfg, REF) == "failed"
+
+    rows = query(
+        pg_uri,
+        "SELECT kind, source_offset, offset_end, reason FROM crawler_ops.crawl_error WHERE task_id = %s",
+        unique_id,
+    )
+    assert len(rows) == 1
+    kind, lo, hi, reason = rows[0]
+    assert kind == "batch" and lo <= 200 and hi >= 300 and "HTTP 500" in reason
+    assert run_record(pg_uri, unique_id)["status"] == "failed"
+
+
+def test_a_failing_plan_is_an_error_row(source, pg_uri, unique_id):
+    source.create(unique_id, total=500, ref=REF, in_window_share=1.0)
+    source.faults(unique_id, wrong_shape=True)
+    cfg = make_task(unique_id)
+
+    assert run_dag(cfg, REF) == "failed"
+
+    rows = query(pg_uri, "SELECT kind, reason FROM crawler_ops.crawl_error WHERE task_id = %s", unique_id)
+    assert [r[0] for r in rows] == ["plan"] and "plan: SourceError" in rows[0][1]
+
+
+# --------------------------------------------------------------------------- status CLI
+
+
+def consume_and_commit(bootstrap: str, topic: str, group: str, n: int) -> None:
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "auto.offset.reset": "earliest"})
+    consumer.subscribe([topic])
+    read = 0
+    while read < n:
+        message = consumer.poll(10)
+        assert message is not None, "the topic has fewer messages than the test reads"
+        if message.error() is None:
+            read += 1
+            consumer.commit(message, asynchronous=False)
+    consumer.close()
+
+
+def status_cli(*args: str) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO / "plugins"), str(REPO)])}
+    return subprocess.run(
+        [sys.executable, "-m", "crawler_ops", "status", *args], env=env, capture_output=True, text=True, timeout=120
+    )
+
+
+def test_status_cli_shows_progress_runs_errors_and_consumer_lag(source, kafka_bootstrap, pg_uri, unique_id, tmp_path):
+    source.create(unique_id, total=700, ref=REF, in_window_share=1.0)
+    source.faults(unique_id, bad_date_share=0.05)
+    group = f"g_{unique_id}"
+    cfg = make_task(unique_id, name="状态测试", kafka={"consumer_groups": [group, f"{group}_idle"]})
+    assert run_dag(cfg, REF) == "success"
+    source.clear_faults(unique_id)
+    source.append(unique_id, 50)
+    published = len(read_topic(kafka_bootstrap, cfg.kafka.topic))
+    consume_and_commit(kafka_bootstrap, cfg.kafka.topic, group, 40)
+    use_config(cfg, tmp_path)
+
+    result = status_cli("--task", unique_id, "--json")
+
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout)
+    (row,) = report["tasks"]
+    record = run_record(pg_uri, unique_id)
+    assert row["task_name"] == "状态测试" and row["dag_id"] == f"crawl_{unique_id}"
+    assert row["source_total"] == 750 and row["total"] == 700 and row["watermark"] == 700
+    assert row["status"] == "completed" and row["running"] is False
+    assert row["produced_count"] == row["filtered_count"] == published
+    assert row["last_run"]["run_id"] == record["run_id"] and row["last_run"]["status"] == "success"
+    assert row["last_run"]["dead_lettered"] == record["dead_lettered"] > 0
+    assert row["errors_24h"]["records"] == record["dead_lettered"]
+    assert row["kafka"]["messages"] == published
+    assert row["kafka"]["groups"][group]["lag"] == published - 40
+    assert row["kafka"]["groups"][f"{group}_idle"]["lag"] == published, "no commits: everything is lag"
+    assert row["progress"] == f"{100 * 700 / 750:.1f}%"
+
+    text = status_cli("--task", unique_id)
+    assert text.returncode == 0, text.stderr
+    assert f"{unique_id} (状态测试)" in text.stdout and f"{group} lag {published - 40}" in text.stdout
+    assert "source total 750" in text.stdout and "watermark 700" in text.stdout
+
+
+def test_status_cli_names_an_unknown_task_and_survives_an_unreachable_source(unique_id, tmp_path, stack):
+    cfg = make_task(unique_id, source={"conn_id": "nowhere"})
+    use_config(cfg, tmp_path)
+    os.environ["AIRFLOW_CONN_NOWHERE"] = json.dumps({"conn_type": "http", "host": "127.0.0.1", "port": 9})
+    try:
+        missing = status_cli("--task", "no_such_task")
+        report = status_cli("--json")
+    finally:
+        del os.environ["AIRFLOW_CONN_NOWHERE"]
+
+    assert missing.returncode == 2 and "no crawl task 'no_such_task'" in missing.stderr
+    assert report.returncode == 0, report.stderr
+    (row,) = json.loads(report.stdout)["tasks"]
+    assert row["status"] == "never run" and row["source_total"] is None
+    assert "count failed" in row["source_error"] and "Connection refused" in row["source_error"]
+
+
+# --------------------------------------------------------------------------- webhooks
+
+
+class Receiver:
+    """A webhook receiver on loopback: records each request; answers with ``status``."""
+
+    def __init__(self) -> None:
+        self.requests: list[dict[str, Any]] = []
+        self.status = 200
+        receiver = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                body = self.rfile.read(int(self.headers["Content-Length"]))
+                receiver.requests.append({"headers": dict(self.headers), "body": body, "path": self.path})
+                self.send_response(receiver.status)
+                self.end_headers()
+
+            def log_message(self, *_args: Any) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.server.server_address[1]}/hooks/crawl"
+
+
+@pytest.fixture
+def receiver(monkeypatch: pytest.MonkeyPatch, unique_id: str) -> Iterator[Receiver]:
+    hook = Receiver()
+    conn = {"conn_type": "http", "host": hook.url, "password": "s3cret-秘密"}
+    monkeypatch.setenv(f"AIRFLOW_CONN_HOOK_{unique_id.upper()}", json.dumps(conn))
+    yield hook
+    hook.server.shutdown()
+
+
+def verified(request: dict[str, Any], secret: str = "s3cret-秘密") -> dict[str, Any]:
+    """The JSON body, after checking the signature as a receiver would."""
+    timestamp = request["headers"]["X-Crawler-Ops-Timestamp"]
+    expected = hmac.new(secret.encode(), timestamp.encode() + b"." + request["body"], hashlib.sha256).hexdigest()
+    assert hmac.compare_digest(request["headers"]["X-Crawler-Ops-Signature"], f"sha256={expected}")
+    return json.loads(request["body"])
+
+
+def test_webhooks_are_signed_and_carry_the_run_summary(source, receiver, pg_uri, unique_id):
+    source.create(unique_id, total=400, ref=REF, in_window_share=1.0)
+    cfg = make_task(unique_id, notify={"conn_id": f"hook_{unique_id}"}, retries=1)
+
+    assert run_dag(cfg, REF) == "success"
+
+    (request,) = receiver.requests
+    body = verified(request)
+    record = run_record(pg_uri, unique_id)
+    assert request["path"] == "/hooks/crawl" and request["headers"]["X-Crawler-Ops-Event"] == "run.success"
+    assert body["event"] == "run.success" and body["task"] == unique_id
+    summary = body["summary"]
+    assert summary["run_id"] == record["run_id"] and summary["status"] == "success"
+    for key in ("planned", "fetched", "kept", "published", "expired", "dead_lettered"):
+        assert summary[key] == record[key], key
+    assert summary["new_watermark"] == 400 and summary["duration_s"] > 0
+
+    source.faults(unique_id, fail_offsets=[450])
+    source.append(unique_id, 200)
+    assert run_dag(cfg, REF) == "failed"
+
+    assert len(receiver.requests) == 2, "one notification per failed run, not one per retry"
+    failure = verified(receiver.requests[1])
+    assert failure["event"] == "run.failure" and failure["summary"]["unfinished_batches"] == 1
+    assert any("[400, 500)" in e for e in failure["summary"]["errors"])
+
+
+def test_a_webhook_that_fails_or_is_unreachable_does_not_fail_the_run(source, receiver, unique_id, monkeypatch):
+    source.create(unique_id, total=300, ref=REF, in_window_share=1.0)
+    receiver.status = 500
+    cfg = make_task(unique_id, notify={"conn_id": f"hook_{unique_id}"})
+
+    assert run_dag(cfg, REF) == "success"
+    assert len(receiver.requests) == 3, "a 5xx is retried, then given up"
+
+    monkeypatch.setenv(f"AIRFLOW_CONN_HOOK_{unique_id.upper()}", json.dumps({"conn_type": "http", "host": "x"}))
+    source.append(unique_id, 100)
+    assert run_dag(cfg, REF) == "success", "no secret: not sent, run unaffected"
+    monkeypatch.setenv(
+        f"AIRFLOW_CONN_HOOK_{unique_id.upper()}",
+        json.dumps({"conn_type": "http", "host": "http://127.0.0.1:9/none", "password": "s"}),
+    )
+    source.append(unique_id, 100)
+    assert run_dag(cfg, REF) == "success", "unreachable receiver: run unaffected"
+
+
+# --------------------------------------------------------------------------- Assets
+
+
+def asset_events(uri: str) -> list[dict[str, Any]]:
+    from airflow.models.asset import AssetEvent, AssetModel
+    from airflow.utils.session import create_session
+    from sqlalchemy import select
+
+    with create_session() as session:
+        rows = session.execute(
+            select(AssetEvent.extra).join(AssetModel, AssetEvent.asset_id == AssetModel.id).where(AssetModel.uri == uri)
+        ).all()
+    return [row[0] for row in rows]
+
+
+def test_commit_emits_the_topic_asset_with_the_summary_only_when_records_were_published(source, pg_uri, unique_id):
+    source.create(unique_id, total=300, ref=REF, in_window_share=1.0)
+    cfg = make_task(unique_id, kafka={"asset_host": "broker.test:9092"})
+
+    assert run_dag(cfg, REF) == "success"
+
+    (extra,) = asset_events(f"kafka://broker.test:9092/test.{unique_id}")
+    record = run_record(pg_uri, unique_id)
+    assert extra["run_id"] == record["run_id"] and extra["published"] == 300 == record["published"]
+    assert extra["topic"] == cfg.kafka.topic and extra["new_watermark"] == 300
+
+    assert run_dag(cfg, REF) == "success", "nothing new"
+    assert len(asset_events(f"kafka://broker.test:9092/test.{unique_id}")) == 1, "no event without new records"
