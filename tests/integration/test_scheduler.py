@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import subprocess
 import sys
+import threading
 import time
 import uuid
 from collections import Counter
@@ -19,6 +21,7 @@ import httpx
 import pytest
 import yaml
 
+from crawler_ops.config import CrawlTaskConfig
 from tests.support import DemoSource, duplicates, make_task, query, read_topic, run_record, watermark
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -83,6 +86,7 @@ def task_ids() -> dict[str, str]:
         "backfill": f"backfill_{suffix}",
         "minutely": f"minutely_{suffix}",
         "executor": f"exec{suffix}",
+        "ops": f"ops_{suffix}",
     }
 
 
@@ -107,12 +111,48 @@ def session_tasks(task_ids: dict[str, str]) -> list[dict[str, Any]]:
         make_task(task_ids["rest"]).model_dump(mode="json"),
         make_task(task_ids["backfill"], schedule="@daily", batch_size=500).model_dump(mode="json"),
         make_task(task_ids["minutely"], schedule="* * * * *").model_dump(mode="json"),
+        ops_task(task_ids["ops"]).model_dump(mode="json"),
     ]
+
+
+def ops_task(task_id: str) -> CrawlTaskConfig:
+    """The task the operations tests watch; the sample downstream DAG reads it as group <id>.downstream_sample."""
+    return make_task(task_id, kafka={"consumer_groups": [f"{task_id}.downstream_sample"]})
+
+
+class StatsdCollector:
+    """A StatsD server on loopback UDP: keeps every metric line Airflow's services send."""
+
+    def __init__(self) -> None:
+        self.socket = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        self.socket.bind(("127.0.0.1", 0))
+        self.port = self.socket.getsockname()[1]
+        self.lines: list[str] = []
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self) -> None:
+        while True:
+            data = self.socket.recv(65_536)
+            self.lines.extend(data.decode(errors="replace").splitlines())
+
+    def counter(self, name: str) -> int:
+        """Sum of a counter's increments (``name:<n>|c``)."""
+        total = 0
+        for line in list(self.lines):
+            metric, _, rest = line.partition(":")
+            if metric == name and rest.endswith("|c"):
+                total += int(rest.split("|")[0])
+        return total
+
+
+@pytest.fixture(scope="session")
+def statsd() -> StatsdCollector:
+    return StatsdCollector()
 
 
 @pytest.fixture(scope="session")
 def airflow(
-    stack: dict[str, str], task_ids: dict[str, str], tmp_path_factory: pytest.TempPathFactory
+    stack: dict[str, str], task_ids: dict[str, str], tmp_path_factory: pytest.TempPathFactory, statsd: StatsdCollector
 ) -> Iterator[AirflowApi]:
     """Airflow's services on a config holding this session's test tasks; stopped afterwards."""
     config = tmp_path_factory.mktemp("airflow") / "tasks.yaml"
@@ -130,7 +170,14 @@ def airflow(
     document = {"tasks": tasks, "executors": [executor_entry(task_ids["executor"])]}
     config.write_text(yaml.safe_dump(document, allow_unicode=True), encoding="utf-8")
     stack_py = [sys.executable, str(REPO / "dev" / "stack.py")]
-    env = {**os.environ, "CRAWLER_OPS_CONFIG": str(config)}
+    env = {
+        **os.environ,
+        "CRAWLER_OPS_CONFIG": str(config),
+        "CRAWLER_OPS_SAMPLE_DOWNSTREAM_TASK": task_ids["ops"],
+        "AIRFLOW__METRICS__STATSD_ON": "True",
+        "AIRFLOW__METRICS__STATSD_HOST": "127.0.0.1",
+        "AIRFLOW__METRICS__STATSD_PORT": str(statsd.port),
+    }
     subprocess.run([*stack_py, "airflow-down"], check=True, env=env)
     try:
         subprocess.run([*stack_py, "airflow-up"], check=True, env=env)
@@ -351,3 +398,71 @@ def test_a_trigger_while_a_run_is_active_waits_for_it(airflow, task_ids):
     assert airflow.wait_for(dag_id, second) == "success"
     runs = {r: airflow.http.get(f"/dags/{dag_id}/dagRuns/{r}").json() for r in (first, second)}
     assert runs[second]["start_date"] >= runs[first]["end_date"], "max_active_runs=1 queued the second run"
+
+
+# --------------------------------------------------------------------------- operations
+
+
+def test_status_endpoint_in_the_api_server_needs_a_login(airflow, pg_uri, task_ids, stack):
+    state = json.loads((REPO / ".stack" / "stack.json").read_text())["airflow"]
+    base = f"{state['url']}/crawler-ops"
+    cfg = ops_task(task_ids["ops"])
+
+    assert httpx.get(f"{base}/api/status", timeout=30).status_code == 401
+    assert httpx.get(f"{base}/", timeout=30).status_code == 401
+    forged = httpx.get(f"{base}/api/status", headers={"Authorization": "Bearer not.a.jwt"}, timeout=30)
+    assert forged.status_code in (401, 403)
+
+    headers = dict(airflow.http.headers)
+    response = httpx.get(f"{base}/api/status", params={"task": cfg.id}, headers=headers, timeout=60)
+    assert response.status_code == 200, response.text
+    (row,) = response.json()["tasks"]
+    assert row["dag_id"] == cfg.dag_id and row["topic"] == cfg.kafka.topic and row["running"] is False
+    assert row["watermark"] == watermark(pg_uri, cfg.id)
+    page = httpx.get(f"{base}/", headers=headers, timeout=60)
+    assert page.status_code == 200 and "text/html" in page.headers["content-type"]
+    assert all(f"crawl_{t}" in page.text or t in page.text for t in (task_ids["rest"], task_ids["ops"]))
+    assert httpx.get(f"{base}/api/status", params={"task": "nope"}, headers=headers, timeout=30).status_code == 404
+
+    plugins = airflow.http.get("/plugins").json()["plugins"]
+    (plugin,) = [p for p in plugins if p["name"] == "crawler_ops"]
+    assert plugin["external_views"][0]["href"] == "/crawler-ops/"
+    assert plugin["fastapi_apps"][0]["url_prefix"] == "/crawler-ops"
+
+
+def test_new_records_trigger_the_downstream_dag_through_the_asset_and_metrics_count_them(
+    airflow, source_url, kafka_bootstrap, pg_uri, task_ids, statsd
+):
+    cfg = ops_task(task_ids["ops"])
+    downstream = f"sample_{cfg.id}_downstream"
+    source = DemoSource(source_url)
+    source.create(cfg.id, total=900, ref=datetime.now(UTC).replace(microsecond=0), in_window_share=0.5)
+    airflow.wait_for_dag(downstream)
+
+    run_id, state = airflow.run(cfg.dag_id)
+    assert state == "success"
+
+    record = run_record(pg_uri, cfg.id)
+    assert record["run_id"] == run_id and record["published"] > 0
+    deadline = time.monotonic() + RUN_TIMEOUT_S
+    while not (runs := finished_runs(airflow, downstream, "asset_triggered")):
+        assert time.monotonic() < deadline, "the Asset event did not trigger the downstream DAG"
+        time.sleep(2)
+    assert runs[0]["state"] == "success"
+    events = airflow.http.get(f"/dags/{downstream}/dagRuns/{runs[0]['dag_run_id']}/upstreamAssetEvents").json()
+    (event,) = events["asset_events"]
+    assert event["uri"] == cfg.kafka.asset_uri and event["extra"]["run_id"] == run_id
+    assert event["extra"]["published"] == record["published"]
+    headers = dict(airflow.http.headers)
+    status = httpx.get(
+        f"{json.loads((REPO / '.stack' / 'stack.json').read_text())['airflow']['url']}/crawler-ops/api/status",
+        params={"task": cfg.id},
+        headers=headers,
+        timeout=60,
+    ).json()
+    group = status["tasks"][0]["kafka"]["groups"][f"{cfg.id}.downstream_sample"]
+    assert group["lag"] == 0 and group["committed"] == len(read_topic(kafka_bootstrap, cfg.kafka.topic))
+
+    for counter in ("fetched", "kept", "published", "expired"):
+        assert statsd.counter(f"airflow.crawler_ops.{cfg.id}.{counter}") == record[counter], counter
+    assert statsd.counter(f"airflow.crawler_ops.{cfg.id}.batches_done") == record["planned"]
