@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test test-unit stack-up stack-down stack-status airflow-up airflow-down lint fmt bench clean
+.PHONY: demo test test-unit stack-up stack-down stack-status airflow-up airflow-down status lint fmt bench clean
 
 $(STAMP): requirements.txt
 	@command -v $(PY) >/dev/null || { echo "Python 3.11 is required ($(PY) not found): apt-get install python3.11 python3.11-venv"; exit 1; }
@@ -22,6 +22,9 @@ stack-down:
 
 stack-status:
 	$(BIN)/python dev/stack.py status
+
+status: stack-up
+	. .stack/env.sh && PYTHONPATH=plugins $(BIN)/python -m crawler_ops status $(STATUS_ARGS)
 
 airflow-up: stack-up
 	$(BIN)/python dev/stack.py airflow-up

@@ -110,6 +110,8 @@ def main() -> int:
         )
     if result.returncode != 0:
         print(f"demo: the DAG run failed (exit {result.returncode}); see {log}", file=sys.stderr)
+    else:
+        print("\nPer-task status (source total, watermark, runs, errors, Kafka lag): make status")
     return result.returncode
 
 
