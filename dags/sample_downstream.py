@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import os
+import time
 from datetime import UTC, datetime
 from typing import Any
 
@@ -37,14 +38,19 @@ class GroupConsumerHook(KafkaConsumerHook):
         return super()._get_client({**config, **group, "enable.partition.eof": True})
 
 
-def read_new_messages(hook: GroupConsumerHook, idle_s: float = 5.0) -> int:
+def read_new_messages(hook: GroupConsumerHook, idle_s: float = 5.0, join_s: float = 60.0) -> int:
     """Consume until every assigned partition reached its end, then commit; returns the messages read."""
     consumer = hook.get_consumer()
     read, at_end = 0, set()
+    joined_by = time.monotonic() + join_s
     try:
         while True:
             message = consumer.poll(idle_s)
             if message is None:
+                # Silence before the group assigned us partitions (the broker's initial rebalance delay) is
+                # not the end of the topic.
+                if not consumer.assignment() and time.monotonic() < joined_by:
+                    continue
                 break
             error = message.error()
             if error is not None and error.code() == KafkaError._PARTITION_EOF:

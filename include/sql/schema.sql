@@ -73,4 +73,15 @@ CREATE TABLE IF NOT EXISTS crawler_ops.crawl_error (
 );
 CREATE INDEX IF NOT EXISTS crawl_error_task_time ON crawler_ops.crawl_error (task_id, created_at);
 CREATE INDEX IF NOT EXISTS crawl_error_time ON crawler_ops.crawl_error (created_at);
-CREATE INDEX IF NOT EXISTS crawl_run_finished ON crawler_ops.crawl_run (finished_at);
+CREATE INDEX IF NOT EXISTS crawl_run_age ON crawler_ops.crawl_run ((coalesce(finished_at, started_at)));
+
+-- Before crawl_error, dead letters had their own table: move its rows over once, then drop it.
+DO $$
+BEGIN
+    IF to_regclass('crawler_ops.dead_letter') IS NOT NULL THEN
+        INSERT INTO crawler_ops.crawl_error (task_id, run_id, kind, source_offset, reason, record, created_at)
+        SELECT task_id, run_id, 'record', source_offset, reason, record, created_at FROM crawler_ops.dead_letter;
+        DROP TABLE crawler_ops.dead_letter;
+    END IF;
+END
+$$;

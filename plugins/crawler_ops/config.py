@@ -15,7 +15,7 @@ from typing import Any, Literal, TypeVar
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from crawler_ops.errors import ConfigError
 from crawler_ops.filtering import DateRule
@@ -98,6 +98,12 @@ class KafkaConfig(_Model):
     asset_host: str | None = Field(
         None, description="host part of the topic's Asset URI kafka://<host>/<topic>; default: the connection id"
     )
+
+    @model_validator(mode="after")
+    def _separate_dead_letters(self) -> KafkaConfig:
+        if self.dead_letter_topic == self.topic:
+            raise ValueError("dead_letter_topic must differ from topic, or dead letters would look like records")
+        return self
 
     @property
     def asset_uri(self) -> str:
@@ -267,9 +273,10 @@ class MaintenanceConfig(DagSettings):
 
     schedule: str | None = "@daily"
     retries: int = Field(1, ge=0)
-    keep_runs_days: float = Field(30, gt=0, description="run history rows finished longer ago are deleted")
-    keep_errors_days: float = Field(30, gt=0, description="error and dead-letter rows older than this are deleted")
-    keep_status_days: float = Field(30, gt=0, description="done status rows that finished longer ago")
+    # At least a day: run rows still 'running' are deleted by age too, and no run lasts a day.
+    keep_runs_days: float = Field(30, ge=1, description="run history rows finished longer ago are deleted")
+    keep_errors_days: float = Field(30, ge=1, description="error and dead-letter rows older than this are deleted")
+    keep_status_days: float = Field(30, ge=1, description="done status rows that finished longer ago")
     delete_batch: int = Field(5000, ge=1, le=1_000_000, description="rows deleted per statement (and transaction)")
 
     @property
@@ -284,6 +291,11 @@ class LoadedConfig(_Model):
     executor_errors: Mapping[str, str] = {}
     maintenance: MaintenanceConfig | None = MaintenanceConfig()
     maintenance_error: str | None = None
+
+
+def broken_dag_id(label: str, prefix: str = "crawl_") -> str:
+    """The DAG id of the placeholder DAG that shows the invalid config entry ``label``."""
+    return prefix + (re.sub(r"[^A-Za-z0-9_.-]", "_", label.lstrip("#")) or "invalid")
 
 
 def config_path() -> Path:
@@ -348,7 +360,7 @@ def parse_config(document: Any, origin: str = "<config>") -> LoadedConfig:
     executors, executor_errors = validate_entries(
         document.get("executors") or [], ExecutorTaskConfig, "name", {}, "executor", origin
     )
-    maintenance, maintenance_error = parse_maintenance(document.get("maintenance"), origin)
+    maintenance, maintenance_error = parse_maintenance(document.get("maintenance"), defaults, origin)
     return LoadedConfig(
         tasks=tuple(tasks),
         errors=errors,
@@ -359,14 +371,19 @@ def parse_config(document: Any, origin: str = "<config>") -> LoadedConfig:
     )
 
 
-def parse_maintenance(raw: Any, origin: str) -> tuple[MaintenanceConfig | None, str | None]:
-    """The ``maintenance`` block (all defaults when absent); an invalid block is reported, not raised."""
-    if raw is None:
-        return MaintenanceConfig(), None
-    if not isinstance(raw, Mapping):
+# What the retention DAG takes from ``defaults`` (schedule and retries are the crawl tasks' own).
+SHARED_DEFAULTS = ("postgres_conn_id", "start_date", "retry_delay_s", "execution_timeout_min", "paused", "tags")
+
+
+def parse_maintenance(
+    raw: Any, defaults: Mapping[str, Any], origin: str
+) -> tuple[MaintenanceConfig | None, str | None]:
+    """The ``maintenance`` block over the shared ``defaults``; an invalid block is reported, not raised."""
+    if raw is not None and not isinstance(raw, Mapping):
         return None, f"{origin}: 'maintenance' must be a mapping"
+    shared = {key: defaults[key] for key in SHARED_DEFAULTS if key in defaults}
     try:
-        return MaintenanceConfig.model_validate(raw), None
+        return MaintenanceConfig.model_validate({**shared, **(raw or {})}), None
     except ValidationError as exc:
         return None, f"{origin}: maintenance: {describe(exc)}"
 

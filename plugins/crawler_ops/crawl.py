@@ -20,6 +20,7 @@ from dataclasses import asdict, dataclass, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import psycopg
 from airflow.sdk.module_loading import import_string
 from psycopg.types.json import Jsonb
 
@@ -170,8 +171,10 @@ def record_plan_failure(run: RunContext, exc: BaseException) -> None:
                 errors=Jsonb([f"plan: {type(exc).__name__}: {exc}"]),
             )
             # finish_run sets the errors list whole; the error row above stays.
-    except CrawlerError:
+    except (CrawlerError, psycopg.Error):
         log.exception("task %s: could not record the failed plan in PostgreSQL", run.cfg.id)
+    finally:
+        store.close()
 
 
 def plan_from_store(run: RunContext, source: SourceApiHook, total: int) -> tuple[list[Batch], str, int | None, bool]:
@@ -493,19 +496,20 @@ class ChunkCrawler:
         self.cutoff = max(self.cutoff, outcome.cutoff)
         if self.store is None:
             return
-        for counter, value in (
-            ("fetched", outcome.fetched),
-            ("kept", outcome.kept),
-            ("published", outcome.published),
-            ("expired", outcome.expired),
-            ("dead_lettered", len(outcome.dead_letters)),
-            ("batches_done", 1),
-        ):
-            metrics.count(self.cfg.id, counter, value)
         token = self.token if self.run.uses_status_table else None
         fenced_in, cutoff = self.store.complete(outcome, self.run.run_id, token)
         self.cutoff = max(self.cutoff, cutoff)
-        if not fenced_in:
+        if fenced_in:  # counted once: a batch whose completion failed is retried, one taken over is the other's
+            for counter, value in (
+                ("fetched", outcome.fetched),
+                ("kept", outcome.kept),
+                ("published", outcome.published),
+                ("expired", outcome.expired),
+                ("dead_lettered", len(outcome.dead_letters)),
+                ("batches_done", 1),
+            ):
+                metrics.count(self.cfg.id, counter, value)
+        else:
             log.warning(
                 "task %s: batch [%d, %d) was re-claimed by another worker after our lease expired; its "
                 "messages are published (idempotent by key) but the other worker owns its status",
@@ -596,6 +600,8 @@ def commit_run(run: RunContext, chunks: Sequence[Mapping[str, Any]], results: Se
             done_set = set(done)
             unfinished = [b for b in planned if b.hi > new and b not in done_set]
             total = record.get("total") or 0
+            # A retried commit of a run already committed must not add its counts to the totals again.
+            first_commit = record.get("status") == "running"
             store.run_statement(
                 cur,
                 "save_progress",
@@ -603,8 +609,8 @@ def commit_run(run: RunContext, chunks: Sequence[Mapping[str, Any]], results: Se
                 total=total,
                 last_start=max((b.lo for b in planned), default=None),
                 status="completed" if not unfinished else "incomplete",
-                kept=record.get("kept", 0),
-                published=record.get("published", 0),
+                kept=record.get("kept", 0) if first_commit else 0,
+                published=record.get("published", 0) if first_commit else 0,
                 run_id=run.run_id,
             )
             store.run_statement(cur, "prune_batches", watermark=new)
@@ -661,8 +667,10 @@ def failed_plan_summary(run: RunContext) -> dict[str, Any]:
         try:
             with store.transaction() as cur:
                 record = store.read_run(cur, run.run_id) or {}
-        except CrawlerError:
+        except (CrawlerError, psycopg.Error):
             log.exception("task %s: could not read the run record of the failed plan", run.cfg.id)
+        finally:
+            store.close()
     errors = list(record.get("errors") or []) or ["the plan task failed before it could record the run; see its log"]
     old = record.get("old_watermark")
     return run_summary(run, record, "failed", record.get("planned", 0), old, old, errors)

@@ -8,7 +8,6 @@ the validation message, so it is visible in the UI instead of silently missing.
 from __future__ import annotations
 
 import logging
-import re
 from collections.abc import Callable, Mapping, MutableMapping, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -34,6 +33,7 @@ from crawler_ops.config import (
     ExecutorTaskConfig,
     LoadedConfig,
     MaintenanceConfig,
+    broken_dag_id,
     load_config,
 )
 from crawler_ops.errors import ConfigError, SourceError
@@ -279,7 +279,7 @@ def pulled_results(ti: Any, task_id: str = "crawl_chunk") -> list[Any]:
 
 def build_broken_dag(label: str, message: str, prefix: str = "crawl_") -> DAG:
     """A visible placeholder for an invalid task: its only task fails with the validation message."""
-    dag_id = prefix + (re.sub(r"[^A-Za-z0-9_.-]", "_", label.lstrip("#")) or "invalid")
+    dag_id = broken_dag_id(label, prefix)
     with DAG(
         dag_id=dag_id,
         schedule=None,

@@ -73,8 +73,21 @@ def prune_executor_rows(cfg: MaintenanceConfig, executor: ExecutorTaskConfig) ->
 
 
 def prune_all(cfg: MaintenanceConfig, crawl_conn_ids: Iterable[str], name: str, keep_days: float) -> dict[str, int]:
-    """Prune one crawler_ops table in every crawl database; returns rows deleted per connection."""
-    return {conn: prune_crawl_table(cfg, conn, name, keep_days) for conn in crawl_databases(cfg, crawl_conn_ids)}
+    """Prune one crawler_ops table in every crawl database; returns rows deleted per connection.
+
+    A database that fails does not stop the others; the failures are raised together at the end.
+    """
+    deleted: dict[str, int] = {}
+    failures = []
+    for conn in crawl_databases(cfg, crawl_conn_ids):
+        try:
+            deleted[conn] = prune_crawl_table(cfg, conn, name, keep_days)
+        except Exception as exc:  # reported below, after the other databases
+            log.exception("retention: %s in connection '%s' failed", name, conn)
+            failures.append(f"connection '{conn}': {type(exc).__name__}: {exc}")
+    if failures:
+        raise StatusTableError(f"retention of {name} failed in {len(failures)} database(s): " + "; ".join(failures))
+    return deleted
 
 
 def prune_status_rows(

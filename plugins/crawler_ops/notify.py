@@ -15,6 +15,7 @@ import logging
 import time
 from collections.abc import Mapping
 from typing import Any
+from urllib.parse import urlsplit
 
 import httpx
 from airflow.sdk import BaseHook
@@ -57,24 +58,26 @@ def notify_run(cfg: NotifyConfig | None, task_id: str, outcome: str, summary: Ma
         return False
     try:
         conn = BaseHook.get_connection(cfg.conn_id)
-        url = webhook_url(conn)
+        if not conn.password:
+            log.error(
+                "task %s: webhook connection '%s' has no password (the HMAC secret); not notified", task_id, cfg.conn_id
+            )
+            return False
+        event = f"run.{outcome}"
+        body = json.dumps(
+            {"event": event, "task": task_id, "summary": dict(summary)}, ensure_ascii=False, default=str
+        ).encode()
+        return post_signed(webhook_url(conn), body, conn.password, event, cfg.timeout_s, task_id)
     except Exception as exc:  # noqa: BLE001 - a notification problem must never fail the crawl
-        log.error("task %s: webhook connection '%s' unusable, not notified: %s", task_id, cfg.conn_id, exc)
-        return False
-    if not conn.password:
         log.error(
-            "task %s: webhook connection '%s' has no password (the HMAC secret); not notified", task_id, cfg.conn_id
+            "task %s: webhook via connection '%s' not sent: %s: %s", task_id, cfg.conn_id, type(exc).__name__, exc
         )
         return False
-    event = f"run.{outcome}"
-    body = json.dumps(
-        {"event": event, "task": task_id, "summary": dict(summary)}, ensure_ascii=False, default=str
-    ).encode()
-    return post_signed(url, body, conn.password, event, cfg.timeout_s, task_id)
 
 
 def post_signed(url: str, body: bytes, secret: str, event: str, timeout_s: float, task_id: str) -> bool:
     """Up to ``ATTEMPTS`` tries (connection errors and 5xx), each signed with a fresh timestamp."""
+    where = safe_target(url)
     for attempt in range(1, ATTEMPTS + 1):
         timestamp = str(int(time.time()))
         headers = {
@@ -89,12 +92,20 @@ def post_signed(url: str, body: bytes, secret: str, event: str, timeout_s: float
             problem = f"{type(exc).__name__}: {exc}"
         else:
             if response.is_success:
-                log.info("task %s: webhook %s delivered to %s (HTTP %d)", task_id, event, url, response.status_code)
+                log.info("task %s: webhook %s delivered to %s (HTTP %d)", task_id, event, where, response.status_code)
                 return True
             problem = f"HTTP {response.status_code}: {response.text[:200]}"
             if response.status_code < 500 and response.status_code != 429:
                 break
         if attempt < ATTEMPTS:
             time.sleep(0.5 * attempt)
-    log.error("task %s: webhook %s to %s not delivered after %d attempt(s): %s", task_id, event, url, attempt, problem)
+    log.error(
+        "task %s: webhook %s to %s not delivered after %d attempt(s): %s", task_id, event, where, attempt, problem
+    )
     return False
+
+
+def safe_target(url: str) -> str:
+    """Scheme and host of ``url`` for logs: paths and queries may carry tokens."""
+    parts = urlsplit(url)
+    return f"{parts.scheme}://{parts.netloc.rpartition('@')[2]}"

@@ -77,6 +77,10 @@ def task_status(
     if running_error:
         row["running_error"] = running_error
     row.update(stored_status(cfg))
+    last_run = row.get("last_run")
+    if last_run and last_run["status"] == "running" and row["running"] is False:
+        # Marked failed in the UI, or its commit never ran: the row stays 'running' in PostgreSQL.
+        last_run["status"] = "abandoned"
     if live:
         row.update(source_total(cfg))
         row["kafka"] = kafka_status(cfg)

@@ -14,7 +14,7 @@ from typing import Annotated, Any
 from fastapi import Depends, FastAPI, HTTPException, Query, Request
 from fastapi.responses import HTMLResponse
 
-from crawler_ops.config import load_config
+from crawler_ops.config import broken_dag_id, load_config
 from crawler_ops.errors import ConfigError
 from crawler_ops.status import collect
 
@@ -34,7 +34,14 @@ async def current_user(request: Request) -> Any:
 
 User = Annotated[Any, Depends(current_user)]
 
-app = FastAPI(title="crawler_ops status", description="Per crawl task: progress, runs, errors, Kafka lag.")
+# Every route needs a login; no unauthenticated docs or schema either.
+app = FastAPI(
+    title="crawler_ops status",
+    docs_url=None,
+    redoc_url=None,
+    openapi_url=None,
+    dependencies=[Depends(current_user)],
+)
 
 
 def visible_report(user: Any, task: str | None, live: bool) -> dict[str, Any]:
@@ -42,14 +49,16 @@ def visible_report(user: Any, task: str | None, live: bool) -> dict[str, Any]:
     from airflow.api_fastapi.app import get_auth_manager
     from airflow.api_fastapi.auth.managers.models.resource_details import DagDetails
 
+    def may_read(dag_id: str) -> bool:
+        return get_auth_manager().is_authorized_dag(method="GET", details=DagDetails(id=dag_id), user=user)
+
     try:
         loaded = load_config()
-        allowed = tuple(
-            t
-            for t in loaded.tasks
-            if get_auth_manager().is_authorized_dag(method="GET", details=DagDetails(id=t.dag_id), user=user)
-        )
-        return collect(loaded.model_copy(update={"tasks": allowed}), task, live=live)
+        visible = {
+            "tasks": tuple(t for t in loaded.tasks if may_read(t.dag_id)),
+            "errors": {k: v for k, v in loaded.errors.items() if may_read(broken_dag_id(k))},
+        }
+        return collect(loaded.model_copy(update=visible), task, live=live)
     except ConfigError as exc:
         raise HTTPException(status_code=500, detail=f"crawler_ops config: {exc}") from exc
     except KeyError as exc:
@@ -71,7 +80,7 @@ def status_page(user: User, task: str | None = None, live: bool = True) -> str:
 
 
 COLUMNS = (
-    ("task", lambda r: f"{r['task_id']}<br><small>{escape(str(r['task_name']))}</small>"),
+    ("task", lambda r: f"{escape(r['task_id'])}<br><small>{escape(str(r['task_name']))}</small>"),
     ("running", lambda r: {True: "yes", False: "no", None: "?"}[r.get("running")]),
     ("status", lambda r: r.get("status")),
     ("source total", lambda r: r.get("source_total", r.get("source_error", "-"))),
@@ -88,9 +97,10 @@ COLUMNS = (
 def run_cell(run: dict[str, Any] | None) -> str:
     if not run:
         return "-"
+    head = escape(f"{run['status']} ({run['mode']}, {run['duration_s']}s)")
     return (
-        f"{run['status']} ({run['mode']}, {run['duration_s']}s)<br><small>{run['run_id']}<br>fetched {run['fetched']}"
-        f" kept {run['kept']} published {run['published']} dead {run['dead_lettered']}</small>"
+        f"{head}<br><small>{escape(str(run['run_id']))}<br>fetched {run['fetched']} kept {run['kept']} "
+        f"published {run['published']} dead {run['dead_lettered']}</small>"
     )
 
 

@@ -278,6 +278,10 @@ def test_a_webhook_that_fails_or_is_unreachable_does_not_fail_the_run(source, re
     monkeypatch.setenv(f"AIRFLOW_CONN_HOOK_{unique_id.upper()}", json.dumps({"conn_type": "http", "host": "x"}))
     source.append(unique_id, 100)
     assert run_dag(cfg, REF) == "success", "no secret: not sent, run unaffected"
+    malformed = {"conn_type": "http", "host": "http://127.0.0.1:port/x", "password": "s"}
+    monkeypatch.setenv(f"AIRFLOW_CONN_HOOK_{unique_id.upper()}", json.dumps(malformed))
+    source.append(unique_id, 100)
+    assert run_dag(cfg, REF) == "success", "a malformed URL: not sent, run unaffected"
     monkeypatch.setenv(
         f"AIRFLOW_CONN_HOOK_{unique_id.upper()}",
         json.dumps({"conn_type": "http", "host": "http://127.0.0.1:9/none", "password": "s"}),
@@ -314,3 +318,83 @@ def test_commit_emits_the_topic_asset_with_the_summary_only_when_records_were_pu
 
     assert run_dag(cfg, REF) == "success", "nothing new"
     assert len(asset_events(f"kafka://broker.test:9092/test.{unique_id}")) == 1, "no event without new records"
+
+
+def test_a_run_row_left_running_without_an_airflow_run_shows_as_abandoned(pg_uri, unique_id, tmp_path):
+    from crawler_ops.hooks.store import CrawlStoreHook
+
+    CrawlStoreHook("crawler_db", unique_id).ensure_schema()
+    query(
+        pg_uri,
+        "INSERT INTO crawler_ops.crawl_run (task_id, run_id, mode, ref_time) VALUES (%s, 'cancelled', 'first', now()) "
+        "RETURNING run_id",
+        unique_id,
+    )
+    use_config(make_task(unique_id), tmp_path)
+
+    result = status_cli("--task", unique_id, "--json", "--no-live")
+
+    assert result.returncode == 0, result.stderr
+    (row,) = json.loads(result.stdout)["tasks"]
+    assert row["running"] is False and row["last_run"]["run_id"] == "cancelled"
+    assert row["last_run"]["status"] == "abandoned" and "kafka" not in row and "source_total" not in row
+
+
+def test_a_dead_letter_kafka_refuses_keeps_its_batch_not_done_until_it_is_delivered(
+    source, kafka_bootstrap, pg_uri, unique_id
+):
+    from confluent_kafka.admin import (
+        AdminClient,
+        AlterConfigOpType,
+        ConfigEntry,
+        ConfigResource,
+        NewTopic,
+        ResourceType,
+    )
+
+    dlq = f"test.{unique_id}.dead"
+    admin = AdminClient({"bootstrap.servers": kafka_bootstrap})
+    admin.create_topics([NewTopic(dlq, 1, 1, config={"max.message.bytes": "100"})])[dlq].result(30)
+    source.create(unique_id, total=1_000, ref=REF, in_window_share=1.0)
+    source.faults(unique_id, bad_date_share=0.02)
+    cfg = make_task(unique_id, max_chunks=1, kafka={"dead_letter_topic": dlq})
+
+    assert run_dag(cfg, REF) == "failed", "the broker refuses every dead-letter message"
+
+    rows = query(pg_uri, "SELECT id, hi, status FROM crawler_ops.batch_status WHERE task_name = %s", unique_id)
+    done = [(lo, hi) for lo, hi, status in rows if status == 2]
+    offsets = {int(m.headers["source_offset"]) for m in read_topic(kafka_bootstrap, cfg.kafka.topic)}
+    assert all(set(range(lo, hi)) <= offsets for lo, hi in done), "a done batch had no dead letter to lose"
+    assert len(done) < len(rows) and watermark(pg_uri, unique_id) < 1_000
+    assert read_topic(kafka_bootstrap, dlq) == []
+    (error,) = query(pg_uri, "SELECT reason FROM crawler_ops.crawl_error WHERE task_id = %s", unique_id)
+    assert f"'{dlq}'" in error[0] and "not done" in error[0]
+
+    entry = ConfigEntry("max.message.bytes", "1048588", incremental_operation=AlterConfigOpType.SET)
+    resource = ConfigResource(ResourceType.TOPIC, dlq, incremental_configs=[entry])
+    admin.incremental_alter_configs([resource])[resource].result(30)
+    assert run_dag(cfg, REF) == "success"
+
+    truth = source.truth(unique_id, REF, days=7, tolerance_s=TOLERANCE_S)
+    assert sorted(m.key for m in read_topic(kafka_bootstrap, dlq)) == sorted(truth["bad_date_ids"])
+    assert watermark(pg_uri, unique_id) == 1_000
+
+
+def test_a_retried_commit_does_not_count_the_run_twice(source, pg_uri, unique_id):
+    from crawler_ops.crawl import RunContext, RunParams, commit_run
+
+    source.create(unique_id, total=300, ref=REF, in_window_share=1.0)
+    cfg = make_task(unique_id)
+    assert run_dag(cfg, REF) == "success"
+    before = query(
+        pg_uri, "SELECT filtered_count, produced_count FROM crawler_ops.progress WHERE task_id = %s", unique_id
+    )
+    record = run_record(pg_uri, unique_id)
+
+    again = commit_run(RunContext(cfg=cfg, run_id=record["run_id"], ref=REF, params=RunParams()), [], [])
+
+    assert again["status"] == "success" and again["published"] == 300
+    after = query(
+        pg_uri, "SELECT filtered_count, produced_count FROM crawler_ops.progress WHERE task_id = %s", unique_id
+    )
+    assert after == before == [(300, 300)]

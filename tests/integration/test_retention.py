@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Any
 
@@ -82,7 +81,7 @@ def seed_executor_rows(pg_uri: str, schema: str, name: str) -> dict[str, Any]:
     }
 
 
-def test_the_retention_dag_deletes_only_what_is_old(pg_uri, pg_schema, unique_id, tmp_path):
+def test_the_retention_dag_deletes_only_what_is_old(pg_uri, pg_schema, unique_id, tmp_path, monkeypatch):
     seed_crawl_rows(pg_uri, unique_id)
     executor = seed_executor_rows(pg_uri, pg_schema, f"x{unique_id}")
     config = tmp_path / "tasks.yaml"
@@ -91,7 +90,7 @@ def test_the_retention_dag_deletes_only_what_is_old(pg_uri, pg_schema, unique_id
         "maintenance": {"keep_runs_days": 30, "keep_errors_days": 30, "keep_status_days": 30, "delete_batch": 2},
     }
     config.write_text(yaml.safe_dump(document, allow_unicode=True), encoding="utf-8")
-    os.environ["CRAWLER_OPS_CONFIG"] = str(config)
+    monkeypatch.setenv("CRAWLER_OPS_CONFIG", str(config))
 
     dag = build_maintenance_dags(load_config(Path(config)))["crawler_ops_maintenance"]
     assert str(dag.test().state) == "success"

@@ -131,3 +131,20 @@ def test_status_text_shows_the_old_service_fields_and_errors():
     assert "errors (24h): 1 records, 2 batch/plan; latest: HTTP 500" in text
     assert "5 messages; g lag 2, h ? (unknown group)" in text
     assert "bad: INVALID CONFIG: field 'batch_size': too small" in text
+
+
+def test_the_dead_letter_topic_must_differ_and_maintenance_takes_the_shared_defaults():
+    loaded = parse_config(
+        {
+            "defaults": {"postgres_conn_id": "pg_main", "schedule": "@hourly", "retries": 5},
+            "tasks": [{"id": "a", "kafka": {"topic": "a", "dead_letter_topic": "a"}}],
+            "maintenance": {"keep_runs_days": 0.5},
+        }
+    )
+    assert "dead_letter_topic must differ from topic" in loaded.errors["a"]
+    assert "keep_runs_days" in (loaded.maintenance_error or "")
+
+    shared = parse_config({"defaults": {"postgres_conn_id": "pg_main", "schedule": "@hourly", "retries": 5}})
+    assert shared.maintenance is not None
+    assert shared.maintenance.postgres_conn_id == "pg_main"
+    assert (shared.maintenance.schedule, shared.maintenance.retries) == ("@daily", 1), "the crawl schedule is not"

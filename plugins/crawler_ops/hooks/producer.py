@@ -90,6 +90,7 @@ class BatchPublisher:
         self._failures: list[str] = []
         self._delivered = 0
         self._expected = 0
+        self._topics: list[str] = [topic]
 
     def _on_delivery(self, err: KafkaError | None, _msg: Any) -> None:
         if err is None:
@@ -102,11 +103,13 @@ class BatchPublisher:
         self._failures.clear()
         self._delivered = 0
         self._expected = len(messages)
+        self._topics = sorted({m.topic or self.topic for m in messages})
         for message in messages:
+            topic = message.topic or self.topic
             while True:
                 try:
                     self.producer.produce(
-                        message.topic or self.topic,
+                        topic,
                         key=message.key,
                         value=message.value,
                         headers=list(message.headers),
@@ -117,7 +120,7 @@ class BatchPublisher:
                     # The local queue is full: serve delivery reports to make room, then try again.
                     self.producer.poll(0.1)
                 except KafkaException as exc:
-                    raise DeliveryError(f"task {self.task_label}: cannot produce to '{self.topic}': {exc}") from exc
+                    raise DeliveryError(f"task {self.task_label}: cannot produce to '{topic}': {exc}") from exc
 
     def confirm(self, where: str) -> int:
         """Wait for the delivery reports of the last :meth:`send`; raise DeliveryError unless all succeeded."""
@@ -126,8 +129,8 @@ class BatchPublisher:
         if remaining or self._failures or self._delivered != self._expected:
             sample = "; ".join(sorted(set(self._failures))[:3]) or "no delivery report"
             raise DeliveryError(
-                f"task {self.task_label}: Kafka confirmed {self._delivered} of {self._expected} messages to topic "
-                f"'{self.topic}' ({where}) within {self.flush_timeout:.0f}s: {sample}. The batch stays not done "
-                "and is retried; check the broker and the topic."
+                f"task {self.task_label}: Kafka confirmed {self._delivered} of {self._expected} messages to "
+                f"{' and '.join(map(repr, self._topics))} ({where}) within {self.flush_timeout:.0f}s: {sample}. "
+                "The batch stays not done and is retried; check the broker and the topic."
             )
         return self._delivered

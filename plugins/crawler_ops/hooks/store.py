@@ -201,9 +201,10 @@ class CrawlStoreHook(CrawlerDbHook):
         return BATCHES.release_owner(cur, self.task_id, run_id)
 
     def add_run_error(self, run_id: str, error: str, batch: Batch | None = None) -> None:
-        """Note a failure on the run's summary and in the error table (kind 'batch' when a batch is named)."""
+        """Note a chunk's failure on the run's summary and in the error table (kind 'batch'; offsets of the
+        batches in flight, or NULL when it failed outside a batch, e.g. while claiming)."""
         with self.transaction() as cur:
-            self.record_error(cur, run_id, error, "batch" if batch else "plan", batch)
+            self.record_error(cur, run_id, error, "batch", batch)
 
     def record_error(self, cur: psycopg.Cursor, run_id: str, error: str, kind: str, batch: Batch | None) -> None:
         cur.execute(read_sql("add_run_error"), {"task": self.task_id, "run_id": run_id, "error": error[:2000]})
