@@ -54,6 +54,7 @@ CREATE TABLE IF NOT EXISTS crawler_ops.crawl_run (
     status         text NOT NULL DEFAULT 'running',
     started_at     timestamptz NOT NULL DEFAULT now(),
     finished_at    timestamptz,
+    duration_s     double precision GENERATED ALWAYS AS (extract(epoch FROM finished_at - started_at)) STORED,
     PRIMARY KEY (task_id, run_id)
 );
 
@@ -75,9 +76,15 @@ CREATE INDEX IF NOT EXISTS crawl_error_task_time ON crawler_ops.crawl_error (tas
 CREATE INDEX IF NOT EXISTS crawl_error_time ON crawler_ops.crawl_error (created_at);
 CREATE INDEX IF NOT EXISTS crawl_run_age ON crawler_ops.crawl_run ((coalesce(finished_at, started_at)));
 
--- Before crawl_error, dead letters had their own table: move its rows over once, then drop it.
+-- Upgrades of tables made by earlier versions; each checks the catalog first, so no lock is taken when done.
 DO $$
 BEGIN
+    IF NOT EXISTS (SELECT 1 FROM information_schema.columns WHERE table_schema = 'crawler_ops'
+                      AND table_name = 'crawl_run' AND column_name = 'duration_s') THEN
+        ALTER TABLE crawler_ops.crawl_run ADD COLUMN duration_s double precision
+            GENERATED ALWAYS AS (extract(epoch FROM finished_at - started_at)) STORED;
+    END IF;
+    -- Before crawl_error, dead letters had their own table: move its rows over once, then drop it.
     IF to_regclass('crawler_ops.dead_letter') IS NOT NULL THEN
         INSERT INTO crawler_ops.crawl_error (task_id, run_id, kind, source_offset, reason, record, created_at)
         SELECT task_id, run_id, 'record', source_offset, reason, record, created_at FROM crawler_ops.dead_letter;

@@ -52,6 +52,7 @@ def test_the_run_history_row_holds_the_summary_of_what_reached_kafka(source, kaf
     assert row["fetched"] == row["kept"] + row["expired"] + row["dead_lettered"]
     assert row["planned"] >= row["pages"] > 0
     assert row["finished_at"] > row["started_at"]
+    assert row["duration_s"] == pytest.approx((row["finished_at"] - row["started_at"]).total_seconds())
     assert row["errors"] == []
 
 
