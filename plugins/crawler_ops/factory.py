@@ -203,7 +203,15 @@ def build_crawl_dag(cfg: CrawlTaskConfig) -> DAG:
             run = run_context(cfg, context)
             return no_retry_for_permanent_errors(lambda: crawl.crawl_chunk(run, chunk))
 
-        @task(task_id="commit", trigger_rule=TriggerRule.ALL_DONE, outlets=[topic_alias(cfg)])
+        # The topic's Asset is emitted through the alias (only when records were published). Listed as an inlet
+        # too so the dag-processor registers it at parse time: otherwise concurrent first emissions (backfill
+        # runs committing together) race to create it and one commit fails.
+        @task(
+            task_id="commit",
+            trigger_rule=TriggerRule.ALL_DONE,
+            outlets=[topic_alias(cfg)],
+            inlets=[topic_asset(cfg)],
+        )
         def commit(**context: Any) -> dict[str, Any]:
             return commit_step(cfg, context)
 

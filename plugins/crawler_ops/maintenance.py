@@ -20,9 +20,10 @@ from psycopg import sql
 
 from crawler_ops.config import ExecutorTaskConfig, MaintenanceConfig
 from crawler_ops.errors import StatusTableError
-from crawler_ops.executor import executor_hook, resolve_tables
+from crawler_ops.executor import executor_hook, find_table
 from crawler_ops.hooks.store import CrawlerDbHook, CrawlStoreHook
 from crawler_ops.sqlfiles import read_sql
+from crawler_ops.status_table import StatusTable
 
 log = logging.getLogger(__name__)
 DAY_S = 86_400
@@ -58,18 +59,34 @@ def prune_crawl_table(cfg: MaintenanceConfig, conn_id: str, name: str, keep_days
 
 
 def prune_executor_rows(cfg: MaintenanceConfig, executor: ExecutorTaskConfig) -> int:
-    """Prune one executor's done rows whose source row is gone."""
+    """Prune one executor's done rows whose source row is gone (nothing when its status table does not exist yet).
+
+    Read-only on the catalog: creating or upgrading the status table is the executor's sync's job, and doing it
+    here too would race with a sync running at the same time.
+    """
     hook = executor_hook(executor)
     try:
         with hook.transaction() as cur:
-            tables = resolve_tables(cur, executor)
-        statement = tables.status.statement(
-            "prune_done", source=tables.source, source_id=sql.Identifier(tables.id_column)
+            source_schema, source_table = find_table(cur, executor, "source_table", must_exist=True)
+            id_column = column_named(cur, source_schema, source_table, "id")
+            status_schema, status_name = find_table(cur, executor, "status_table", must_exist=False)
+            status = StatusTable.inspect(cur, status_schema, status_name)
+        if status is None or id_column is None:
+            log.info("retention: executor %s has no status table or no id column yet; nothing to prune", executor.name)
+            return 0
+        statement = status.statement(
+            "prune_done", source=sql.Identifier(source_schema, source_table), source_id=sql.Identifier(id_column)
         )
         params = {"task": executor.name, "age_s": int(cfg.keep_status_days * DAY_S), "limit": cfg.delete_batch}
-        return delete_in_batches(hook, statement, params, f"executor {executor.name} {tables.status.label}")
+        return delete_in_batches(hook, statement, params, f"executor {executor.name} {status.label}")
     finally:
         hook.close()
+
+
+def column_named(cur: Any, schema: str, table: str, name: str) -> str | None:
+    """The catalog spelling of column ``name`` (case-insensitive) of ``schema.table``."""
+    rows = cur.execute(read_sql("executor/table_columns"), {"schema": schema, "table": table}).fetchall()
+    return next((str(r[0]) for r in rows if str(r[0]).lower() == name.lower()), None)
 
 
 def prune_all(cfg: MaintenanceConfig, crawl_conn_ids: Iterable[str], name: str, keep_days: float) -> dict[str, int]:

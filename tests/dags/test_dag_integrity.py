@@ -127,5 +127,6 @@ def test_an_invalid_maintenance_block_becomes_a_failing_dag(monkeypatch, tmp_pat
 def test_crawl_dag_commit_emits_through_an_alias_of_the_topic_asset(monkeypatch):
     dag = load_bag(monkeypatch, SAMPLE).get_dag("crawl_jobs_beijing")
 
-    outlets = dag.get_task("commit").outlets
-    assert [o.name for o in outlets] == ["crawler_ops.jobs_beijing"]
+    commit = dag.get_task("commit")
+    assert [o.name for o in commit.outlets] == ["crawler_ops.jobs_beijing"]
+    assert [i.uri for i in commit.inlets] == ["kafka://kafka_default/jobs.beijing"], "registered at parse time"

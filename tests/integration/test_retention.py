@@ -85,8 +85,9 @@ def test_the_retention_dag_deletes_only_what_is_old(pg_uri, pg_schema, unique_id
     seed_crawl_rows(pg_uri, unique_id)
     executor = seed_executor_rows(pg_uri, pg_schema, f"x{unique_id}")
     config = tmp_path / "tasks.yaml"
+    not_synced_yet = {**executor, "name": f"y{unique_id}", "status_table": f"{pg_schema}.never_synced"}
     document = {
-        "executors": [executor],
+        "executors": [executor, not_synced_yet],
         "maintenance": {"keep_runs_days": 30, "keep_errors_days": 30, "keep_status_days": 30, "delete_batch": 2},
     }
     config.write_text(yaml.safe_dump(document, allow_unicode=True), encoding="utf-8")
@@ -108,3 +109,6 @@ def test_the_retention_dag_deletes_only_what_is_old(pg_uri, pg_schema, unique_id
         (104, "another_task"),
     ]
     assert query(pg_uri, "SELECT watermark FROM crawler_ops.progress WHERE task_id = %s", unique_id) == [(1000,)]
+    assert query(pg_uri, "SELECT to_regclass(%s)::text", f"{pg_schema}.never_synced") == [(None,)], (
+        "retention never creates a status table (that is the executor's sync, and they would race)"
+    )
