@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import json
 import os
 import tempfile
+import threading
 from collections import Counter
 from dataclasses import dataclass
 from datetime import datetime
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -179,3 +183,37 @@ def run_dag(cfg: CrawlTaskConfig, ref: datetime, conf: dict[str, Any] | None = N
     use_config(cfg, Path(tempfile.mkdtemp(prefix="crawler-ops-test-")))
     dagrun = build_crawl_dag(cfg).test(logical_date=ref, run_conf=conf or {})
     return str(dagrun.state)
+
+
+class Receiver:
+    """A webhook receiver on loopback: records each request; answers with ``status``."""
+
+    def __init__(self) -> None:
+        self.requests: list[dict[str, Any]] = []
+        self.status = 200
+        receiver = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                body = self.rfile.read(int(self.headers["Content-Length"]))
+                receiver.requests.append({"headers": dict(self.headers), "body": body, "path": self.path})
+                self.send_response(receiver.status)
+                self.end_headers()
+
+            def log_message(self, *_args: Any) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.server.server_address[1]}/hooks/crawl"
+
+
+def verified(request: dict[str, Any], secret: str = "s3cret-秘密") -> dict[str, Any]:
+    """The JSON body, after checking the signature as a receiver would."""
+    timestamp = request["headers"]["X-Crawler-Ops-Timestamp"]
+    expected = hmac.new(secret.encode(), timestamp.encode() + b"." + request["body"], hashlib.sha256).hexdigest()
+    assert hmac.compare_digest(request["headers"]["X-Crawler-Ops-Signature"], f"sha256={expected}")
+    return json.loads(request["body"])

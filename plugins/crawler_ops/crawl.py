@@ -26,13 +26,14 @@ from psycopg.types.json import Jsonb
 
 from crawler_ops import metrics
 from crawler_ops.config import CrawlTaskConfig
-from crawler_ops.errors import ConfigError, CrawlerError, SourceError
+from crawler_ops.errors import ConfigError, CrawlerError, SourceError, StatusTableError
 from crawler_ops.filtering import DateRule, Window, record_date
 from crawler_ops.hooks.producer import BatchPublisher, IdempotentProducerHook, ensure_topic
 from crawler_ops.hooks.source import SourceApiHook
 from crawler_ops.hooks.store import BatchOutcome, CrawlStoreHook
 from crawler_ops.planning import Batch, Chunk, advance_watermark, chunk_batches, expiry_floor, fill_gaps, plan_batches
 from crawler_ops.records import Message, PageResult, Transform, build_messages, dead_letter_messages, record_head
+from crawler_ops.sqlfiles import read_sql
 from crawler_ops.status_table import DONE
 
 log = logging.getLogger(__name__)
@@ -192,6 +193,8 @@ def plan_from_store(run: RunContext, source: SourceApiHook, total: int) -> tuple
             watermark, shrink_note = handle_shrink(run, store, cur, total, watermark)
         first = watermark is None
         start = watermark or 0
+        if not params.dry_run:
+            store.run_statement(cur, "release_finished_claims")
         rows = store.read_rows(cur, above=start)
         done = [r.batch for r in rows if r.status == DONE]
         pending = [r.batch for r in rows if r.status != DONE]
@@ -475,8 +478,17 @@ class ChunkCrawler:
         return batch.lo
 
     def send(self, ready: Prepared) -> None:
-        if self.publisher is not None and ready.messages:
-            self.publisher.send(ready.messages)
+        """Produce a batch's messages, only while this worker still holds its claim: a run cancelled in the UI
+        (its claims given back) or a worker whose lease was taken over stops here instead of publishing more."""
+        if self.publisher is None or not ready.messages:
+            return
+        batch = ready.outcome.batch
+        if self.store is not None and self.run.uses_status_table and not self.store.renew(batch, self.token):
+            raise StatusTableError(
+                f"task {self.cfg.id}: batch [{batch.lo}, {batch.hi}) is no longer claimed by this worker (the run "
+                "was cancelled, or its lease expired and another worker took it); stopping before publishing it"
+            )
+        self.publisher.send(ready.messages)
 
     def confirm(self, sent: Prepared) -> None:
         """Wait until Kafka confirmed every message of the batch, then mark it done."""
@@ -657,6 +669,30 @@ def run_summary(
         "unfinished_batches": len(unfinished),
         "oldest_unfinished": [[b.lo, b.hi] for b in sorted(unfinished)[:5]],
     }
+
+
+def close_abandoned_run(cfg: CrawlTaskConfig, run_id: str, reason: str) -> dict[str, Any] | None:
+    """A DAG run failed without its commit finishing the record: mark the record failed, give its claims back.
+
+    :return: the run summary when this closed the record; None when the commit had already finished it (or
+        there is no record), so the caller notifies only runs nobody reported.
+    """
+    store = CrawlStoreHook(cfg.postgres_conn_id, cfg.id)
+    try:
+        with store.transaction(lock=True) as cur:
+            if (
+                cur.execute(read_sql("cancel_run"), {"task": cfg.id, "run_id": run_id, "error": reason}).fetchone()
+                is None
+            ):
+                return None
+            released = store.release_run(cur, run_id)
+            record = store.read_run(cur, run_id) or {}
+            old = store.read_watermark(cur)
+    finally:
+        store.close()
+    log.warning("task %s run %s ended without a commit (%s); %d claims released", cfg.id, run_id, reason, released)
+    run = RunContext(cfg=cfg, run_id=run_id, ref=record.get("ref_time") or datetime.now(UTC), params=RunParams())
+    return run_summary(run, record, "failed", record.get("planned", 0), old, old, record.get("errors") or [])
 
 
 def failed_plan_summary(run: RunContext) -> dict[str, Any]:

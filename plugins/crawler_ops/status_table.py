@@ -167,6 +167,10 @@ class StatusTable:
         )
         return cur.execute(statement, {**params, "task": task}).rowcount
 
+    def renew(self, cur: psycopg.Cursor[Any], task: str, row_id: int, token: str) -> bool:
+        """Renew the lease of a row this token still holds; False when it was released or taken over."""
+        return cur.execute(self.statement("renew"), {"task": task, "id": row_id, "token": token}).fetchone() is not None
+
     def complete(self, cur: psycopg.Cursor[Any], task: str, ids: Sequence[int], token: str) -> list[int]:
         """Mark rows done; returns those completed (rows whose claim was taken over are left alone)."""
         rows = cur.execute(self.statement("complete"), {"task": task, "ids": list(ids), "token": token}).fetchall()

@@ -2,23 +2,30 @@
 
 from __future__ import annotations
 
-import hashlib
-import hmac
 import json
 import os
 import subprocess
 import sys
-import threading
 from collections.abc import Iterator
 from datetime import UTC, datetime
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
 import pytest
 from confluent_kafka import Consumer
 
-from tests.support import DemoSource, make_task, query, read_topic, run_dag, run_record, use_config, watermark
+from tests.support import (
+    DemoSource,
+    Receiver,
+    make_task,
+    query,
+    read_topic,
+    run_dag,
+    run_record,
+    use_config,
+    verified,
+    watermark,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -198,32 +205,6 @@ def test_status_cli_names_an_unknown_task_and_survives_an_unreachable_source(uni
 # --------------------------------------------------------------------------- webhooks
 
 
-class Receiver:
-    """A webhook receiver on loopback: records each request; answers with ``status``."""
-
-    def __init__(self) -> None:
-        self.requests: list[dict[str, Any]] = []
-        self.status = 200
-        receiver = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:
-                body = self.rfile.read(int(self.headers["Content-Length"]))
-                receiver.requests.append({"headers": dict(self.headers), "body": body, "path": self.path})
-                self.send_response(receiver.status)
-                self.end_headers()
-
-            def log_message(self, *_args: Any) -> None:
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.server.server_address[1]}/hooks/crawl"
-
-
 @pytest.fixture
 def receiver(monkeypatch: pytest.MonkeyPatch, unique_id: str) -> Iterator[Receiver]:
     hook = Receiver()
@@ -231,14 +212,6 @@ def receiver(monkeypatch: pytest.MonkeyPatch, unique_id: str) -> Iterator[Receiv
     monkeypatch.setenv(f"AIRFLOW_CONN_HOOK_{unique_id.upper()}", json.dumps(conn))
     yield hook
     hook.server.shutdown()
-
-
-def verified(request: dict[str, Any], secret: str = "s3cret-秘密") -> dict[str, Any]:
-    """The JSON body, after checking the signature as a receiver would."""
-    timestamp = request["headers"]["X-Crawler-Ops-Timestamp"]
-    expected = hmac.new(secret.encode(), timestamp.encode() + b"." + request["body"], hashlib.sha256).hexdigest()
-    assert hmac.compare_digest(request["headers"]["X-Crawler-Ops-Signature"], f"sha256={expected}")
-    return json.loads(request["body"])
 
 
 def test_webhooks_are_signed_and_carry_the_run_summary(source, receiver, pg_uri, unique_id):

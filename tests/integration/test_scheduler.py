@@ -22,7 +22,17 @@ import pytest
 import yaml
 
 from crawler_ops.config import CrawlTaskConfig
-from tests.support import DemoSource, duplicates, make_task, query, read_topic, run_record, watermark
+from tests.support import (
+    DemoSource,
+    Receiver,
+    duplicates,
+    make_task,
+    query,
+    read_topic,
+    run_record,
+    verified,
+    watermark,
+)
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -87,6 +97,7 @@ def task_ids() -> dict[str, str]:
         "minutely": f"minutely_{suffix}",
         "executor": f"exec{suffix}",
         "ops": f"ops_{suffix}",
+        "cancel": f"cancel_{suffix}",
     }
 
 
@@ -112,7 +123,20 @@ def session_tasks(task_ids: dict[str, str]) -> list[dict[str, Any]]:
         make_task(task_ids["backfill"], schedule="@daily", batch_size=500).model_dump(mode="json"),
         make_task(task_ids["minutely"], schedule="* * * * *").model_dump(mode="json"),
         ops_task(task_ids["ops"]).model_dump(mode="json"),
+        cancel_task(task_ids["cancel"]).model_dump(mode="json"),
     ]
+
+
+def cancel_task(task_id: str) -> CrawlTaskConfig:
+    """A slow task with a webhook, for cancelling runs (connection ops_hook: the session's receiver)."""
+    return make_task(task_id, notify={"conn_id": "ops_hook"}, max_chunks=1, source={"concurrency": 1})
+
+
+@pytest.fixture(scope="session")
+def webhook() -> Iterator[Receiver]:
+    receiver = Receiver()
+    yield receiver
+    receiver.server.shutdown()
 
 
 def ops_task(task_id: str) -> CrawlTaskConfig:
@@ -152,7 +176,11 @@ def statsd() -> StatsdCollector:
 
 @pytest.fixture(scope="session")
 def airflow(
-    stack: dict[str, str], task_ids: dict[str, str], tmp_path_factory: pytest.TempPathFactory, statsd: StatsdCollector
+    stack: dict[str, str],
+    task_ids: dict[str, str],
+    tmp_path_factory: pytest.TempPathFactory,
+    statsd: StatsdCollector,
+    webhook: Receiver,
 ) -> Iterator[AirflowApi]:
     """Airflow's services on a config holding this session's test tasks; stopped afterwards."""
     config = tmp_path_factory.mktemp("airflow") / "tasks.yaml"
@@ -177,6 +205,7 @@ def airflow(
         "AIRFLOW__METRICS__STATSD_ON": "True",
         "AIRFLOW__METRICS__STATSD_HOST": "127.0.0.1",
         "AIRFLOW__METRICS__STATSD_PORT": str(statsd.port),
+        "AIRFLOW_CONN_OPS_HOOK": json.dumps({"conn_type": "http", "host": webhook.url, "password": "s3cret-秘密"}),
     }
     subprocess.run([*stack_py, "airflow-down"], check=True, env=env)
     try:
@@ -470,3 +499,53 @@ def test_new_records_trigger_the_downstream_dag_through_the_asset_and_metrics_co
     for counter in ("fetched", "kept", "published", "expired"):
         assert statsd.counter(f"airflow.crawler_ops.{cfg.id}.{counter}") == record[counter], counter
     assert statsd.counter(f"airflow.crawler_ops.{cfg.id}.batches_done") == record["planned"]
+
+
+def test_a_run_marked_failed_in_the_ui_is_closed_notified_and_the_next_run_continues(
+    airflow, source_url, kafka_bootstrap, pg_uri, task_ids, webhook
+):
+    cfg = cancel_task(task_ids["cancel"])
+    source = DemoSource(source_url)
+    ref = datetime.now(UTC).replace(microsecond=0)
+    source.create(cfg.id, total=3_000, ref=ref, in_window_share=1.0)
+    source.faults(cfg.id, latency_ms=400)  # 30 pages, one at a time: the run is busy for ~12 s
+    response = airflow.trigger(cfg.dag_id)
+    assert response.status_code == 200, response.text
+    run_id = response.json()["dag_run_id"]
+    deadline = time.monotonic() + RUN_TIMEOUT_S
+    while not query(pg_uri, "SELECT 1 FROM crawler_ops.crawl_run WHERE run_id = %s AND pages >= 2", run_id):
+        assert time.monotonic() < deadline, "the run never got going"
+        time.sleep(0.5)
+
+    marked = airflow.http.patch(f"/dags/{cfg.dag_id}/dagRuns/{run_id}", json={"state": "failed"})
+    assert marked.status_code == 200, marked.text
+
+    while (record := run_record(pg_uri, cfg.id))["status"] == "running":
+        assert time.monotonic() < deadline, "the listener did not close the run record"
+        time.sleep(0.5)
+    assert record["run_id"] == run_id and record["status"] == "failed" and record["finished_at"] is not None
+    assert any("manually set to `failed`" in e for e in record["errors"])
+    while not [r for r in webhook.requests if verified(r)["task"] == cfg.id]:
+        assert time.monotonic() < deadline, "no failure notification"
+        time.sleep(0.5)
+    (request,) = [r for r in webhook.requests if verified(r)["task"] == cfg.id]
+    body = verified(request)
+    assert body["event"] == "run.failure" and body["summary"]["run_id"] == run_id
+    assert body["summary"]["status"] == "failed" and body["summary"]["fetched"] <= 3_000
+    assert watermark(pg_uri, cfg.id) in (None, 0), "the watermark moves only in a commit"
+
+    source.clear_faults(cfg.id)
+    _next_id, state = airflow.run(cfg.dag_id)
+    assert state == "success"
+    messages = read_topic(kafka_bootstrap, cfg.kafka.topic)
+    assert {m.key for m in messages} == set(
+        source.truth(cfg.id, run_record(pg_uri, cfg.id)["ref_time"], days=7)["in_window_ids"]
+    )
+    assert len(duplicates(messages)) <= cfg.batch_size, "at most the batch in flight published twice"
+    assert watermark(pg_uri, cfg.id) == 3_000
+    claimed = query(pg_uri, "SELECT count(*) FROM crawler_ops.batch_status WHERE task_name = %s AND status = 1", cfg.id)
+    assert claimed == [(0,)], "claims the cancelled run's dying worker still took were given back at the next plan"
+    assert [verified(r)["event"] for r in webhook.requests if verified(r)["task"] == cfg.id] == [
+        "run.failure",
+        "run.success",
+    ]

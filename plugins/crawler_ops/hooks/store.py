@@ -156,6 +156,11 @@ class CrawlStoreHook(CrawlerDbHook):
         with self.transaction() as cur:
             return bool(BATCHES.claim_ids(cur, self.task_id, [batch.lo], token, owner, lease_s))
 
+    def renew(self, batch: Batch, token: str) -> bool:
+        """Whether this worker still holds ``batch`` (its lease renewed); checked before publishing it."""
+        with self.transaction() as cur:
+            return BATCHES.renew(cur, self.task_id, batch.lo, token)
+
     def complete(self, outcome: BatchOutcome, run_id: str, token: str | None) -> tuple[bool, int]:
         """Record a finished batch (done, counts, dead letters) atomically.
 

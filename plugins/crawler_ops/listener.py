@@ -1,0 +1,42 @@
+"""An Airflow listener (registered by the plugin) for crawl runs that end without their commit.
+
+A run marked failed in the UI or the REST API, or whose commit was killed, leaves its run record 'running'
+and no one sends the failure webhook. Airflow calls :func:`on_dag_run_failed` in the process that failed the
+run (api-server or scheduler); the work runs in a short-lived thread so neither is held up by PostgreSQL or
+the webhook. Runs their commit already reported are left alone (the record is no longer 'running').
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from typing import Any
+
+from airflow.listeners import hookimpl
+
+log = logging.getLogger(__name__)
+
+
+@hookimpl
+def on_dag_run_failed(dag_run: Any, msg: str) -> None:
+    dag_id, run_id = str(dag_run.dag_id), str(dag_run.run_id)
+    if dag_id.startswith("crawl_"):
+        threading.Thread(
+            target=close_run, args=(dag_id, run_id, msg), name=f"crawler_ops-{dag_id}", daemon=True
+        ).start()
+
+
+def close_run(dag_id: str, run_id: str, msg: str) -> None:
+    from crawler_ops.config import load_config
+    from crawler_ops.crawl import close_abandoned_run
+    from crawler_ops.notify import notify_run
+
+    try:
+        cfg = next((t for t in load_config().tasks if t.dag_id == dag_id), None)
+        if cfg is None:
+            return
+        summary = close_abandoned_run(cfg, run_id, f"the DAG run failed without a commit: {msg}")
+        if summary is not None:
+            notify_run(cfg.notify, cfg.id, "failure", summary)
+    except Exception:  # a listener must never break the process that called it
+        log.exception("crawler_ops: could not close the record of %s run %s", dag_id, run_id)
