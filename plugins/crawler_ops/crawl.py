@@ -399,10 +399,11 @@ class ChunkCrawler:
                             self.confirm(sent)
                             sent = None
                         raise
+                    held = None
                     if sent is not None:
-                        self.confirm(sent)
+                        held = self.confirm(sent, then=ready)
                         sent = None
-                    self.send(ready)
+                    self.send(ready, held)
                     sent, current = ready, None
                     self.log_progress(batch, started)
                 if sent is not None:
@@ -477,29 +478,50 @@ class ChunkCrawler:
         )
         return batch.lo
 
-    def send(self, ready: Prepared) -> None:
+    def checks_claim(self, ready: Prepared) -> bool:
+        """Whether producing ``ready`` needs the claim check (something to publish, under the status table)."""
+        return (
+            bool(ready.messages)
+            and self.publisher is not None
+            and self.store is not None
+            and (self.run.uses_status_table)
+        )
+
+    def send(self, ready: Prepared, held: bool | None = None) -> None:
         """Produce a batch's messages, only while this worker still holds its claim: a run cancelled in the UI
-        (its claims given back) or a worker whose lease was taken over stops here instead of publishing more."""
+        (its claims given back) or a worker whose lease was taken over stops here instead of publishing more.
+
+        :param held: whether the claim was just renewed (in the previous batch's completion), None if not asked.
+        """
         if self.publisher is None or not ready.messages:
             return
         batch = ready.outcome.batch
-        if self.store is not None and self.run.uses_status_table and not self.store.renew(batch, self.token):
-            raise StatusTableError(
-                f"task {self.cfg.id}: batch [{batch.lo}, {batch.hi}) is no longer claimed by this worker (the run "
-                "was cancelled, or its lease expired and another worker took it); stopping before publishing it"
-            )
+        if self.store is not None and self.run.uses_status_table:
+            if held is None:
+                held = self.store.renew(batch, self.token)
+            if not held:
+                raise StatusTableError(
+                    f"task {self.cfg.id}: batch [{batch.lo}, {batch.hi}) is no longer claimed by this worker (the "
+                    "run was cancelled, or its lease expired and another worker took it); stopping before "
+                    "publishing it"
+                )
         self.publisher.send(ready.messages)
 
-    def confirm(self, sent: Prepared) -> None:
-        """Wait until Kafka confirmed every message of the batch, then mark it done."""
+    def confirm(self, sent: Prepared, then: Prepared | None = None) -> bool | None:
+        """Wait until Kafka confirmed every message of the batch, then mark it done.
+
+        :param then: the batch to be produced next; its claim is renewed in the same transaction.
+        :return: whether that claim is still held (None when not asked).
+        """
         batch = sent.outcome.batch
         published = 0
         if self.publisher is not None and sent.messages:
             published = self.publisher.confirm(f"offsets [{batch.lo}, {batch.hi})") - sent.dead
-        self.checkpoint(replace(sent.outcome, published=published))
+        renew = then.outcome.batch if then is not None and self.checks_claim(then) else None
+        return self.checkpoint(replace(sent.outcome, published=published), renew)
 
-    def checkpoint(self, outcome: BatchOutcome) -> None:
-        """Mark the batch done with its counts (after Kafka confirmed its messages)."""
+    def checkpoint(self, outcome: BatchOutcome, renew: Batch | None = None) -> bool | None:
+        """Mark the batch done with its counts (after Kafka confirmed its messages); renew ``renew``'s claim."""
         self.counts.kept += outcome.kept
         self.counts.published += outcome.published
         self.counts.expired += outcome.expired
@@ -507,9 +529,9 @@ class ChunkCrawler:
         self.counts.batches_done += 1
         self.cutoff = max(self.cutoff, outcome.cutoff)
         if self.store is None:
-            return
+            return None
         token = self.token if self.run.uses_status_table else None
-        fenced_in, cutoff = self.store.complete(outcome, self.run.run_id, token)
+        fenced_in, cutoff, held = self.store.complete(outcome, self.run.run_id, token, renew)
         self.cutoff = max(self.cutoff, cutoff)
         if fenced_in:  # counted once: a batch whose completion failed is retried, one taken over is the other's
             for counter, value in (
@@ -529,6 +551,7 @@ class ChunkCrawler:
                 outcome.batch.lo,
                 outcome.batch.hi,
             )
+        return held
 
     def fail(self, in_flight: Sequence[Batch], exc: BaseException) -> None:
         """Give the batch in flight back (pending, error recorded) and record the error on the run."""

@@ -268,10 +268,15 @@ def airflow_cli(*args: str) -> subprocess.CompletedProcess[str]:
     scheduler also writes: a "database is locked" answer is retried (PostgreSQL in production has no such
     contention)."""
     airflow = str(Path(sys.executable).parent / "airflow")
+    locked_before = False
     for _ in range(5):
         result = subprocess.run([airflow, *args], env=dict(os.environ), capture_output=True, text=True, timeout=300)
+        if locked_before and "AlreadyRunningBackfill" in result.stderr:
+            # The locked attempt had already created the backfill (its runs were being written): that is success.
+            return subprocess.CompletedProcess(result.args, 0, result.stdout, result.stderr)
         if result.returncode == 0 or "database is locked" not in result.stderr:
             return result
+        locked_before = True
         time.sleep(2)
     return result
 

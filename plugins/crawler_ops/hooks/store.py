@@ -161,12 +161,17 @@ class CrawlStoreHook(CrawlerDbHook):
         with self.transaction() as cur:
             return BATCHES.renew(cur, self.task_id, batch.lo, token)
 
-    def complete(self, outcome: BatchOutcome, run_id: str, token: str | None) -> tuple[bool, int]:
-        """Record a finished batch (done, counts, dead letters) atomically.
+    def complete(
+        self, outcome: BatchOutcome, run_id: str, token: str | None, renew: Batch | None = None
+    ) -> tuple[bool, int, bool | None]:
+        """Record a finished batch (done, counts, dead letters) atomically; also renew the claim of ``renew``
+        (the batch to be produced next) so that check costs no extra round trip.
 
-        :return: whether this worker still held the claim, and the run's current expiry cutoff.
+        :return: whether this worker still held the claim, the run's current expiry cutoff, and whether it
+            still holds ``renew`` (None when not asked).
         """
         with self.transaction() as cur:
+            held = BATCHES.renew(cur, self.task_id, renew.lo, token) if renew is not None and token else None
             fenced_in = True
             if token is not None:
                 fenced_in = bool(BATCHES.complete(cur, self.task_id, [outcome.batch.lo], token))
@@ -194,7 +199,7 @@ class CrawlStoreHook(CrawlerDbHook):
                     "cutoff": outcome.cutoff,
                 },
             ).fetchone()
-        return fenced_in, int(row[0]) if row else 0
+        return fenced_in, int(row[0]) if row else 0, held
 
     def release(self, batch: Batch, token: str, error: str) -> None:
         """A failed batch goes back to pending with its error; crawl batches are never parked (SPEC §3)."""
