@@ -421,8 +421,8 @@ def test_an_executor_dag_runs_on_its_schedule_and_from_a_rest_trigger(airflow, p
     runs = finished_runs(airflow, dag_id, "scheduled") + finished_runs(airflow, dag_id, "manual")
     assert all(r["state"] == "success" for r in runs)
     counts = dict(query(pg_uri, f'SELECT status, count(*) FROM public."status_{task_ids["executor"]}" GROUP BY 1'))
-    assert counts.get(2, 0) == 10 * len(runs), "each run processes cycle_index rows"
     assert sum(counts.values()) == 46  # 上海市 has 46 districts in the demo table
+    assert counts.get(2, 0) == min(10 * len(runs), 46), "each run processes cycle_index rows until none is left"
 
 
 def test_a_trigger_while_a_run_is_active_waits_for_it(airflow, task_ids):
