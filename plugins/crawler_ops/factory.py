@@ -26,7 +26,9 @@ from airflow.sdk import (
 from airflow.sdk.exceptions import AirflowException, AirflowFailException
 from croniter import croniter
 
-from crawler_ops import crawl, executor, maintenance
+from crawler_ops import executor, maintenance
+from crawler_ops.chunk import crawl_chunk as crawl_one_chunk
+from crawler_ops.commit import commit_run, failed_plan_summary
 from crawler_ops.config import (
     CrawlTaskConfig,
     DagSettings,
@@ -38,6 +40,8 @@ from crawler_ops.config import (
 )
 from crawler_ops.errors import ConfigError, SourceError
 from crawler_ops.notify import notify_run
+from crawler_ops.plan import plan_run, record_plan_failure
+from crawler_ops.run import RunContext, RunParams
 
 log = logging.getLogger(__name__)
 TAGS = ("crawler_ops", "crawl")
@@ -88,10 +92,10 @@ def is_backfill(context: MutableMapping[str, Any]) -> bool:
     return "backfill" in str(getattr(context.get("dag_run"), "run_type", "")).lower()
 
 
-def run_context(cfg: CrawlTaskConfig, context: MutableMapping[str, Any]) -> crawl.RunContext:
+def run_context(cfg: CrawlTaskConfig, context: MutableMapping[str, Any]) -> RunContext:
     ti = context["ti"]
     try:
-        params = crawl.RunParams.from_params(context["params"], cfg.id)
+        params = RunParams.from_params(context["params"], cfg.id)
     except ConfigError as exc:
         raise AirflowFailException(str(exc)) from exc
     interval = None
@@ -100,7 +104,7 @@ def run_context(cfg: CrawlTaskConfig, context: MutableMapping[str, Any]) -> craw
         if start is None or end is None or not start < end:
             raise AirflowFailException(f"task {cfg.id}: a backfill run needs a data interval, got [{start}, {end}]")
         interval = (start, end)
-    return crawl.RunContext(
+    return RunContext(
         cfg=cfg,
         run_id=context["run_id"],
         ref=reference_time(context),
@@ -185,10 +189,10 @@ def build_crawl_dag(cfg: CrawlTaskConfig) -> DAG:
         def plan(**context: Any) -> list[dict[str, Any]]:
             run = run_context(cfg, context)
             try:
-                return no_retry_for_permanent_errors(lambda: crawl.plan_run(run))
+                return no_retry_for_permanent_errors(lambda: plan_run(run))
             except Exception as exc:
                 # The crawler's own error, not the AirflowFailException that wraps a permanent one.
-                crawl.record_plan_failure(run, (exc.__cause__ or exc) if isinstance(exc, AirflowFailException) else exc)
+                record_plan_failure(run, (exc.__cause__ or exc) if isinstance(exc, AirflowFailException) else exc)
                 raise
 
         @task(
@@ -201,7 +205,7 @@ def build_crawl_dag(cfg: CrawlTaskConfig) -> DAG:
             # map_index_template renders from the task's context after it ran: label the instance by offsets.
             get_current_context()["chunk_label"] = chunk["label"]  # type: ignore[typeddict-unknown-key]
             run = run_context(cfg, context)
-            return no_retry_for_permanent_errors(lambda: crawl.crawl_chunk(run, chunk))
+            return no_retry_for_permanent_errors(lambda: crawl_one_chunk(run, chunk))
 
         # The topic's Asset is emitted through the alias (only when records were published). Listed as an inlet
         # too so the dag-processor registers it at parse time: otherwise concurrent first emissions (backfill
@@ -247,7 +251,7 @@ def commit_step(cfg: CrawlTaskConfig, context: MutableMapping[str, Any]) -> dict
         notify_run(cfg.notify, cfg.id, "failure", {"task": cfg.id, "run_id": context["run_id"], "errors": [str(exc)]})
         raise
     if chunks is None:
-        summary = crawl.failed_plan_summary(run)
+        summary = failed_plan_summary(run)
         notify_run(cfg.notify, cfg.id, "failure", summary)
         # Fail, not skip: a skipped leaf would mark the whole run successful.
         raise AirflowFailException(
@@ -255,7 +259,7 @@ def commit_step(cfg: CrawlTaskConfig, context: MutableMapping[str, Any]) -> dict
             "watermark unchanged"
         )
     try:
-        summary = crawl.commit_run(run, chunks, pulled_results(ti) if chunks else [])
+        summary = commit_run(run, chunks, pulled_results(ti) if chunks else [])
     except Exception as exc:
         if isinstance(exc, AirflowFailException) or getattr(ti, "try_number", 1) > getattr(ti, "max_tries", 0):
             failure = {"task": cfg.id, "run_id": run.run_id, "status": "failed", "errors": [f"commit: {exc}"]}

@@ -27,8 +27,8 @@ def on_dag_run_failed(dag_run: Any, msg: str) -> None:
 
 
 def close_run(dag_id: str, run_id: str, msg: str) -> None:
+    from crawler_ops.commit import close_abandoned_run
     from crawler_ops.config import load_config
-    from crawler_ops.crawl import close_abandoned_run
     from crawler_ops.notify import notify_run
 
     try:

@@ -9,8 +9,9 @@ import json
 import sys
 from datetime import datetime
 
+from crawler_ops.chunk import crawl_chunk
 from crawler_ops.config import CrawlTaskConfig
-from crawler_ops.crawl import RunContext, RunParams, crawl_chunk
+from crawler_ops.run import RunContext, RunParams
 
 
 def main(spec: dict) -> None:

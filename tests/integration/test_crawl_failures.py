@@ -14,8 +14,11 @@ from pathlib import Path
 
 import pytest
 
-from crawler_ops.crawl import RunContext, RunParams, commit_run, crawl_chunk, plan_run
+from crawler_ops.chunk import crawl_chunk
+from crawler_ops.commit import commit_run
 from crawler_ops.errors import DeliveryError, StatusTableError
+from crawler_ops.plan import plan_run
+from crawler_ops.run import RunContext, RunParams
 from tests.support import DemoSource, duplicates, make_task, query, read_topic, run_dag, run_record, watermark
 
 pytestmark = pytest.mark.integration

@@ -355,7 +355,8 @@ def test_a_dead_letter_kafka_refuses_keeps_its_batch_not_done_until_it_is_delive
 
 
 def test_a_retried_commit_does_not_count_the_run_twice(source, pg_uri, unique_id):
-    from crawler_ops.crawl import RunContext, RunParams, commit_run
+    from crawler_ops.commit import commit_run
+    from crawler_ops.run import RunContext, RunParams
 
     source.create(unique_id, total=300, ref=REF, in_window_share=1.0)
     cfg = make_task(unique_id)

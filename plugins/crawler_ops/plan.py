@@ -1,0 +1,205 @@
+"""Step 1 of a crawl run, the DAG's ``plan`` task: count, read the watermark and status rows, plan batches
+newest first, group them into chunks (or, for replays and backfills, the offsets to read)."""
+
+from __future__ import annotations
+
+import logging
+from datetime import datetime, timedelta
+from typing import Any
+
+import psycopg
+from psycopg.types.json import Jsonb
+
+from crawler_ops.errors import CrawlerError, SourceError
+from crawler_ops.filtering import DateRule, record_date
+from crawler_ops.hooks.producer import IdempotentProducerHook, ensure_topic
+from crawler_ops.hooks.source import SourceApiHook
+from crawler_ops.hooks.store import CrawlStoreHook
+from crawler_ops.planning import Batch, Chunk, chunk_batches, expiry_floor, fill_gaps, plan_batches
+from crawler_ops.records import record_head
+from crawler_ops.run import RunContext
+from crawler_ops.status_table import DONE
+
+log = logging.getLogger(__name__)
+
+
+def plan_run(run: RunContext) -> list[dict[str, Any]]:
+    """Count, read the watermark and status rows, plan batches newest first, group them into chunks."""
+    cfg, params = run.cfg, run.params
+    source = run.source()
+    try:
+        total = source.get_total()
+        if not params.dry_run:
+            admin = IdempotentProducerHook(cfg.kafka.conn_id).admin()
+            for topic in filter(None, (cfg.kafka.topic, cfg.kafka.dead_letter_topic)):
+                ensure_topic(
+                    admin, topic, cfg.kafka.partitions, cfg.kafka.replication_factor, cfg.kafka.create_topic, cfg.id
+                )
+        if params.replay or run.backfill_interval is not None:
+            lo, hi = range_to_read(run, source, total)
+            batches = fill_gaps(lo, hi, cfg.batch_size) if lo < hi else []
+            mode, watermark, first = ("replay" if params.replay else "backfill"), None, False
+            if not params.dry_run:
+                store = run.store()
+                store.ensure_schema()
+                with store.transaction() as cur:
+                    store.start_run(cur, run.run_id, mode, run.ref, total, None, len(batches))
+        else:
+            batches, mode, watermark, first = plan_from_store(run, source, total)
+    finally:
+        source.close()
+    batches = batches[: params.max_batches] if params.max_batches else batches
+    chunks = chunk_batches(batches, cfg.max_chunks, cfg.min_batches_per_chunk)
+    log.info(
+        "task %s run %s: %s plan, total=%d, watermark=%s, %d batches (%d records) in %d chunks%s",
+        cfg.id,
+        run.run_id,
+        mode,
+        total,
+        watermark,
+        len(batches),
+        sum(b.size for b in batches),
+        len(chunks),
+        " [dry run]" if params.dry_run else "",
+    )
+    return [chunk_payload(chunk, first) for chunk in chunks]
+
+
+def record_plan_failure(run: RunContext, exc: BaseException) -> None:
+    """Keep a failed plan in the run history (status 'failed', the error) when PostgreSQL is reachable."""
+    if run.params.dry_run:
+        return
+    store = run.store()
+    try:
+        store.ensure_schema()
+        with store.transaction() as cur:
+            store.start_run(cur, run.run_id, "replay" if run.params.replay else "plan", run.ref, None, None, 0)
+            store.record_error(cur, run.run_id, f"plan: {type(exc).__name__}: {exc}", "plan", None)
+            store.run_statement(
+                cur,
+                "finish_run",
+                run_id=run.run_id,
+                watermark=None,
+                status="failed",
+                errors=Jsonb([f"plan: {type(exc).__name__}: {exc}"]),
+            )
+            # finish_run sets the errors list whole; the error row above stays.
+    except (CrawlerError, psycopg.Error):
+        log.exception("task %s: could not record the failed plan in PostgreSQL", run.cfg.id)
+    finally:
+        store.close()
+
+
+def plan_from_store(run: RunContext, source: SourceApiHook, total: int) -> tuple[list[Batch], str, int | None, bool]:
+    """Plan a normal (first or incremental) run under the task's advisory lock; insert new batch rows."""
+    cfg, params = run.cfg, run.params
+    store = run.store()
+    store.ensure_schema()
+    with store.transaction(lock=True) as cur:
+        if params.reset and not params.dry_run:
+            store.reset(cur)
+            log.info("task %s: reset requested; watermark and status rows forgotten", cfg.id)
+        watermark = None if params.reset else store.read_watermark(cur)
+        shrink_note = None
+        if watermark is not None and total < watermark:
+            watermark, shrink_note = handle_shrink(run, store, cur, total, watermark)
+        first = watermark is None
+        start = watermark or 0
+        if not params.dry_run:
+            store.run_statement(cur, "release_finished_claims")
+        rows = store.read_rows(cur, above=start)
+        done = [r.batch for r in rows if r.status == DONE]
+        pending = [r.batch for r in rows if r.status != DONE]
+        floor = start
+        if first and total > 0:
+            boundary = probe_window_start(source, total, run)
+            floor = max(start, expiry_floor(boundary, cfg.batch_size, cfg.max_expired_batches))
+        batches = plan_batches(total, start, cfg.batch_size, done, pending, floor=floor)
+        if params.max_batches:
+            batches = batches[: params.max_batches]
+        if not params.dry_run:
+            if floor > start:
+                expired = fill_gaps(start, floor, floor - start, [*done, *pending])
+                store.insert_batches(cur, expired, run.run_id, expired=True)
+                log.info(
+                    "task %s: first crawl; offsets below %d are older than the window (probed), recorded as expired",
+                    cfg.id,
+                    floor,
+                )
+            known = set(pending)
+            store.insert_batches(cur, [b for b in batches if b not in known], run.run_id)
+            store.start_run(
+                cur, run.run_id, "first" if first else "incremental", run.ref, total, watermark, len(batches)
+            )
+            if shrink_note:
+                store.run_statement(cur, "add_run_error", run_id=run.run_id, error=shrink_note)
+    return batches, "first" if first else "incremental", watermark, first
+
+
+def handle_shrink(
+    run: RunContext, store: CrawlStoreHook, cur: Any, total: int, watermark: int
+) -> tuple[int | None, str]:
+    """The source reports fewer records than the watermark: warn (plan nothing), fail, or reset.
+
+    :return: the watermark to plan from (None after a reset) and the note for the run summary.
+    """
+    cfg = run.cfg
+    message = (
+        f"task {cfg.id}: the source total shrank to {total}, below the watermark {watermark}; on_shrink={cfg.on_shrink}"
+    )
+    if cfg.on_shrink == "fail":
+        raise SourceError(message + "; investigate the source, then trigger with reset=true", retriable=False)
+    if cfg.on_shrink == "reset" and not run.params.dry_run:
+        log.warning("%s: resetting", message)
+        store.reset(cur)
+        return None, message + ": watermark and status rows reset"
+    log.warning("%s: nothing planned, watermark kept", message)
+    return watermark, message + ": nothing planned, watermark kept"
+
+
+def probe_offset(source: SourceApiHook, total: int, rule: DateRule, moment: datetime) -> int:
+    """Binary search for the first offset whose record is not older than ``moment`` (records roughly in
+    time order): O(log total) one-record requests. A record without a usable date counts as not older."""
+    tz = rule.tz
+    lo, hi = 0, total
+    while lo < hi:
+        mid = (lo + hi) // 2
+        page = source.get_page(mid, 1)
+        found = record_date(record_head(page[0], rule.fields), rule.fields, tz)[0] if page else None
+        if found is not None and found < moment:
+            lo = mid + 1
+        else:
+            hi = mid
+    return lo
+
+
+def probe_window_start(source: SourceApiHook, total: int, run: RunContext) -> int:
+    """Where a first crawl's window starts: offsets below are older than the window."""
+    offset = probe_offset(source, total, run.cfg.filter.rule, run.window.start)
+    log.info("task %s: probed the window start at offset %d of %d", run.cfg.id, offset, total)
+    return offset
+
+
+def range_to_read(run: RunContext, source: SourceApiHook, total: int) -> tuple[int, int]:
+    """The offsets a replay names, or those a backfill finds by probing its interval's two ends (one batch of
+    margin each side for records that are only roughly in time order)."""
+    if run.params.replay:
+        return run.params.replay_from or 0, min(run.params.replay_to or 0, total)
+    window, margin = run.window, run.cfg.batch_size
+    lo = probe_offset(source, total, run.cfg.filter.rule, window.start)
+    hi = probe_offset(source, total, run.cfg.filter.rule, window.end + timedelta(seconds=1))
+    log.info(
+        "task %s: backfill of [%s, %s] reads offsets [%d, %d) of %d (probed, +/- %d)",
+        run.cfg.id,
+        window.start,
+        window.end,
+        max(0, lo - margin),
+        min(total, hi + margin),
+        total,
+        margin,
+    )
+    return max(0, lo - margin), min(total, hi + margin)
+
+
+def chunk_payload(chunk: Chunk, early_stop: bool) -> dict[str, Any]:
+    return {"label": chunk.label, "batches": [[b.lo, b.hi] for b in chunk.batches], "early_stop": early_stop}

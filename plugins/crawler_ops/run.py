@@ -1,0 +1,83 @@
+"""Who is running a crawl: the task config, the Airflow run, the reference time and the trigger params."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from crawler_ops.config import CrawlTaskConfig
+from crawler_ops.errors import ConfigError
+from crawler_ops.filtering import Window
+from crawler_ops.hooks.source import SourceApiHook
+from crawler_ops.hooks.store import CrawlStoreHook
+
+
+@dataclass(frozen=True)
+class RunParams:
+    """The validated trigger parameters of a crawl run (see the DAG's Params)."""
+
+    reset: bool = False
+    dry_run: bool = False
+    max_batches: int | None = None
+    filter_days: float | None = None
+    replay_from: int | None = None
+    replay_to: int | None = None
+
+    @classmethod
+    def from_params(cls, params: Mapping[str, Any], task_label: str) -> RunParams:
+        run = cls(
+            reset=bool(params.get("reset")),
+            dry_run=bool(params.get("dry_run")),
+            max_batches=params.get("max_batches"),
+            filter_days=params.get("filter_days"),
+            replay_from=params.get("replay_from"),
+            replay_to=params.get("replay_to"),
+        )
+        if (run.replay_from is None) != (run.replay_to is None):
+            raise ConfigError(f"task {task_label}: give both replay_from and replay_to, or neither")
+        if run.replay and not 0 <= run.replay_from < run.replay_to:  # type: ignore[operator]
+            raise ConfigError(
+                f"task {task_label}: replay range [{run.replay_from}, {run.replay_to}) is empty or "
+                "negative; replay_from must be below replay_to"
+            )
+        if run.replay and run.reset:
+            raise ConfigError(f"task {task_label}: reset and a replay range cannot be combined")
+        return run
+
+    @property
+    def replay(self) -> bool:
+        return self.replay_from is not None
+
+
+@dataclass(frozen=True)
+class RunContext:
+    """Who is running: the task config, the Airflow run, the reference time, the params."""
+
+    cfg: CrawlTaskConfig
+    run_id: str
+    ref: datetime
+    params: RunParams
+    map_index: int = -1
+    try_number: int = 1
+    backfill_interval: tuple[datetime, datetime] | None = None
+
+    @property
+    def window(self) -> Window:
+        """Backfill runs keep the records dated in their own data interval; others the configured window."""
+        if self.backfill_interval is not None:
+            return Window(*self.backfill_interval)
+        days = self.params.filter_days if self.params.filter_days is not None else self.cfg.filter.days
+        return Window.around(self.ref, days, self.cfg.filter.tolerance)
+
+    @property
+    def uses_status_table(self) -> bool:
+        """Replays and backfills read a range and never touch the watermark or the batch rows."""
+        return not (self.params.dry_run or self.params.replay or self.backfill_interval is not None)
+
+    def source(self) -> SourceApiHook:
+        return SourceApiHook(self.cfg.source, self.cfg.id, self.cfg.source_task)
+
+    def store(self) -> CrawlStoreHook:
+        return CrawlStoreHook(self.cfg.postgres_conn_id, self.cfg.id)
