@@ -55,6 +55,10 @@ CREATE TABLE IF NOT EXISTS crawler_ops.crawl_run (
     started_at     timestamptz NOT NULL DEFAULT now(),
     finished_at    timestamptz,
     duration_s     double precision GENERATED ALWAYS AS (extract(epoch FROM finished_at - started_at)) STORED,
+    -- kept / published already added to crawler_ops.progress by a commit of this run (a retried or repeated
+    -- commit adds only what came since)
+    committed_kept      bigint NOT NULL DEFAULT 0,
+    committed_published bigint NOT NULL DEFAULT 0,
     PRIMARY KEY (task_id, run_id)
 );
 
@@ -83,6 +87,11 @@ BEGIN
                       AND table_name = 'crawl_run' AND column_name = 'duration_s') THEN
         ALTER TABLE crawler_ops.crawl_run ADD COLUMN duration_s double precision
             GENERATED ALWAYS AS (extract(epoch FROM finished_at - started_at)) STORED;
+    END IF;
+    IF NOT EXISTS (SELECT 1 FROM information_schema.columns WHERE table_schema = 'crawler_ops'
+                      AND table_name = 'crawl_run' AND column_name = 'committed_kept') THEN
+        ALTER TABLE crawler_ops.crawl_run ADD COLUMN committed_kept bigint NOT NULL DEFAULT 0,
+                                          ADD COLUMN committed_published bigint NOT NULL DEFAULT 0;
     END IF;
     -- Before crawl_error, dead letters had their own table: move its rows over once, then drop it.
     IF to_regclass('crawler_ops.dead_letter') IS NOT NULL THEN

@@ -46,8 +46,10 @@ def commit_run(run: RunContext, chunks: Sequence[Mapping[str, Any]], results: Se
             done_set = set(done)
             unfinished = [b for b in planned if b.hi > new and b not in done_set]
             total = record.get("total") or 0
-            # A retried commit of a run already committed must not add its counts to the totals again.
-            first_commit = record.get("status") == "running"
+            # The totals get what this run kept and published since its last commit: a retried commit adds
+            # nothing, a commit after clearing failed chunks adds what they crawled.
+            kept = record.get("kept", 0) - record.get("committed_kept", 0)
+            published = record.get("published", 0) - record.get("committed_published", 0)
             store.run_statement(
                 cur,
                 "save_progress",
@@ -55,8 +57,8 @@ def commit_run(run: RunContext, chunks: Sequence[Mapping[str, Any]], results: Se
                 total=total,
                 last_start=max((b.lo for b in planned), default=None),
                 status="completed" if not unfinished else "incomplete",
-                kept=record.get("kept", 0) if first_commit else 0,
-                published=record.get("published", 0) if first_commit else 0,
+                kept=kept,
+                published=published,
                 run_id=run.run_id,
             )
             store.run_statement(cur, "prune_batches", watermark=new)

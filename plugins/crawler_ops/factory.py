@@ -15,7 +15,6 @@ from typing import Any
 from airflow.sdk import (
     DAG,
     Asset,
-    AssetAlias,
     CronTriggerTimetable,
     Param,
     TriggerRule,
@@ -23,12 +22,12 @@ from airflow.sdk import (
     get_parsing_context,
     task,
 )
-from airflow.sdk.exceptions import AirflowException, AirflowFailException
+from airflow.sdk.exceptions import AirflowException, AirflowFailException, AirflowSkipException
 from croniter import croniter
 
 from crawler_ops import executor, maintenance
 from crawler_ops.chunk import crawl_chunk as crawl_one_chunk
-from crawler_ops.commit import commit_run, failed_plan_summary
+from crawler_ops.commit import close_abandoned_run, commit_run, failed_plan_summary
 from crawler_ops.config import (
     CrawlTaskConfig,
     DagSettings,
@@ -146,7 +145,8 @@ def doc_for(cfg: CrawlTaskConfig) -> str:
         f"{cfg.filter.days:g} days of the run's data-interval end.\n\n"
         "**plan** counts and plans batches of "
         f"{cfg.batch_size} records from the watermark up; **crawl_chunk** (mapped, labelled by offsets) fetches, "
-        "filters, publishes and marks batches done; **commit** moves the watermark and stores the run summary.\n\n"
+        "filters, publishes and marks batches done; **commit** moves the watermark and stores the run summary; "
+        f"**announce** emits the Asset `{cfg.kafka.asset_uri}` when new records were published.\n\n"
         "Params: `reset`, `dry_run`, `max_batches`, `filter_days`, `replay_from`/`replay_to`."
     )
 
@@ -207,23 +207,26 @@ def build_crawl_dag(cfg: CrawlTaskConfig) -> DAG:
             run = run_context(cfg, context)
             return no_retry_for_permanent_errors(lambda: crawl_one_chunk(run, chunk))
 
-        # The topic's Asset is emitted through the alias (only when records were published). Listed as an inlet
-        # too so the dag-processor registers it at parse time: otherwise concurrent first emissions (backfill
-        # runs committing together) race to create it and one commit fails.
-        @task(
-            task_id="commit",
-            trigger_rule=TriggerRule.ALL_DONE,
-            outlets=[topic_alias(cfg)],
-            inlets=[topic_asset(cfg)],
-        )
+        @task(task_id="commit", trigger_rule=TriggerRule.ALL_DONE)
         def commit(**context: Any) -> dict[str, Any]:
             return commit_step(cfg, context)
+
+        # A static outlet (the dag-processor registers the Asset at parse time); skipped when nothing new was
+        # published, so downstream DAGs run on new data only. Emitting through an AssetAlias from commit instead
+        # failed when backfill runs committed at once: their first emissions raced to link alias and asset.
+        @task(task_id="announce", outlets=[topic_asset(cfg)])
+        def announce(summary: dict[str, Any]) -> dict[str, Any]:
+            if not summary.get("published"):
+                raise AirflowSkipException(f"task {cfg.id}: no new records published; no Asset event")
+            get_current_context()["outlet_events"][topic_asset(cfg)].extra = summary
+            return {"asset": cfg.kafka.asset_uri, "published": summary["published"]}
 
         planned = plan()
         crawled = crawl_chunk.expand(chunk=planned)
         committed = commit()
         planned >> crawled >> committed
         planned >> committed
+        announce(committed)  # type: ignore[arg-type]
     return dag
 
 
@@ -232,13 +235,8 @@ def topic_asset(cfg: CrawlTaskConfig) -> Asset:
     return Asset(uri=cfg.kafka.asset_uri)
 
 
-def topic_alias(cfg: CrawlTaskConfig) -> AssetAlias:
-    """The commit's outlet: through this alias it emits the topic's Asset event only when records were published."""
-    return AssetAlias(f"crawler_ops.{cfg.id}")
-
-
 def commit_step(cfg: CrawlTaskConfig, context: MutableMapping[str, Any]) -> dict[str, Any]:
-    """Commit the run, then tell the world: webhook on success or failure, the topic's Asset event on new data.
+    """Commit the run, then tell the world: the webhook on success or failure (the Asset event: ``announce``).
 
     A failed run fails this task without retries (retrying the commit cannot finish batches), after one
     notification; a crash of the commit itself notifies only on its last try.
@@ -262,8 +260,7 @@ def commit_step(cfg: CrawlTaskConfig, context: MutableMapping[str, Any]) -> dict
         summary = commit_run(run, chunks, pulled_results(ti) if chunks else [])
     except Exception as exc:
         if isinstance(exc, AirflowFailException) or getattr(ti, "try_number", 1) > getattr(ti, "max_tries", 0):
-            failure = {"task": cfg.id, "run_id": run.run_id, "status": "failed", "errors": [f"commit: {exc}"]}
-            notify_run(cfg.notify, cfg.id, "failure", failure)
+            notify_commit_crash(cfg, run, exc)
         raise
     log.info("crawl summary: %s", summary)
     if summary.get("status") == "failed" or summary.get("unfinished"):
@@ -273,10 +270,20 @@ def commit_step(cfg: CrawlTaskConfig, context: MutableMapping[str, Any]) -> dict
             f"not done (oldest {summary.get('oldest_unfinished')}); errors: {summary.get('errors')}. "
             f"The watermark stays at {summary.get('new_watermark')}; the next run retries them."
         )
-    if summary.get("published"):
-        context["outlet_events"][topic_alias(cfg)].add(topic_asset(cfg), extra=summary)
     notify_run(cfg.notify, cfg.id, "success", summary)
     return summary
+
+
+def notify_commit_crash(cfg: CrawlTaskConfig, run: RunContext, exc: BaseException) -> None:
+    """The commit's last try failed: close the run record as failed (so the listener does not report the run
+    a second time) and send the failure webhook, with the record's summary when PostgreSQL still answers."""
+    try:
+        summary = close_abandoned_run(cfg, run.run_id, f"commit: {type(exc).__name__}: {exc}")
+    except Exception:  # PostgreSQL is probably why the commit failed: notify without the record
+        log.exception("task %s: could not close the run record after the commit failed", cfg.id)
+        summary = {"task": cfg.id, "run_id": run.run_id, "status": "failed", "errors": [f"commit: {exc}"]}
+    if summary is not None:
+        notify_run(cfg.notify, cfg.id, "failure", summary)
 
 
 def pulled_results(ti: Any, task_id: str = "crawl_chunk") -> list[Any]:

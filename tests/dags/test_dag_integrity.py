@@ -52,7 +52,7 @@ def test_crawl_dag_has_the_production_settings(monkeypatch, dag_id):
     assert {"crawler_ops", "crawl"} <= set(dag.tags)
     assert dag.doc_md and "Params" in dag.doc_md
     assert set(dag.params.keys()) == {"reset", "dry_run", "max_batches", "filter_days", "replay_from", "replay_to"}
-    assert {t.task_id for t in dag.tasks} == {"plan", "crawl_chunk", "commit"}
+    assert {t.task_id for t in dag.tasks} == {"plan", "crawl_chunk", "commit", "announce"}
     for t in dag.tasks:
         assert t.retries == 2
         assert t.execution_timeout is not None
@@ -124,9 +124,9 @@ def test_an_invalid_maintenance_block_becomes_a_failing_dag(monkeypatch, tmp_pat
         broken.get_task("config_error").python_callable()
 
 
-def test_crawl_dag_commit_emits_through_an_alias_of_the_topic_asset(monkeypatch):
+def test_crawl_dag_announces_the_topic_asset_after_the_commit(monkeypatch):
     dag = load_bag(monkeypatch, SAMPLE).get_dag("crawl_jobs_beijing")
 
-    commit = dag.get_task("commit")
-    assert [o.name for o in commit.outlets] == ["crawler_ops.jobs_beijing"]
-    assert [i.uri for i in commit.inlets] == ["kafka://kafka_default/jobs.beijing"], "registered at parse time"
+    announce = dag.get_task("announce")
+    assert [o.uri for o in announce.outlets] == ["kafka://kafka_default/jobs.beijing"]
+    assert announce.upstream_task_ids == {"commit"} and not dag.get_task("commit").outlets

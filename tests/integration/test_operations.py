@@ -290,7 +290,7 @@ def test_commit_emits_the_topic_asset_with_the_summary_only_when_records_were_pu
     assert extra["run_id"] == record["run_id"] and extra["published"] == 300 == record["published"]
     assert extra["topic"] == cfg.kafka.topic and extra["new_watermark"] == 300
 
-    assert run_dag(cfg, REF) == "success", "nothing new"
+    assert run_dag(cfg, REF) == "success", "nothing new: announce is skipped, the run succeeds"
     assert len(asset_events(f"kafka://broker.test:9092/test.{unique_id}")) == 1, "no event without new records"
 
 
@@ -373,3 +373,17 @@ def test_a_retried_commit_does_not_count_the_run_twice(source, pg_uri, unique_id
         pg_uri, "SELECT filtered_count, produced_count FROM crawler_ops.progress WHERE task_id = %s", unique_id
     )
     assert after == before == [(300, 300)]
+
+    # Cleared failed chunks of the run crawl more and the commit runs again: only the new counts are added.
+    query(
+        pg_uri,
+        "UPDATE crawler_ops.crawl_run SET kept = kept + 7, published = published + 5 "
+        "WHERE task_id = %s AND run_id = %s RETURNING 1",
+        unique_id,
+        record["run_id"],
+    )
+    commit_run(RunContext(cfg=cfg, run_id=record["run_id"], ref=REF, params=RunParams()), [], [])
+    totals = query(
+        pg_uri, "SELECT filtered_count, produced_count FROM crawler_ops.progress WHERE task_id = %s", unique_id
+    )
+    assert totals == [(307, 305)]
