@@ -131,6 +131,15 @@ def stop_pid(name: str, pid: int, timeout: float = 20.0) -> None:
     (RUN / f"{name}.pid").unlink(missing_ok=True)
 
 
+def new_cluster_id() -> str:
+    """A KRaft cluster id (a UUID in URL-safe base64) that does not start with '-': the storage tool's argument
+    parser would take one that does for an option (1 fresh stack in 64 failed to format before this)."""
+    while True:
+        cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()
+        if not cluster_id.startswith("-"):
+            return cluster_id
+
+
 def spawn(
     name: str,
     cmd: list[str],
@@ -262,7 +271,7 @@ def start_kafka(ports: Ports) -> None:
         classpath,
     ]
     if not (data / "meta.properties").exists():
-        cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()
+        cluster_id = new_cluster_id()
         result = subprocess.run(
             [
                 *jvm,

@@ -69,3 +69,15 @@ def test_an_unreachable_external_postgres_fails_fast_with_a_clear_error(monkeypa
         stack.start_postgres(stack.Ports(1, 2, 3, 4))
 
     assert time.monotonic() - started < 15
+
+
+def test_kafka_cluster_ids_never_start_with_a_dash_and_hold_a_uuid():
+    import base64
+    import uuid
+
+    ids = [stack.new_cluster_id() for _ in range(5_000)]
+
+    assert not [i for i in ids if i.startswith("-")], "the storage tool would read it as an option"
+    assert all(len(base64.urlsafe_b64decode(i + "==")) == 16 for i in ids)
+    assert len(set(ids)) == len(ids)
+    assert uuid.UUID(bytes=base64.urlsafe_b64decode(ids[0] + "=="))
