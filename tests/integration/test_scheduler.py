@@ -293,6 +293,16 @@ def backfill_runs(airflow: AirflowApi, dag_id: str, count: int) -> list[dict[str
     raise TimeoutError(f"{count} backfill runs of {dag_id} did not finish")
 
 
+def wait_for_backfills(airflow: AirflowApi, dag_id: str) -> None:
+    """Wait until every backfill of ``dag_id`` is marked complete (all its runs finished)."""
+    deadline = time.monotonic() + RUN_TIMEOUT_S
+    while any(
+        b["completed_at"] is None for b in airflow.http.get("/backfills", params={"dag_id": dag_id}).json()["backfills"]
+    ):
+        assert time.monotonic() < deadline, f"a backfill of {dag_id} was never marked complete"
+        time.sleep(1)
+
+
 def wait_until_idle(airflow: AirflowApi, dag_id: str) -> None:
     deadline = time.monotonic() + RUN_TIMEOUT_S
     while any(
@@ -333,13 +343,7 @@ def test_backfill_publishes_each_interval_by_probing_and_leaves_the_watermark(
     assert pages < 3 * (1_500 // 500 + 3), f"probing bounds the reads, not a scan of 20,000 records ({pages})"
     assert watermark(pg_uri, task) == before
 
-    deadline = time.monotonic() + RUN_TIMEOUT_S
-    while any(
-        b["completed_at"] is None
-        for b in airflow.http.get("/backfills", params={"dag_id": cfg.dag_id}).json()["backfills"]
-    ):
-        assert time.monotonic() < deadline, "the first backfill was never marked complete"
-        time.sleep(1)
+    wait_for_backfills(airflow, cfg.dag_id)
     again = airflow_cli(
         "backfill",
         "create",
@@ -353,7 +357,8 @@ def test_backfill_publishes_each_interval_by_probing_and_leaves_the_watermark(
         "completed",
     )
     assert again.returncode == 0, again.stdout[-2000:] + again.stderr[-2000:]
-    time.sleep(5)
+    # The reprocessed runs are queued by the scheduler as the backfill advances: wait for the backfill itself.
+    wait_for_backfills(airflow, cfg.dag_id)
     wait_until_idle(airflow, cfg.dag_id)
     first = Counter(m.key for m in messages if m.headers["run_id"] in {r["dag_run_id"] for r in runs})
     second = Counter(
