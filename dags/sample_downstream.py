@@ -1,6 +1,6 @@
 """Sample downstream DAG ``sample_jobs_beijing_downstream``: runs when ``crawl_jobs_beijing`` published new records.
 
-It is scheduled on the topic's Asset (``kafka://<host>/jobs.beijing``), which the crawl's commit task emits
+It is scheduled on the topic's Asset (``kafka://<host>/jobs.beijing``), which the crawl's ``announce`` task emits
 with the run summary as the event's extra, only when the run published something. It reads the new
 messages as consumer group ``jobs_beijing.downstream_sample`` (listed under the task's
 ``kafka.consumer_groups``, so the status view shows its lag) and commits its offsets. Copy it as the
