@@ -13,8 +13,12 @@ import sys
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
+
+if TYPE_CHECKING:
+    from tests.support import DemoSource
 
 REPO = Path(__file__).resolve().parent.parent
 STATE_FILE = Path(os.environ.get("CRAWLER_OPS_STACK_DIR", REPO / ".stack")) / "stack.json"
@@ -61,6 +65,14 @@ def kafka_bootstrap(stack: dict[str, str]) -> str:
 @pytest.fixture(scope="session")
 def pg_uri(stack: dict[str, str]) -> str:
     return stack["CRAWLER_OPS_PG_URI"]
+
+
+@pytest.fixture
+def source(source_url: str) -> DemoSource:
+    """Admin client of the demo source API."""
+    from tests.support import DemoSource
+
+    return DemoSource(source_url)
 
 
 @pytest.fixture

@@ -91,11 +91,16 @@ def find_table(cur: psycopg.Cursor[Any], cfg: ExecutorTaskConfig, field: str, mu
     return str(row[0]), str(row[1])
 
 
+def table_columns(cur: psycopg.Cursor[Any], schema: str, table: str) -> dict[str, str]:
+    """The columns of ``schema.table``: lower-cased name -> the catalog's spelling."""
+    rows = cur.execute(read_sql("executor/table_columns"), {"schema": schema, "table": table}).fetchall()
+    return {str(r[0]).lower(): str(r[0]) for r in rows}
+
+
 def resolve_tables(cur: psycopg.Cursor[Any], cfg: ExecutorTaskConfig) -> Tables:
     """Check every configured table and column against the catalog; errors name the config entry."""
     schema, table = find_table(cur, cfg, "source_table", must_exist=True)
-    rows = cur.execute(read_sql("executor/table_columns"), {"schema": schema, "table": table}).fetchall()
-    columns = {str(r[0]).lower(): str(r[0]) for r in rows}
+    columns = table_columns(cur, schema, table)
 
     def column(name: str, field: str) -> str:
         found = columns.get(name.lower())

@@ -12,15 +12,16 @@ never holds long locks or one huge transaction):
 
 from __future__ import annotations
 
+import functools
 import logging
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from psycopg import sql
 
 from crawler_ops.config import ExecutorTaskConfig, MaintenanceConfig
 from crawler_ops.errors import StatusTableError
-from crawler_ops.executor import executor_hook, find_table
+from crawler_ops.executor import executor_hook, find_table, table_columns
 from crawler_ops.hooks.store import CrawlerDbHook, CrawlStoreHook
 from crawler_ops.sqlfiles import read_sql
 from crawler_ops.status_table import StatusTable
@@ -68,7 +69,7 @@ def prune_executor_rows(cfg: MaintenanceConfig, executor: ExecutorTaskConfig) ->
     try:
         with hook.transaction() as cur:
             source_schema, source_table = find_table(cur, executor, "source_table", must_exist=True)
-            id_column = column_named(cur, source_schema, source_table, "id")
+            id_column = table_columns(cur, source_schema, source_table).get("id")
             status_schema, status_name = find_table(cur, executor, "status_table", must_exist=False)
             status = StatusTable.inspect(cur, status_schema, status_name)
         if status is None or id_column is None:
@@ -83,28 +84,16 @@ def prune_executor_rows(cfg: MaintenanceConfig, executor: ExecutorTaskConfig) ->
         hook.close()
 
 
-def column_named(cur: Any, schema: str, table: str, name: str) -> str | None:
-    """The catalog spelling of column ``name`` (case-insensitive) of ``schema.table``."""
-    rows = cur.execute(read_sql("executor/table_columns"), {"schema": schema, "table": table}).fetchall()
-    return next((str(r[0]) for r in rows if str(r[0]).lower() == name.lower()), None)
-
-
 def prune_all(cfg: MaintenanceConfig, crawl_conn_ids: Iterable[str], name: str, keep_days: float) -> dict[str, int]:
     """Prune one crawler_ops table in every crawl database; returns rows deleted per connection.
 
     A database that fails does not stop the others; the failures are raised together at the end.
     """
-    deleted: dict[str, int] = {}
-    failures = []
-    for conn in crawl_databases(cfg, crawl_conn_ids):
-        try:
-            deleted[conn] = prune_crawl_table(cfg, conn, name, keep_days)
-        except Exception as exc:  # reported below, after the other databases
-            log.exception("retention: %s in connection '%s' failed", name, conn)
-            failures.append(f"connection '{conn}': {type(exc).__name__}: {exc}")
-    if failures:
-        raise StatusTableError(f"retention of {name} failed in {len(failures)} database(s): " + "; ".join(failures))
-    return deleted
+    steps = {
+        conn: functools.partial(prune_crawl_table, cfg, conn, name, keep_days)
+        for conn in crawl_databases(cfg, crawl_conn_ids)
+    }
+    return run_each(steps, name)
 
 
 def prune_status_rows(
@@ -112,15 +101,23 @@ def prune_status_rows(
 ) -> dict[str, Any]:
     """Done crawl batch rows and executor rows; one executor failing does not stop the others."""
     result: dict[str, Any] = {"crawl_batches": prune_all(cfg, crawl_conn_ids, "batches", cfg.keep_status_days)}
+    steps = {f"executor {e.name}": functools.partial(prune_executor_rows, cfg, e) for e in executors}
+    return {**result, **run_each(steps, "executor status rows")}
+
+
+def run_each(steps: Mapping[str, Callable[[], int]], what: str) -> dict[str, int]:
+    """Run every step even when some fail (one database or executor must not stop the others); then raise one
+    error naming each failure."""
+    done: dict[str, int] = {}
     failures = []
-    for executor in executors:
+    for label, step in steps.items():
         try:
-            result[f"executor {executor.name}"] = prune_executor_rows(cfg, executor)
-        except Exception as exc:  # reported below, after the other executors ran
-            log.exception("retention: executor %s failed", executor.name)
-            failures.append(f"executor '{executor.name}': {type(exc).__name__}: {exc}")
+            done[label] = step()
+        except Exception as exc:  # reported below, after the other steps ran
+            log.exception("retention: %s: %s failed", what, label)
+            failures.append(f"{label}: {type(exc).__name__}: {exc}")
     if failures:
         raise StatusTableError(
-            f"retention of status rows failed for {len(failures)} executor(s): " + "; ".join(failures)
+            f"retention of {what} failed for {len(failures)} of {len(steps)}: " + "; ".join(failures)
         )
-    return result
+    return done

@@ -19,18 +19,13 @@ from crawler_ops.commit import commit_run
 from crawler_ops.errors import DeliveryError, StatusTableError
 from crawler_ops.plan import plan_run
 from crawler_ops.run import RunContext, RunParams
-from tests.support import DemoSource, duplicates, make_task, query, read_topic, run_dag, run_record, watermark
+from tests.support import duplicates, make_task, query, read_topic, run_dag, run_record, watermark
 
 pytestmark = pytest.mark.integration
 
 REPO = Path(__file__).resolve().parents[2]
 REF = datetime(2026, 11, 1, tzinfo=UTC)
 TOLERANCE_S = 24 * 3600
-
-
-@pytest.fixture
-def source(source_url: str) -> DemoSource:
-    return DemoSource(source_url)
 
 
 def done_batches(pg_uri: str, task_id: str) -> int:

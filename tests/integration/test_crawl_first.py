@@ -6,16 +6,11 @@ from datetime import UTC, datetime
 
 import pytest
 
-from tests.support import DemoSource, duplicates, make_task, read_topic, run_dag, run_record, watermark
+from tests.support import duplicates, make_task, read_topic, run_dag, run_record, watermark
 
 pytestmark = pytest.mark.integration
 
 REF = datetime(2026, 11, 1, tzinfo=UTC)
-
-
-@pytest.fixture
-def source(source_url: str) -> DemoSource:
-    return DemoSource(source_url)
 
 
 def test_first_crawl_publishes_exactly_the_in_window_records(source, kafka_bootstrap, pg_uri, unique_id):

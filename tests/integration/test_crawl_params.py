@@ -7,16 +7,11 @@ from datetime import UTC, datetime
 
 import pytest
 
-from tests.support import DemoSource, make_task, query, read_topic, run_dag, run_record, watermark
+from tests.support import make_task, query, read_topic, run_dag, run_record, watermark
 
 pytestmark = pytest.mark.integration
 
 REF = datetime(2026, 11, 1, tzinfo=UTC)
-
-
-@pytest.fixture
-def source(source_url: str) -> DemoSource:
-    return DemoSource(source_url)
 
 
 def status_rows(pg_uri: str, task_id: str) -> list[tuple[int, int, int]]:

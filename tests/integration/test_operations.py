@@ -15,7 +15,6 @@ import pytest
 from confluent_kafka import Consumer
 
 from tests.support import (
-    DemoSource,
     Receiver,
     make_task,
     query,
@@ -32,11 +31,6 @@ pytestmark = pytest.mark.integration
 REPO = Path(__file__).resolve().parents[2]
 REF = datetime(2026, 11, 1, tzinfo=UTC)
 TOLERANCE_S = 24 * 3600
-
-
-@pytest.fixture
-def source(source_url: str) -> DemoSource:
-    return DemoSource(source_url)
 
 
 # --------------------------------------------------------------------------- run history, errors, dead letters
