@@ -19,7 +19,7 @@ from crawler_ops.commit import commit_run
 from crawler_ops.errors import DeliveryError, StatusTableError
 from crawler_ops.plan import plan_run
 from crawler_ops.run import RunContext, RunParams
-from tests.support import duplicates, make_task, query, read_topic, run_dag, run_record, watermark
+from tests.support import duplicates, make_task, query, read_topic, run_record, watermark
 
 pytestmark = pytest.mark.integration
 
@@ -82,7 +82,7 @@ def test_sigkill_mid_chunk_then_retry_loses_nothing_and_duplicates_at_most_one_b
     assert watermark(pg_uri, unique_id) == 3_000
 
 
-def test_persistently_failing_page_keeps_the_watermark_below_it(source, kafka_bootstrap, pg_uri, unique_id):
+def test_persistently_failing_page_keeps_the_watermark_below_it(source, kafka_bootstrap, pg_uri, unique_id, run_dag):
     source.create(unique_id, total=1_000, ref=REF, in_window_share=1.0)
     source.faults(unique_id, fail_offsets=[350])
     cfg = make_task(unique_id, max_chunks=1)
@@ -109,7 +109,7 @@ def test_persistently_failing_page_keeps_the_watermark_below_it(source, kafka_bo
     assert len({m.key for m in messages}) == 1_000 and not duplicates(messages)
 
 
-def test_total_shrinking_is_reported_and_keeps_the_watermark(source, pg_uri, unique_id):
+def test_total_shrinking_is_reported_and_keeps_the_watermark(source, pg_uri, unique_id, run_dag):
     source.create(unique_id, total=600, ref=REF, in_window_share=1.0)
     cfg = make_task(unique_id)
     assert run_dag(cfg, REF) == "success"
@@ -136,7 +136,7 @@ def test_total_shrinking_is_reported_and_keeps_the_watermark(source, pg_uri, uni
     ids=["malformed-json", "wrong-shape", "short-pages"],
 )
 def test_unusable_pages_fail_the_run_with_a_clear_error_and_publish_nothing(
-    source, kafka_bootstrap, pg_uri, unique_id, faults, expected
+    source, kafka_bootstrap, pg_uri, unique_id, faults, expected, run_dag
 ):
     source.create(unique_id, total=500, ref=REF, in_window_share=1.0)
     source.faults(unique_id, **faults)
@@ -150,7 +150,7 @@ def test_unusable_pages_fail_the_run_with_a_clear_error_and_publish_nothing(
     assert read_topic(kafka_bootstrap, cfg.kafka.topic) == []
 
 
-def test_records_with_bad_dates_are_dead_lettered_with_the_reason(source, kafka_bootstrap, pg_uri, unique_id):
+def test_records_with_bad_dates_are_dead_lettered_with_the_reason(source, kafka_bootstrap, pg_uri, unique_id, run_dag):
     source.create(unique_id, total=800, ref=REF, in_window_share=1.0)
     source.faults(unique_id, bad_date_share=0.1, fallback_share=0.1)
     cfg = make_task(unique_id)
@@ -172,7 +172,7 @@ def test_records_with_bad_dates_are_dead_lettered_with_the_reason(source, kafka_
     assert watermark(pg_uri, unique_id) == 800
 
 
-def test_transient_5xx_and_429_are_retried_and_nothing_is_lost(source, kafka_bootstrap, pg_uri, unique_id):
+def test_transient_5xx_and_429_are_retried_and_nothing_is_lost(source, kafka_bootstrap, pg_uri, unique_id, run_dag):
     source.create(unique_id, total=1_000, ref=REF, in_window_share=1.0)
     source.faults(unique_id, error_rate=0.3, rate_limit_every=4, retry_after_s=1)
     cfg = make_task(unique_id, source={"max_retries": 10})
@@ -185,7 +185,7 @@ def test_transient_5xx_and_429_are_retried_and_nothing_is_lost(source, kafka_boo
     assert watermark(pg_uri, unique_id) == 1_000
 
 
-def test_missing_topic_with_creation_off_fails_before_fetching_and_names_the_topic(source, pg_uri, unique_id):
+def test_missing_topic_with_creation_off_fails_before_fetching_and_names_the_topic(source, pg_uri, unique_id, run_dag):
     source.create(unique_id, total=300, ref=REF, in_window_share=1.0)
     cfg = make_task(unique_id, kafka={"topic": f"absent.{unique_id}", "create_topic": False})
 

@@ -6,14 +6,14 @@ from datetime import UTC, datetime
 
 import pytest
 
-from tests.support import duplicates, make_task, read_topic, run_dag, run_record, watermark
+from tests.support import duplicates, make_task, read_topic, run_record, watermark
 
 pytestmark = pytest.mark.integration
 
 REF = datetime(2026, 11, 1, tzinfo=UTC)
 
 
-def test_first_crawl_publishes_exactly_the_in_window_records(source, kafka_bootstrap, pg_uri, unique_id):
+def test_first_crawl_publishes_exactly_the_in_window_records(source, kafka_bootstrap, pg_uri, unique_id, run_dag):
     source.create(unique_id, total=5_030, ref=REF, in_window_share=0.3)
     cfg = make_task(unique_id, max_chunks=1)  # one chunk, so the request order is the crawl order
 
@@ -38,7 +38,7 @@ def test_first_crawl_publishes_exactly_the_in_window_records(source, kafka_boots
     assert len(pages) <= in_window_pages + cfg.max_expired_batches + 2
 
 
-def test_first_crawl_includes_the_oldest_partial_batch(source, kafka_bootstrap, pg_uri, unique_id):
+def test_first_crawl_includes_the_oldest_partial_batch(source, kafka_bootstrap, pg_uri, unique_id, run_dag):
     source.create(unique_id, total=1_050, ref=REF, in_window_share=1.0)
     cfg = make_task(unique_id)
 
@@ -51,7 +51,9 @@ def test_first_crawl_includes_the_oldest_partial_batch(source, kafka_bootstrap, 
     assert len(requests) == 11
 
 
-def test_incremental_run_publishes_only_new_records_and_fetches_no_old_page(source, kafka_bootstrap, pg_uri, unique_id):
+def test_incremental_run_publishes_only_new_records_and_fetches_no_old_page(
+    source, kafka_bootstrap, pg_uri, unique_id, run_dag
+):
     source.create(unique_id, total=2_000, ref=REF, in_window_share=0.5, append_step_s=60)
     cfg = make_task(unique_id)
     assert run_dag(cfg, REF) == "success"

@@ -12,14 +12,14 @@ from pathlib import Path
 import pytest
 
 from crawler_ops.transforms import JOB_FIELDS
-from tests.support import DemoSource, make_task, query, read_topic, run_dag, run_record, use_config, watermark
+from tests.support import DemoSource, create_topic, make_task, query, read_topic, run_record, watermark
 
 pytestmark = pytest.mark.integration
 
 REF = datetime(2026, 11, 1, tzinfo=UTC)
 
 
-def test_transform_shapes_the_published_value(source_url, kafka_bootstrap, pg_uri, unique_id):
+def test_transform_shapes_the_published_value(source_url, kafka_bootstrap, pg_uri, unique_id, run_dag):
     source = DemoSource(source_url)
     source.create(unique_id, total=300, ref=REF, in_window_share=1.0)
     cfg = make_task(unique_id, transform="crawler_ops.transforms.job_posting")
@@ -40,11 +40,14 @@ def airflow_dags_test(dag_id: str, *args: str) -> subprocess.CompletedProcess[st
 
 
 @pytest.mark.slow
-def test_airflow_dags_test_cli_with_and_without_conf(source_url, kafka_bootstrap, pg_uri, unique_id, tmp_path):
+def test_airflow_dags_test_cli_with_and_without_conf(
+    source_url, kafka_bootstrap, pg_uri, unique_id, tmp_path, use_config
+):
     source = DemoSource(source_url)
     source.create(unique_id, total=400, ref=REF, in_window_share=1.0)
     cfg = make_task(unique_id)
-    use_config(cfg, tmp_path)
+    use_config(cfg)
+    create_topic(kafka_bootstrap, cfg.kafka.topic)  # a dry run creates no topic: read an existing one
 
     dry = airflow_dags_test(cfg.dag_id, REF.isoformat(), "-c", json.dumps({"dry_run": True}))
     assert dry.returncode == 0, dry.stdout[-3000:] + dry.stderr[-3000:]

@@ -19,7 +19,7 @@ from crawler_ops.config import ExecutorTaskConfig, parse_config
 from crawler_ops.errors import ConfigError
 from crawler_ops.executor import run_worker, sync_rows
 from crawler_ops.status_table import StatusTable
-from tests.support import query, use_config
+from tests.support import query
 
 pytestmark = pytest.mark.integration
 
@@ -275,12 +275,12 @@ def test_the_old_int_epoch_layout_keeps_working(schema, pg_uri, unique_id):
     )
 
 
-def test_executor_dag_runs_sync_workers_and_summary(schema, pg_uri, unique_id, tmp_path):
+def test_executor_dag_runs_sync_workers_and_summary(schema, pg_uri, unique_id, tmp_path, use_config):
     from crawler_ops.factory import build_executor_dag
 
     add_rows(pg_uri, schema, 1_000, categories=("A", "B"))
     cfg = executor(schema, unique_id, category="A", workers=3, cycle_index=300)
-    use_config(cfg, tmp_path, section="executors")
+    use_config(cfg, "executors")
 
     dagrun = build_executor_dag(cfg).test(run_conf={})
 

@@ -14,17 +14,7 @@ from typing import Any
 import pytest
 from confluent_kafka import Consumer
 
-from tests.support import (
-    Receiver,
-    make_task,
-    query,
-    read_topic,
-    run_dag,
-    run_record,
-    use_config,
-    verified,
-    watermark,
-)
+from tests.support import Receiver, make_task, query, read_topic, run_record, verified, watermark
 
 pytestmark = pytest.mark.integration
 
@@ -36,7 +26,9 @@ TOLERANCE_S = 24 * 3600
 # --------------------------------------------------------------------------- run history, errors, dead letters
 
 
-def test_the_run_history_row_holds_the_summary_of_what_reached_kafka(source, kafka_bootstrap, pg_uri, unique_id):
+def test_the_run_history_row_holds_the_summary_of_what_reached_kafka(
+    source, kafka_bootstrap, pg_uri, unique_id, run_dag
+):
     source.create(unique_id, total=1_000, ref=REF, in_window_share=0.6)
     source.faults(unique_id, bad_date_share=0.05)
     cfg = make_task(unique_id)
@@ -57,7 +49,9 @@ def test_the_run_history_row_holds_the_summary_of_what_reached_kafka(source, kaf
     assert row["errors"] == []
 
 
-def test_dead_letters_go_to_the_error_table_and_the_dead_letter_topic(source, kafka_bootstrap, pg_uri, unique_id):
+def test_dead_letters_go_to_the_error_table_and_the_dead_letter_topic(
+    source, kafka_bootstrap, pg_uri, unique_id, run_dag
+):
     source.create(unique_id, total=600, ref=REF, in_window_share=1.0)
     source.faults(unique_id, bad_date_share=0.1)
     cfg = make_task(unique_id, kafka={"dead_letter_topic": f"test.{unique_id}.dead"})
@@ -91,7 +85,7 @@ def test_dead_letters_go_to_the_error_table_and_the_dead_letter_topic(source, ka
     assert run_record(pg_uri, unique_id)["published"] == len(main), "dead letters are not counted as published"
 
 
-def test_a_failing_batch_is_an_error_row_naming_its_offsets(source, pg_uri, unique_id):
+def test_a_failing_batch_is_an_error_row_naming_its_offsets(source, pg_uri, unique_id, run_dag):
     source.create(unique_id, total=500, ref=REF, in_window_share=1.0)
     source.faults(unique_id, fail_offsets=[260])  # not an offset the first crawl's window probe reads
     cfg = make_task(unique_id, max_chunks=1)
@@ -109,7 +103,7 @@ def test_a_failing_batch_is_an_error_row_naming_its_offsets(source, pg_uri, uniq
     assert run_record(pg_uri, unique_id)["status"] == "failed"
 
 
-def test_a_failing_plan_is_an_error_row(source, pg_uri, unique_id):
+def test_a_failing_plan_is_an_error_row(source, pg_uri, unique_id, run_dag):
     source.create(unique_id, total=500, ref=REF, in_window_share=1.0)
     source.faults(unique_id, wrong_shape=True)
     cfg = make_task(unique_id)
@@ -143,7 +137,9 @@ def status_cli(*args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
-def test_status_cli_shows_progress_runs_errors_and_consumer_lag(source, kafka_bootstrap, pg_uri, unique_id, tmp_path):
+def test_status_cli_shows_progress_runs_errors_and_consumer_lag(
+    source, kafka_bootstrap, pg_uri, unique_id, tmp_path, run_dag, use_config
+):
     source.create(unique_id, total=700, ref=REF, in_window_share=1.0)
     source.faults(unique_id, bad_date_share=0.05)
     group = f"g_{unique_id}"
@@ -153,7 +149,7 @@ def test_status_cli_shows_progress_runs_errors_and_consumer_lag(source, kafka_bo
     source.append(unique_id, 50)
     published = len(read_topic(kafka_bootstrap, cfg.kafka.topic))
     consume_and_commit(kafka_bootstrap, cfg.kafka.topic, group, 40)
-    use_config(cfg, tmp_path)
+    use_config(cfg)
 
     result = status_cli("--task", unique_id, "--json")
 
@@ -179,9 +175,9 @@ def test_status_cli_shows_progress_runs_errors_and_consumer_lag(source, kafka_bo
     assert "source total 750" in text.stdout and "watermark 700" in text.stdout
 
 
-def test_status_cli_names_an_unknown_task_and_survives_an_unreachable_source(unique_id, tmp_path, stack):
+def test_status_cli_names_an_unknown_task_and_survives_an_unreachable_source(unique_id, tmp_path, stack, use_config):
     cfg = make_task(unique_id, source={"conn_id": "nowhere"})
-    use_config(cfg, tmp_path)
+    use_config(cfg)
     os.environ["AIRFLOW_CONN_NOWHERE"] = json.dumps({"conn_type": "http", "host": "127.0.0.1", "port": 9})
     try:
         missing = status_cli("--task", "no_such_task")
@@ -208,7 +204,7 @@ def receiver(monkeypatch: pytest.MonkeyPatch, unique_id: str) -> Iterator[Receiv
     hook.server.shutdown()
 
 
-def test_webhooks_are_signed_and_carry_the_run_summary(source, receiver, pg_uri, unique_id):
+def test_webhooks_are_signed_and_carry_the_run_summary(source, receiver, pg_uri, unique_id, run_dag):
     source.create(unique_id, total=400, ref=REF, in_window_share=1.0)
     cfg = make_task(unique_id, notify={"conn_id": f"hook_{unique_id}"}, retries=1)
 
@@ -235,7 +231,9 @@ def test_webhooks_are_signed_and_carry_the_run_summary(source, receiver, pg_uri,
     assert any("[400, 500)" in e for e in failure["summary"]["errors"])
 
 
-def test_a_webhook_that_fails_or_is_unreachable_does_not_fail_the_run(source, receiver, unique_id, monkeypatch):
+def test_a_webhook_that_fails_or_is_unreachable_does_not_fail_the_run(
+    source, receiver, unique_id, monkeypatch, run_dag
+):
     source.create(unique_id, total=300, ref=REF, in_window_share=1.0)
     receiver.status = 500
     cfg = make_task(unique_id, notify={"conn_id": f"hook_{unique_id}"})
@@ -273,7 +271,9 @@ def asset_events(uri: str) -> list[dict[str, Any]]:
     return [row[0] for row in rows]
 
 
-def test_commit_emits_the_topic_asset_with_the_summary_only_when_records_were_published(source, pg_uri, unique_id):
+def test_commit_emits_the_topic_asset_with_the_summary_only_when_records_were_published(
+    source, pg_uri, unique_id, run_dag
+):
     source.create(unique_id, total=300, ref=REF, in_window_share=1.0)
     cfg = make_task(unique_id, kafka={"asset_host": "broker.test:9092"})
 
@@ -288,7 +288,7 @@ def test_commit_emits_the_topic_asset_with_the_summary_only_when_records_were_pu
     assert len(asset_events(f"kafka://broker.test:9092/test.{unique_id}")) == 1, "no event without new records"
 
 
-def test_a_run_row_left_running_without_an_airflow_run_shows_as_abandoned(pg_uri, unique_id, tmp_path):
+def test_a_run_row_left_running_without_an_airflow_run_shows_as_abandoned(pg_uri, unique_id, tmp_path, use_config):
     from crawler_ops.hooks.store import CrawlStoreHook
 
     CrawlStoreHook("crawler_db", unique_id).ensure_schema()
@@ -298,7 +298,7 @@ def test_a_run_row_left_running_without_an_airflow_run_shows_as_abandoned(pg_uri
         "RETURNING run_id",
         unique_id,
     )
-    use_config(make_task(unique_id), tmp_path)
+    use_config(make_task(unique_id))
 
     result = status_cli("--task", unique_id, "--json", "--no-live")
 
@@ -309,7 +309,7 @@ def test_a_run_row_left_running_without_an_airflow_run_shows_as_abandoned(pg_uri
 
 
 def test_a_dead_letter_kafka_refuses_keeps_its_batch_not_done_until_it_is_delivered(
-    source, kafka_bootstrap, pg_uri, unique_id
+    source, kafka_bootstrap, pg_uri, unique_id, run_dag
 ):
     from confluent_kafka.admin import (
         AdminClient,
@@ -348,7 +348,7 @@ def test_a_dead_letter_kafka_refuses_keeps_its_batch_not_done_until_it_is_delive
     assert watermark(pg_uri, unique_id) == 1_000
 
 
-def test_a_retried_commit_does_not_count_the_run_twice(source, pg_uri, unique_id):
+def test_a_retried_commit_does_not_count_the_run_twice(source, pg_uri, unique_id, run_dag):
     from crawler_ops.commit import commit_run
     from crawler_ops.run import RunContext, RunParams
 
