@@ -3,7 +3,10 @@ and config, so a connection a test forgot to define fails instead of reaching a 
 
 from __future__ import annotations
 
+import json
 import os
+from collections.abc import Callable
+from typing import Any
 
 import pytest
 
@@ -13,3 +16,14 @@ def no_stack_connections(monkeypatch: pytest.MonkeyPatch) -> None:
     for name in list(os.environ):
         if name.startswith(("AIRFLOW_CONN_", "CRAWLER_OPS_")):
             monkeypatch.delenv(name)
+
+
+@pytest.fixture
+def airflow_connection(monkeypatch: pytest.MonkeyPatch) -> Callable[..., None]:
+    """Define an Airflow connection for one test: ``define("src", conn_type="http", host=...)`` sets
+    ``AIRFLOW_CONN_SRC`` (removed after the test)."""
+
+    def define(conn_id: str, **fields: Any) -> None:
+        monkeypatch.setenv(f"AIRFLOW_CONN_{conn_id.upper()}", json.dumps(fields))
+
+    return define

@@ -88,9 +88,11 @@ def sleeps(monkeypatch: pytest.MonkeyPatch) -> list[float]:
 
 
 @pytest.fixture
-def webhook_conn(monkeypatch: pytest.MonkeyPatch) -> Callable[..., None]:
+def webhook_conn(airflow_connection: Callable[..., None]) -> Callable[..., None]:
+    """The webhook connection ``hook``; call it to redefine the connection's fields."""
+
     def define(**fields: Any) -> None:
-        monkeypatch.setenv("AIRFLOW_CONN_HOOK", json.dumps({"conn_type": "http", **fields}))
+        airflow_connection("hook", conn_type="http", **fields)
 
     define(host="https://hooks.test/in", password="s3cret")
     return define

@@ -3,7 +3,6 @@ confirmed every message (a fake producer stands in for librdkafka)."""
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -24,13 +23,16 @@ def made(monkeypatch: pytest.MonkeyPatch) -> list[dict[str, Any]]:
     return configs
 
 
-def kafka_conn(monkeypatch: pytest.MonkeyPatch, **extra: Any) -> None:
-    conn = {"conn_type": "kafka", "extra": {"bootstrap.servers": "127.0.0.1:9", **extra}}
-    monkeypatch.setenv("AIRFLOW_CONN_KAFKA_X", json.dumps(conn))
+@pytest.fixture
+def kafka_conn(airflow_connection: Callable[..., None]) -> Callable[..., None]:
+    """Define the Kafka connection ``kafka_x`` with these librdkafka settings in its extra."""
+    return lambda **extra: airflow_connection(
+        "kafka_x", conn_type="kafka", extra={"bootstrap.servers": "127.0.0.1:9", **extra}
+    )
 
 
-def test_idempotence_and_acks_all_are_forced_over_the_connection_extra(monkeypatch, made):
-    kafka_conn(monkeypatch, **{"enable.idempotence": False, "acks": "1", "linger.ms": 50, "compression.type": "zstd"})
+def test_idempotence_and_acks_all_are_forced_over_the_connection_extra(kafka_conn, made):
+    kafka_conn(**{"enable.idempotence": False, "acks": "1", "linger.ms": 50, "compression.type": "zstd"})
 
     IdempotentProducerHook("kafka_x").get_producer()
 
@@ -40,8 +42,8 @@ def test_idempotence_and_acks_all_are_forced_over_the_connection_extra(monkeypat
     assert config["message.timeout.ms"] == 60_000 and config["bootstrap.servers"] == "127.0.0.1:9"
 
 
-def test_without_extra_settings_the_producer_gets_the_defaults(monkeypatch, made):
-    kafka_conn(monkeypatch)
+def test_without_extra_settings_the_producer_gets_the_defaults(kafka_conn, made):
+    kafka_conn()
 
     IdempotentProducerHook("kafka_x").get_producer()
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import base64
 import email.utils
-import json
 import socket
 import threading
 import time
@@ -68,9 +67,11 @@ def fake(monkeypatch: pytest.MonkeyPatch, sleeps: list[float]) -> FakeSource:
 
 
 @pytest.fixture
-def connection(monkeypatch: pytest.MonkeyPatch) -> Callable[..., None]:
+def connection(airflow_connection: Callable[..., None]) -> Callable[..., None]:
+    """The hook's connection ``src``; call it to redefine the connection's fields."""
+
     def define(**fields: Any) -> None:
-        monkeypatch.setenv("AIRFLOW_CONN_SRC", json.dumps({"conn_type": "http", **fields}))
+        airflow_connection("src", conn_type="http", **fields)
 
     define(host="source.test", schema="http")
     return define
