@@ -309,6 +309,8 @@ class SourceProxy:
 
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.server.daemon_threads = True
+        # A held request whose client was killed meanwhile fails to answer it: that is expected, not news.
+        self.server.handle_error = lambda *_args: None  # type: ignore[method-assign]
         threading.Thread(target=self.server.serve_forever, daemon=True).start()
 
     @property

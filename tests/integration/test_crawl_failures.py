@@ -8,18 +8,30 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from crawler_ops.chunk import crawl_chunk
 from crawler_ops.commit import commit_run
+from crawler_ops.config import CrawlTaskConfig
 from crawler_ops.errors import DeliveryError, StatusTableError
 from crawler_ops.plan import plan_run
 from crawler_ops.run import RunContext, RunParams
-from tests.support import duplicates, make_task, query, read_topic, run_record, watermark
+from tests.support import (
+    done_batches,
+    duplicated_offsets,
+    duplicates,
+    make_task,
+    query,
+    read_topic,
+    run_record,
+    watermark,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -28,57 +40,75 @@ REF = datetime(2026, 11, 1, tzinfo=UTC)
 TOLERANCE_S = 24 * 3600
 
 
-def done_batches(pg_uri: str, task_id: str) -> int:
-    return query(pg_uri, "SELECT count(*) FROM crawler_ops.batch_status WHERE task_name = %s AND status = 2", task_id)[
-        0
-    ][0]
-
-
-def test_sigkill_mid_chunk_then_retry_loses_nothing_and_duplicates_at_most_one_batch(
-    source, kafka_bootstrap, pg_uri, unique_id
-):
-    source.create(unique_id, total=3_000, ref=REF, in_window_share=1.0)
-    source.faults(unique_id, latency_ms=60)
-    cfg = make_task(unique_id, max_chunks=1, source={"concurrency": 2})
-    run = RunContext(cfg=cfg, run_id="crash-run", ref=REF, params=RunParams())
-    chunks = plan_run(run)
-    assert len(chunks) == 1
+def spawn_chunk(cfg: CrawlTaskConfig, run: RunContext, payload: dict[str, Any]) -> subprocess.Popen[str]:
+    """Run one chunk in its own process (an Airflow task process), so a test can SIGKILL it."""
     spec = {
         "config": cfg.model_dump(mode="json"),
         "run_id": run.run_id,
         "ref": REF.isoformat(),
-        "map_index": 0,
-        "try_number": 1,
-        "payload": chunks[0],
+        "map_index": run.map_index,
+        "try_number": run.try_number,
+        "payload": payload,
     }
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO / "plugins"), str(REPO)])}
-    worker = subprocess.Popen(
-        [sys.executable, str(REPO / "tests/integration/chunk_runner.py"), json.dumps(spec)], env=env, cwd=REPO
+    return subprocess.Popen(
+        [sys.executable, str(REPO / "tests/integration/chunk_runner.py"), json.dumps(spec)],
+        env=env,
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        text=True,
     )
-    deadline = time.monotonic() + 120
-    while done_batches(pg_uri, unique_id) < 8:
-        assert worker.poll() is None, "the chunk finished before it could be killed"
-        assert time.monotonic() < deadline, "the chunk made no progress"
-        time.sleep(0.02)
+
+
+def pages_below(offset: int | None = None) -> Callable[[str, dict[str, str]], bool]:
+    """Page requests (not the one-record window probes), all or those for offsets below ``offset``."""
+
+    def is_page(_path: str, params: dict[str, str]) -> bool:
+        if "offset" not in params or params.get("limit") == "1":
+            return False
+        return offset is None or int(params["offset"]) < offset
+
+    return is_page
+
+
+def wait_for_offsets(bootstrap: str, topic: str, offsets: set[int], deadline_s: float = 120) -> None:
+    """Wait until every record of ``offsets`` is in the topic (the producer delivers in the background)."""
+    deadline = time.monotonic() + deadline_s
+    while not offsets <= {int(m.headers["source_offset"]) for m in read_topic(bootstrap, topic)}:
+        assert time.monotonic() < deadline, f"offsets {min(offsets)}..{max(offsets)} never reached {topic}"
+        time.sleep(0.2)
+
+
+def test_sigkill_after_publishing_a_batch_then_retry_loses_nothing_and_duplicates_only_that_batch(
+    source, source_proxy, kafka_bootstrap, pg_uri, unique_id
+):
+    source.create(unique_id, total=3_000, ref=REF, in_window_share=1.0)
+    cfg = make_task(unique_id, max_chunks=1, source={"concurrency": 2, "conn_id": source_proxy.conn_id})
+    run = RunContext(cfg=cfg, run_id="crash-run", ref=REF, params=RunParams(), map_index=0)
+    (chunk,) = plan_run(run)
+    # The chunk crawls [2000, 3000) newest first and then waits for page [1900, 2000): by then batch [2000, 2100)
+    # is produced but not yet marked done (it is marked once the next page is filtered).
+    source_proxy.hold(pages_below(2_000))
+    worker = spawn_chunk(cfg, run, chunk)
+    source_proxy.wait_held(2)  # [1900, 2000) and the prefetched [1800, 1900): the chunk is past batch 2000's send
+    wait_for_offsets(kafka_bootstrap, cfg.kafka.topic, set(range(2_000, 2_100)))
+
     worker.send_signal(signal.SIGKILL)
     worker.wait()
-    killed_at = done_batches(pg_uri, unique_id)
-    assert 8 <= killed_at < 30
-    source.clear_faults(unique_id)
+    assert done_batches(pg_uri, unique_id) == {lo: lo + 100 for lo in range(2_100, 3_000, 100)}
+    source_proxy.release()
 
     # Airflow's retry of the killed task instance: same run, same map index, next try.
-    result = crawl_chunk(replace(run, map_index=0, try_number=2), chunks[0])
-    summary = commit_run(run, chunks, [result])
+    result = crawl_chunk(replace(run, try_number=2), chunk)
+    summary = commit_run(run, [chunk], [result])
 
     assert summary["status"] == "success"
-    assert result["batches_skipped"] == killed_at  # done batches were not fetched again
+    assert result["batches_skipped"] == 9, "done batches were not fetched again"
     messages = read_topic(kafka_bootstrap, cfg.kafka.topic)
     truth = source.truth(unique_id, REF, days=7, tolerance_s=TOLERANCE_S)
-    assert {m.key for m in messages} == set(truth["in_window_ids"])
-    dup_offsets = sorted({int(m.headers["source_offset"]) for m in messages if m.key in duplicates(messages)})
-    if dup_offsets:  # at most the one batch that was in flight
-        assert dup_offsets[-1] - dup_offsets[0] < cfg.batch_size
-        assert dup_offsets[0] // cfg.batch_size == dup_offsets[-1] // cfg.batch_size
+    assert {m.key for m in messages} == set(truth["in_window_ids"]), "nothing lost"
+    assert duplicated_offsets(messages) == list(range(2_000, 2_100)), "only the batch in flight is published again"
+    assert set(duplicates(messages).values()) == {2}
     assert watermark(pg_uri, unique_id) == 3_000
 
 
@@ -146,7 +176,7 @@ def test_unusable_pages_fail_the_run_with_a_clear_error_and_publish_nothing(
 
     assert expected in json.dumps(run_record(pg_uri, unique_id)["errors"], ensure_ascii=False)
     assert not watermark(pg_uri, unique_id), "absent (plan failed) or 0 (commit found nothing done)"
-    assert done_batches(pg_uri, unique_id) == 0
+    assert done_batches(pg_uri, unique_id) == {}
     assert read_topic(kafka_bootstrap, cfg.kafka.topic) == []
 
 
@@ -222,46 +252,30 @@ def test_postgres_unreachable_fails_the_plan_naming_the_connection(source, uniqu
     assert source.page_requests(unique_id) == []
 
 
-def test_two_runs_forced_at_once_never_crawl_the_same_batch(source, kafka_bootstrap, pg_uri, unique_id):
+def test_two_runs_forced_at_once_never_crawl_the_same_batch(source, source_proxy, kafka_bootstrap, pg_uri, unique_id):
     """max_active_runs=1 keeps Airflow from doing this; the database guard must hold when it happens anyway."""
     source.create(unique_id, total=2_000, ref=REF, in_window_share=1.0)
-    source.faults(unique_id, latency_ms=30)
-    cfg = make_task(unique_id, max_chunks=1, source={"concurrency": 2})
-    runs = [RunContext(cfg=cfg, run_id=f"forced-{name}", ref=REF, params=RunParams()) for name in "ab"]
+    cfg = make_task(unique_id, max_chunks=1, source={"concurrency": 2, "conn_id": source_proxy.conn_id})
+    runs = [RunContext(cfg=cfg, run_id=f"forced-{name}", ref=REF, params=RunParams(), map_index=0) for name in "ab"]
     plans = [plan_run(run) for run in runs]
     assert plans[0] == plans[1], "the second plan reuses the first plan's batch rows"
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO / "plugins"), str(REPO)])}
-    workers = [
-        subprocess.Popen(
-            [
-                sys.executable,
-                str(REPO / "tests/integration/chunk_runner.py"),
-                json.dumps(
-                    {
-                        "config": cfg.model_dump(mode="json"),
-                        "run_id": run.run_id,
-                        "ref": REF.isoformat(),
-                        "map_index": 0,
-                        "try_number": 1,
-                        "payload": plan[0],
-                    }
-                ),
-            ],
-            env=env,
-            cwd=REPO,
-            stdout=subprocess.PIPE,
-            text=True,
-        )
-        for run, plan in zip(runs, plans, strict=True)
-    ]
+    source.clear_requests(unique_id)
+    # Both workers claim their first two batches before either fetches a page: they really overlap.
+    source_proxy.hold(pages_below())
+    workers = [spawn_chunk(cfg, run, plan[0]) for run, plan in zip(runs, plans, strict=True)]
+    source_proxy.wait_held(2 * cfg.source.concurrency)
+    source_proxy.release()
     results = [json.loads(w.communicate(timeout=300)[0].strip().splitlines()[-1]) for w in workers]
     summaries = [commit_run(run, plan, [result]) for run, plan, result in zip(runs, plans, results, strict=True)]
 
     offsets = [r["offset"] for r in source.page_requests(unique_id)]
     assert sorted(offsets) == list(range(0, 2_000, 100)), "every batch fetched exactly once"
     assert sum(r["batches_done"] for r in results) == 20
-    assert all(r["batches_skipped"] > 0 for r in results), "both runs really ran at the same time"
+    assert all(r["batches_skipped"] > 0 for r in results), "each run skipped batches the other held"
     assert [s["status"] for s in summaries] == ["success", "success"]
     messages = read_topic(kafka_bootstrap, cfg.kafka.topic)
-    assert len(messages) == 2_000 and not duplicates(messages)
+    assert {m.key for m in messages} == set(
+        source.truth(unique_id, REF, days=7, tolerance_s=TOLERANCE_S)["in_window_ids"]
+    )
+    assert not duplicates(messages)
     assert watermark(pg_uri, unique_id) == 2_000
