@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import replace
@@ -23,6 +25,7 @@ from crawler_ops.errors import DeliveryError, StatusTableError
 from crawler_ops.plan import plan_run
 from crawler_ops.run import RunContext, RunParams
 from tests.support import (
+    Forwarded,
     done_batches,
     duplicated_offsets,
     duplicates,
@@ -136,7 +139,31 @@ def test_persistently_failing_page_keeps_the_watermark_below_it(source, kafka_bo
     assert sorted(r["offset"] for r in source.page_requests(unique_id)) == [0, 100, 200, 300]
     assert watermark(pg_uri, unique_id) == 1_000
     messages = read_topic(kafka_bootstrap, cfg.kafka.topic)
-    assert len({m.key for m in messages}) == 1_000 and not duplicates(messages)
+    truth = source.truth(unique_id, REF, days=7, tolerance_s=TOLERANCE_S)
+    assert sorted(m.key for m in messages) == sorted(truth["in_window_ids"]), "each record once, none lost"
+
+
+@pytest.mark.parametrize(
+    ("status", "requests"),
+    [(404, 1), (400, 1), (500, (2 + 1) * (1 + 1))],
+    ids=["404-at-once", "400-at-once", "500-retried-by-the-hook-and-by-airflow"],
+)
+def test_a_4xx_page_fails_the_run_at_once_without_retries(
+    source, kafka_bootstrap, pg_uri, unique_id, run_dag, status, requests
+):
+    source.create(unique_id, total=600, ref=REF, in_window_share=1.0)
+    source.faults(unique_id, fail_offsets=[250], fail_status=status)
+    cfg = make_task(unique_id, max_chunks=1, retries=1, retry_delay_s=0, source={"max_retries": 2})
+
+    assert run_dag(cfg, REF) == "failed"
+
+    tries = [r for r in source.page_requests(unique_id) if r["offset"] == 200]
+    assert [r["status"] for r in tries] == [status] * requests
+    assert f"answered HTTP {status}" in json.dumps(run_record(pg_uri, unique_id)["errors"])
+    assert done_batches(pg_uri, unique_id) == {300: 400, 400: 500, 500: 600}, "newer batches are done"
+    assert {int(m.headers["source_offset"]) for m in read_topic(kafka_bootstrap, cfg.kafka.topic)} == set(
+        range(300, 600)
+    )
 
 
 def test_total_shrinking_is_reported_and_keeps_the_watermark(source, pg_uri, unique_id, run_dag):
@@ -154,6 +181,35 @@ def test_total_shrinking_is_reported_and_keeps_the_watermark(source, pg_uri, uni
     failing = make_task(unique_id, on_shrink="fail")
     assert run_dag(failing, REF) == "failed"
     assert watermark(pg_uri, unique_id) == 600
+    assert source.page_requests(unique_id) == []
+
+
+def test_on_shrink_reset_forgets_the_watermark_and_crawls_what_the_source_has_now(
+    source, kafka_bootstrap, pg_uri, unique_id, run_dag
+):
+    source.create(unique_id, total=600, ref=REF, in_window_share=1.0)
+    cfg = make_task(unique_id, on_shrink="reset")
+    assert run_dag(cfg, REF) == "success"
+    source.truncate(unique_id, 450)
+    source.clear_requests(unique_id)
+
+    assert run_dag(cfg, REF) == "success"
+
+    record = run_record(pg_uri, unique_id)
+    assert (record["mode"], record["old_watermark"], record["new_watermark"]) == ("first", None, 450)
+    assert "shrank to 450, below the watermark 600" in json.dumps(record["errors"])
+    assert "watermark and status rows reset" in json.dumps(record["errors"])
+    assert sorted((r["offset"], r["limit"]) for r in source.page_requests(unique_id)) == [
+        (0, 50),
+        (50, 100),
+        (150, 100),
+        (250, 100),
+        (350, 100),
+    ]
+    again = [m for m in read_topic(kafka_bootstrap, cfg.kafka.topic) if m.headers["run_id"] == record["run_id"]]
+    truth = source.truth(unique_id, REF, days=7, tolerance_s=TOLERANCE_S)
+    assert sorted(m.key for m in again) == sorted(truth["in_window_ids"]) and len(again) == 450
+    assert watermark(pg_uri, unique_id) == 450
 
 
 @pytest.mark.parametrize(
@@ -202,16 +258,29 @@ def test_records_with_bad_dates_are_dead_lettered_with_the_reason(source, kafka_
     assert watermark(pg_uri, unique_id) == 800
 
 
-def test_transient_5xx_and_429_are_retried_and_nothing_is_lost(source, kafka_bootstrap, pg_uri, unique_id, run_dag):
+def test_transient_5xx_and_429_are_retried_honouring_retry_after_and_nothing_is_lost(
+    source, source_proxy, kafka_bootstrap, pg_uri, unique_id, run_dag
+):
     source.create(unique_id, total=1_000, ref=REF, in_window_share=1.0)
     source.faults(unique_id, error_rate=0.3, rate_limit_every=4, retry_after_s=1)
-    cfg = make_task(unique_id, source={"max_retries": 10})
+    cfg = make_task(unique_id, source={"max_retries": 10, "conn_id": source_proxy.conn_id})
 
     assert run_dag(cfg, REF) == "success"
 
-    statuses = {r["status"] for r in source.page_requests(unique_id)}
+    by_page: dict[tuple[int, int], list[Forwarded]] = {}
+    for request in sorted(source_proxy.log, key=lambda r: r.arrived):
+        if request.page is not None:
+            by_page.setdefault(request.page, []).append(request)
+    statuses = {r.status for tries in by_page.values() for r in tries}
     assert {200, 429, 500} <= statuses
-    assert len({m.key for m in read_topic(kafka_bootstrap, cfg.kafka.topic)}) == 1_000
+    assert all(tries[-1].status == 200 for tries in by_page.values()), "every page was retried until it was served"
+    waits = [
+        b.arrived - a.answered for tries in by_page.values() for a, b in itertools.pairwise(tries) if a.status == 429
+    ]
+    assert waits and min(waits) >= 0.95, "after a 429 the next try waits the Retry-After second (backoff is 0.05 s)"
+    messages = read_topic(kafka_bootstrap, cfg.kafka.topic)
+    truth = source.truth(unique_id, REF, days=7, tolerance_s=TOLERANCE_S)
+    assert sorted(m.key for m in messages) == sorted(truth["in_window_ids"]), "each record once, none lost"
     assert watermark(pg_uri, unique_id) == 1_000
 
 
@@ -250,6 +319,51 @@ def test_postgres_unreachable_fails_the_plan_naming_the_connection(source, uniqu
     with pytest.raises(StatusTableError, match=f"task {unique_id}: cannot connect to PostgreSQL .*'crawler_db_dead'"):
         plan_run(RunContext(cfg=cfg, run_id="pg-down", ref=REF, params=RunParams()))
     assert source.page_requests(unique_id) == []
+
+
+def test_a_worker_that_lost_its_claim_stops_before_publishing_that_batch(
+    source, source_proxy, kafka_bootstrap, pg_uri, unique_id
+):
+    source.create(unique_id, total=1_000, ref=REF, in_window_share=1.0)
+    cfg = make_task(unique_id, max_chunks=1, source={"concurrency": 1, "conn_id": source_proxy.conn_id})
+    run = RunContext(cfg=cfg, run_id="losing-run", ref=REF, params=RunParams(), map_index=0)
+    (chunk,) = plan_run(run)
+    source_proxy.hold(pages_below(600))  # the chunk crawls [600, 1000), claims [500, 600) and waits for its page
+    failures: list[BaseException] = []
+
+    def crawl() -> None:
+        try:
+            crawl_chunk(run, chunk)
+        except Exception as exc:  # noqa: BLE001 - asserted below
+            failures.append(exc)
+
+    worker = threading.Thread(target=crawl)
+    worker.start()
+    source_proxy.wait_held(1)
+    # Another worker takes [500, 600) over, as after an expired lease.
+    taken = query(
+        pg_uri,
+        "UPDATE crawler_ops.batch_status SET claim_token = 'other-run|0|1|x', start_time = now() "
+        "WHERE task_name = %s AND id = 500 AND status = 1 RETURNING id",
+        unique_id,
+    )
+    assert taken == [(500,)], "the worker held [500, 600) while it waited for the page"
+    source_proxy.release()
+    worker.join(120)
+
+    (failure,) = failures
+    assert isinstance(failure, StatusTableError)
+    assert "batch [500, 600) is no longer claimed by this worker" in str(failure)
+    offsets = {int(m.headers["source_offset"]) for m in read_topic(kafka_bootstrap, cfg.kafka.topic)}
+    assert offsets == set(range(600, 1_000)), "nothing of the lost batch (or older ones) published"
+    assert done_batches(pg_uri, unique_id) == {lo: lo + 100 for lo in range(600, 1_000, 100)}
+    row = query(
+        pg_uri,
+        "SELECT status, claim_token FROM crawler_ops.batch_status WHERE task_name = %s AND id = 500",
+        unique_id,
+    )
+    assert row == [(1, "other-run|0|1|x")], "the new holder's claim is left alone"
+    assert "no longer claimed" in json.dumps(run_record(pg_uri, unique_id)["errors"])
 
 
 def test_two_runs_forced_at_once_never_crawl_the_same_batch(source, source_proxy, kafka_bootstrap, pg_uri, unique_id):
