@@ -12,6 +12,7 @@ from tests.support import create_topic, make_task, query, read_topic, run_record
 pytestmark = pytest.mark.integration
 
 REF = datetime(2026, 11, 1, tzinfo=UTC)
+TOLERANCE_S = 24 * 3600
 
 
 def status_rows(pg_uri: str, task_id: str) -> list[tuple[int, int, int]]:
@@ -89,11 +90,18 @@ def test_max_batches_crawls_the_newest_batches_and_the_next_run_finishes(
 
 def test_filter_days_override_widens_the_window(source, kafka_bootstrap, unique_id, run_dag):
     source.create(unique_id, total=600, ref=REF, in_window_share=0.2, history_days=30)
-    cfg = make_task(unique_id)
+    # Two tasks crawl the same source data: one with the configured 7 days, one with a 60-day override.
+    baseline = make_task(f"{unique_id}_7d", source={"task": unique_id})
+    widened = make_task(f"{unique_id}_60d", source={"task": unique_id})
 
-    assert run_dag(cfg, REF, {"filter_days": 60}) == "success"
+    assert run_dag(baseline, REF) == "success"
+    assert run_dag(widened, REF, {"filter_days": 60}) == "success"
 
-    assert len(read_topic(kafka_bootstrap, cfg.kafka.topic)) == 600
+    week = source.truth(unique_id, REF, days=7, tolerance_s=TOLERANCE_S)["in_window_ids"]
+    sixty_days = source.truth(unique_id, REF, days=60, tolerance_s=TOLERANCE_S)["in_window_ids"]
+    assert len(week) == 120 and len(sixty_days) == 600
+    assert sorted(m.key for m in read_topic(kafka_bootstrap, baseline.kafka.topic)) == sorted(week)
+    assert sorted(m.key for m in read_topic(kafka_bootstrap, widened.kafka.topic)) == sorted(sixty_days)
 
 
 @pytest.mark.parametrize(
