@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 from confluent_kafka import Consumer
 
+from crawler_ops.config import CrawlTaskConfig
 from tests.support import Receiver, make_task, query, read_topic, run_record, verified, watermark
 
 pytestmark = pytest.mark.integration
@@ -175,21 +176,20 @@ def test_status_cli_shows_progress_runs_errors_and_consumer_lag(
     assert "source total 750" in text.stdout and "watermark 700" in text.stdout
 
 
-def test_status_cli_names_an_unknown_task_and_survives_an_unreachable_source(unique_id, tmp_path, stack, use_config):
+def test_status_cli_names_an_unknown_task_and_survives_an_unreachable_source(unique_id, monkeypatch, stack, use_config):
     cfg = make_task(unique_id, source={"conn_id": "nowhere"})
     use_config(cfg)
-    os.environ["AIRFLOW_CONN_NOWHERE"] = json.dumps({"conn_type": "http", "host": "127.0.0.1", "port": 9})
-    try:
-        missing = status_cli("--task", "no_such_task")
-        report = status_cli("--json")
-    finally:
-        del os.environ["AIRFLOW_CONN_NOWHERE"]
+    monkeypatch.setenv("AIRFLOW_CONN_NOWHERE", json.dumps({"conn_type": "http", "host": "127.0.0.1", "port": 9}))
+
+    missing = status_cli("--task", "no_such_task")
+    report = status_cli("--json")
 
     assert missing.returncode == 2 and "no crawl task 'no_such_task'" in missing.stderr
     assert report.returncode == 0, report.stderr
     (row,) = json.loads(report.stdout)["tasks"]
     assert row["status"] == "never run" and row["source_total"] is None
     assert "count failed" in row["source_error"] and "Connection refused" in row["source_error"]
+    assert row["kafka"] == {"error": f"topic '{cfg.kafka.topic}' does not exist yet", "groups": {}}
 
 
 # --------------------------------------------------------------------------- webhooks
@@ -231,29 +231,69 @@ def test_webhooks_are_signed_and_carry_the_run_summary(source, receiver, pg_uri,
     assert any("[400, 500)" in e for e in failure["summary"]["errors"])
 
 
-def test_a_webhook_that_fails_or_is_unreachable_does_not_fail_the_run(
+def test_a_webhook_that_fails_or_must_not_be_sent_does_not_fail_the_run(
     source, receiver, unique_id, monkeypatch, run_dag
 ):
     source.create(unique_id, total=300, ref=REF, in_window_share=1.0)
-    receiver.status = 500
     cfg = make_task(unique_id, notify={"conn_id": f"hook_{unique_id}"})
+    connection = f"AIRFLOW_CONN_HOOK_{unique_id.upper()}"
 
-    assert run_dag(cfg, REF) == "success"
-    assert len(receiver.requests) == 3, "a 5xx is retried, then given up"
+    def run_with_new_records(cfg: CrawlTaskConfig = cfg) -> int:
+        """Append records, run, and return how many requests reached the receiver meanwhile."""
+        before = len(receiver.requests)
+        source.append(unique_id, 100)
+        assert run_dag(cfg, REF) == "success", "a notification problem never fails the run"
+        return len(receiver.requests) - before
 
-    monkeypatch.setenv(f"AIRFLOW_CONN_HOOK_{unique_id.upper()}", json.dumps({"conn_type": "http", "host": "x"}))
-    source.append(unique_id, 100)
-    assert run_dag(cfg, REF) == "success", "no secret: not sent, run unaffected"
+    receiver.status = 500
+    assert run_with_new_records() == 3, "a 5xx is retried, then given up"
+    receiver.status = 400
+    assert run_with_new_records() == 1, "a 4xx is not retried"
+    receiver.status = 200
+    monkeypatch.setenv(connection, json.dumps({"conn_type": "http", "host": receiver.url, "password": ""}))
+    assert run_with_new_records() == 0, "an empty secret: nothing sent"
+    monkeypatch.setenv(connection, json.dumps({"conn_type": "http", "host": receiver.url, "password": "s3cret-秘密"}))
+    failures_only = make_task(unique_id, notify={"conn_id": f"hook_{unique_id}", "on": ["failure"]})
+    assert run_with_new_records(failures_only) == 0, "success is not among notify.on"
+    assert run_with_new_records() == 1, "the same connection, when success is wanted"
     malformed = {"conn_type": "http", "host": "http://127.0.0.1:port/x", "password": "s"}
-    monkeypatch.setenv(f"AIRFLOW_CONN_HOOK_{unique_id.upper()}", json.dumps(malformed))
-    source.append(unique_id, 100)
-    assert run_dag(cfg, REF) == "success", "a malformed URL: not sent, run unaffected"
-    monkeypatch.setenv(
-        f"AIRFLOW_CONN_HOOK_{unique_id.upper()}",
-        json.dumps({"conn_type": "http", "host": "http://127.0.0.1:9/none", "password": "s"}),
-    )
-    source.append(unique_id, 100)
-    assert run_dag(cfg, REF) == "success", "unreachable receiver: run unaffected"
+    monkeypatch.setenv(connection, json.dumps(malformed))
+    assert run_with_new_records() == 0, "a malformed URL: not sent"
+    unreachable = {"conn_type": "http", "host": "http://127.0.0.1:9/none", "password": "s"}
+    monkeypatch.setenv(connection, json.dumps(unreachable))
+    assert run_with_new_records() == 0
+
+
+def test_the_listener_closes_a_run_left_running_and_reports_each_run_once(
+    source, receiver, pg_uri, unique_id, run_dag, use_config
+):
+    from crawler_ops.listener import close_run
+    from crawler_ops.plan import plan_run
+    from crawler_ops.run import RunContext, RunParams
+
+    source.create(unique_id, total=300, ref=REF, in_window_share=1.0)
+    cfg = make_task(unique_id, notify={"conn_id": f"hook_{unique_id}"})
+    assert run_dag(cfg, REF) == "success"
+    committed = run_record(pg_uri, unique_id)
+    use_config(cfg)
+
+    close_run(cfg.dag_id, committed["run_id"], "a retry marked the DAG run failed")
+
+    assert [verified(r)["event"] for r in receiver.requests] == ["run.success"], "its commit already reported it"
+    assert run_record(pg_uri, unique_id)["status"] == "success"
+
+    source.append(unique_id, 200)
+    plan_run(RunContext(cfg=cfg, run_id="left-running", ref=REF, params=RunParams()))  # then marked failed in the UI
+    close_run(cfg.dag_id, "left-running", "marked failed in the UI")
+    close_run(cfg.dag_id, "left-running", "marked failed in the UI")
+
+    record = run_record(pg_uri, unique_id)
+    assert (record["run_id"], record["status"]) == ("left-running", "failed") and record["finished_at"] is not None
+    assert record["errors"] == ["the DAG run failed without a commit: marked failed in the UI"]
+    assert [verified(r)["event"] for r in receiver.requests] == ["run.success", "run.failure"]
+    summary = verified(receiver.requests[1])["summary"]
+    assert (summary["run_id"], summary["status"], summary["new_watermark"]) == ("left-running", "failed", 300)
+    assert watermark(pg_uri, unique_id) == 300
 
 
 # --------------------------------------------------------------------------- Assets
