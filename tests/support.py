@@ -5,6 +5,9 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
+import os
+import subprocess
+import sys
 import threading
 import time
 from collections import Counter
@@ -142,6 +145,27 @@ def read_topic(bootstrap: str, topic: str, timeout: float = 20.0) -> list[Delive
         return messages
     finally:
         consumer.close()
+
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def spawn_runner(script: str, spec: dict[str, Any], **env: str) -> subprocess.Popen[str]:
+    """Run ``tests/integration/<script>`` with ``spec`` in its own process, as an Airflow task process would, so a
+    test can run several at once or SIGKILL one; its result is the last line of its stdout."""
+    return subprocess.Popen(
+        [sys.executable, str(REPO / "tests" / "integration" / script), json.dumps(spec)],
+        env={**os.environ, **env, "PYTHONPATH": os.pathsep.join([str(REPO / "plugins"), str(REPO)])},
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+
+
+def runner_result(process: subprocess.Popen[str], timeout: float = 300) -> dict[str, Any]:
+    out = process.communicate(timeout=timeout)[0]
+    assert process.returncode == 0, f"the runner failed (exit {process.returncode}); see its stderr above"
+    return dict(json.loads(out.strip().splitlines()[-1]))
 
 
 def duplicates(messages: list[Delivered]) -> Counter[str]:

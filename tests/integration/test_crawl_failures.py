@@ -4,16 +4,13 @@ from __future__ import annotations
 
 import itertools
 import json
-import os
 import signal
 import subprocess
-import sys
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import replace
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -33,18 +30,19 @@ from tests.support import (
     query,
     read_topic,
     run_record,
+    runner_result,
+    spawn_runner,
     watermark,
 )
 
 pytestmark = pytest.mark.integration
 
-REPO = Path(__file__).resolve().parents[2]
 REF = datetime(2026, 11, 1, tzinfo=UTC)
 TOLERANCE_S = 24 * 3600
 
 
 def spawn_chunk(cfg: CrawlTaskConfig, run: RunContext, payload: dict[str, Any]) -> subprocess.Popen[str]:
-    """Run one chunk in its own process (an Airflow task process), so a test can SIGKILL it."""
+    """Run one chunk in its own process (an Airflow task process)."""
     spec = {
         "config": cfg.model_dump(mode="json"),
         "run_id": run.run_id,
@@ -53,14 +51,7 @@ def spawn_chunk(cfg: CrawlTaskConfig, run: RunContext, payload: dict[str, Any]) 
         "try_number": run.try_number,
         "payload": payload,
     }
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO / "plugins"), str(REPO)])}
-    return subprocess.Popen(
-        [sys.executable, str(REPO / "tests/integration/chunk_runner.py"), json.dumps(spec)],
-        env=env,
-        cwd=REPO,
-        stdout=subprocess.PIPE,
-        text=True,
-    )
+    return spawn_runner("chunk_runner.py", spec)
 
 
 def pages_below(offset: int | None = None) -> Callable[[str, dict[str, str]], bool]:
@@ -379,7 +370,7 @@ def test_two_runs_forced_at_once_never_crawl_the_same_batch(source, source_proxy
     workers = [spawn_chunk(cfg, run, plan[0]) for run, plan in zip(runs, plans, strict=True)]
     source_proxy.wait_held(2 * cfg.source.concurrency)
     source_proxy.release()
-    results = [json.loads(w.communicate(timeout=300)[0].strip().splitlines()[-1]) for w in workers]
+    results = [runner_result(w) for w in workers]
     summaries = [commit_run(run, plan, [result]) for run, plan, result in zip(runs, plans, results, strict=True)]
 
     offsets = [r["offset"] for r in source.page_requests(unique_id)]
