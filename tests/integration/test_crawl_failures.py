@@ -204,16 +204,16 @@ def test_on_shrink_reset_forgets_the_watermark_and_crawls_what_the_source_has_no
 
 
 @pytest.mark.parametrize(
-    ("faults", "expected"),
+    ("faults", "expected", "left_watermark"),
     [
-        ({"malformed_rate": 1.0}, "malformed JSON"),
-        ({"wrong_shape": True}, "has no list of records at 'data.data'"),
-        ({"short_pages": True}, "expected 100 (short page"),
+        ({"malformed_rate": 1.0}, "malformed JSON", None),  # the plan's window probe fails: no watermark yet
+        ({"wrong_shape": True}, "has no list of records at 'data.data'", None),
+        ({"short_pages": True}, "expected 100 (short page", 0),  # the chunks fail, the commit keeps 0
     ],
     ids=["malformed-json", "wrong-shape", "short-pages"],
 )
 def test_unusable_pages_fail_the_run_with_a_clear_error_and_publish_nothing(
-    source, kafka_bootstrap, pg_uri, unique_id, faults, expected, run_dag
+    source, kafka_bootstrap, pg_uri, unique_id, faults, expected, left_watermark, run_dag
 ):
     source.create(unique_id, total=500, ref=REF, in_window_share=1.0)
     source.faults(unique_id, **faults)
@@ -222,7 +222,7 @@ def test_unusable_pages_fail_the_run_with_a_clear_error_and_publish_nothing(
     assert run_dag(cfg, REF) == "failed"
 
     assert expected in json.dumps(run_record(pg_uri, unique_id)["errors"], ensure_ascii=False)
-    assert not watermark(pg_uri, unique_id), "absent (plan failed) or 0 (commit found nothing done)"
+    assert watermark(pg_uri, unique_id) == left_watermark
     assert done_batches(pg_uri, unique_id) == {}
     assert read_topic(kafka_bootstrap, cfg.kafka.topic) == []
 
