@@ -11,7 +11,7 @@ import re
 from collections.abc import Mapping
 from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
-from typing import Any, Literal, TypeVar
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 import yaml
@@ -19,6 +19,9 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from crawler_ops.errors import ConfigError
 from crawler_ops.filtering import DateRule
+
+if TYPE_CHECKING:
+    from airflow.sdk import Asset
 
 CONFIG_ENV = "CRAWLER_OPS_CONFIG"
 DEFAULT_CONFIG = Path(__file__).resolve().parents[2] / "include" / "crawler_tasks.yaml"
@@ -108,6 +111,13 @@ class KafkaConfig(_Model):
     @property
     def asset_uri(self) -> str:
         return f"kafka://{self.asset_host or self.conn_id}/{self.topic}"
+
+    @property
+    def asset(self) -> Asset:
+        """The Airflow Asset of the topic; downstream DAGs schedule on it (``schedule=[Asset(uri)]``)."""
+        from airflow.sdk import Asset  # imported here: the config model stays importable without Airflow
+
+        return Asset(uri=self.asset_uri)
 
 
 DOTTED_PATH = re.compile(r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)+$")
@@ -208,7 +218,7 @@ class CrawlTaskConfig(DagSettings):
 
 
 class ExecutorTaskConfig(DagSettings):
-    """One executor task (the old Azkaban job): runs ``function`` over the rows of ``source_table``.
+    """One executor task: runs ``function`` over the rows of ``source_table``.
 
     Becomes the DAG ``exec_<name>``; ``name`` is the ``task_name`` in the status table.
     """
@@ -269,7 +279,7 @@ class ExecutorTaskConfig(DagSettings):
 
 
 class MaintenanceConfig(DagSettings):
-    """The retention DAG ``crawler_ops_maintenance`` (the old TTL sweep): what to delete after how long."""
+    """The retention DAG ``crawler_ops_maintenance``: what to delete after how long."""
 
     schedule: str | None = "@daily"
     retries: int = Field(1, ge=0)

@@ -70,7 +70,7 @@ def test_sigkill_mid_chunk_then_retry_loses_nothing_and_duplicates_at_most_one_b
     result = crawl_chunk(replace(run, map_index=0, try_number=2), chunks[0])
     summary = commit_run(run, chunks, [result])
 
-    assert summary["status"] == "success"
+    assert summary.status == "success"
     assert result["batches_skipped"] == killed_at  # done batches were not fetched again
     messages = read_topic(kafka_bootstrap, cfg.kafka.topic)
     truth = source.truth(unique_id, REF, days=7, tolerance_s=TOLERANCE_S)
@@ -261,7 +261,7 @@ def test_two_runs_forced_at_once_never_crawl_the_same_batch(source, kafka_bootst
     assert sorted(offsets) == list(range(0, 2_000, 100)), "every batch fetched exactly once"
     assert sum(r["batches_done"] for r in results) == 20
     assert all(r["batches_skipped"] > 0 for r in results), "both runs really ran at the same time"
-    assert [s["status"] for s in summaries] == ["success", "success"]
+    assert [s.status for s in summaries] == ["success", "success"]
     messages = read_topic(kafka_bootstrap, cfg.kafka.topic)
     assert len(messages) == 2_000 and not duplicates(messages)
     assert watermark(pg_uri, unique_id) == 2_000

@@ -21,7 +21,9 @@ OLD, NEW = "now() - interval '40 days'", "now() - interval '1 day'"
 
 def seed_crawl_rows(pg_uri: str, task: str) -> None:
     """Run history, error rows and batch rows of ``task``, some older than 30 days."""
-    CrawlStoreHook("crawler_db", task).ensure_schema()
+    store = CrawlStoreHook("crawler_db", task)
+    with store.transaction() as cur:
+        store.ensure_schema(cur)
     with psycopg.connect(pg_uri, autocommit=True) as conn:
         runs = [("old-done", OLD, OLD), ("old-abandoned", OLD, None), ("new-done", NEW, NEW), ("running", NEW, None)]
         for run_id, started, finished in runs:

@@ -1,9 +1,10 @@
-"""Kafka side: an idempotent producer hook, topic checks, and a publisher that confirms every delivery."""
+"""Kafka side: an idempotent producer hook, topic checks, and publishers: one that confirms every delivery,
+one for dry runs that publishes nothing."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Protocol
 
 from airflow.providers.apache.kafka.hooks.produce import KafkaProducerHook
 from confluent_kafka import KafkaError, KafkaException, Producer
@@ -70,14 +71,33 @@ def ensure_topic(
     return True
 
 
-class BatchPublisher:
+class Publisher(Protocol):
+    def send(self, messages: Sequence[Message]) -> None:
+        """Hand a batch's messages over without waiting."""
+
+    def confirm(self, where: str) -> int:
+        """Wait until every message of the last :meth:`send` is delivered; return how many went to the task's
+        topic (dead letters to a dead-letter topic are not counted). Raises DeliveryError otherwise."""
+
+
+class DryRunPublisher:
+    """A dry run publishes nothing."""
+
+    def send(self, messages: Sequence[Message]) -> None:
+        return None
+
+    def confirm(self, where: str) -> int:
+        return 0
+
+
+class KafkaPublisher:
     """Produces one batch of messages and returns only when Kafka confirmed every one of them.
 
     The provider's ProduceToTopicOperator only logs failed deliveries; a crawl must not mark a batch done
     unless each delivery report is a success, so reports are counted here and ``flush`` is checked.
 
     :param producer: an idempotent confluent-kafka producer.
-    :param topic: the destination topic.
+    :param topic: the task's topic (a message with its own ``topic`` goes there instead: dead letters).
     :param task_label: the crawl task id, for error messages.
     :param flush_timeout: seconds to wait for the delivery reports of one batch.
     """
@@ -89,19 +109,21 @@ class BatchPublisher:
         self.flush_timeout = flush_timeout
         self._failures: list[str] = []
         self._delivered = 0
+        self._to_topic = 0
         self._expected = 0
         self._topics: list[str] = [topic]
 
-    def _on_delivery(self, err: KafkaError | None, _msg: Any) -> None:
+    def _on_delivery(self, err: KafkaError | None, msg: Any) -> None:
         if err is None:
             self._delivered += 1
+            self._to_topic += msg.topic() == self.topic
         else:
             self._failures.append(str(err))
 
     def send(self, messages: Sequence[Message]) -> None:
         """Hand ``messages`` to the producer without waiting; :meth:`confirm` waits for their reports."""
         self._failures.clear()
-        self._delivered = 0
+        self._delivered = self._to_topic = 0
         self._expected = len(messages)
         self._topics = sorted({m.topic or self.topic for m in messages})
         for message in messages:
@@ -124,6 +146,8 @@ class BatchPublisher:
 
     def confirm(self, where: str) -> int:
         """Wait for the delivery reports of the last :meth:`send`; raise DeliveryError unless all succeeded."""
+        if not self._expected:
+            return 0
         # Delivery reports are served here (and on a full queue above), not after every message.
         remaining = self.producer.flush(self.flush_timeout)
         if remaining or self._failures or self._delivered != self._expected:
@@ -133,4 +157,4 @@ class BatchPublisher:
                 f"{' and '.join(map(repr, self._topics))} ({where}) within {self.flush_timeout:.0f}s: {sample}. "
                 "The batch stays not done and is retried; check the broker and the topic."
             )
-        return self._delivered
+        return self._to_topic
