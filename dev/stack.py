@@ -118,7 +118,8 @@ def running_pid(name: str) -> int | None:
     return None
 
 
-def stop_pid(name: str, pid: int, timeout: float = 20.0) -> None:
+def stop_pid(name: str, pid: int, timeout: float = 20.0, run: Path | None = None) -> None:
+    """Stop the process group ``pid`` leads (SIGTERM, then SIGKILL) and remove its pid file from ``run``."""
     with contextlib.suppress(ProcessLookupError):
         os.killpg(pid, signal.SIGTERM)
     deadline = time.monotonic() + timeout
@@ -128,7 +129,10 @@ def stop_pid(name: str, pid: int, timeout: float = 20.0) -> None:
         log(f"{name}: did not stop within {timeout:.0f}s, killing")
         with contextlib.suppress(ProcessLookupError):
             os.killpg(pid, signal.SIGKILL)
-    (RUN / f"{name}.pid").unlink(missing_ok=True)
+    # A process this one started stays a zombie until it is waited for.
+    with contextlib.suppress(ChildProcessError):
+        os.waitpid(pid, 0)
+    ((run or RUN) / f"{name}.pid").unlink(missing_ok=True)
 
 
 def new_cluster_id() -> str:
@@ -145,8 +149,12 @@ def spawn(
     cmd: list[str],
     env: dict[str, str] | None = None,
     cwd: Path | None = None,
+    logs: Path | None = None,
+    run: Path | None = None,
 ) -> int:
-    logfile = open(LOGS / f"{name}.log", "ab")  # noqa: SIM115 - handed to the child process
+    """Start ``cmd`` in its own session, output in ``logs/<name>.log``, pid in ``run/<name>.pid``
+    (default: the stack's folders)."""
+    logfile = open((logs or LOGS) / f"{name}.log", "ab")  # noqa: SIM115 - handed to the child process
     proc = subprocess.Popen(
         cmd,
         stdout=logfile,
@@ -156,28 +164,30 @@ def spawn(
         cwd=cwd,
         start_new_session=True,
     )
-    (RUN / f"{name}.pid").write_text(str(proc.pid))
+    ((run or RUN) / f"{name}.pid").write_text(str(proc.pid))
     return proc.pid
 
 
-def log_tail(name: str, lines: int = 25) -> str:
-    path = LOGS / f"{name}.log"
+def log_tail(name: str, lines: int = 25, logs: Path | None = None) -> str:
+    path = (logs or LOGS) / f"{name}.log"
     if not path.exists():
         return "(no log)"
     return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
 
 
-def wait_until(name: str, pid: int | None, ready, timeout: float) -> None:
+def wait_until(name: str, pid: int | None, ready, timeout: float, logs: Path | None = None) -> None:
+    logs = logs or LOGS
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if ready():
             return
         if pid is not None and not pid_alive(pid):
             raise StackError(
-                f"{name} exited during start-up. Last log lines ({LOGS / (name + '.log')}):\n{log_tail(name)}"
+                f"{name} exited during start-up. Last log lines ({logs / (name + '.log')}):\n"
+                f"{log_tail(name, logs=logs)}"
             )
         time.sleep(0.25)
-    raise StackError(f"{name} was not ready within {timeout:.0f}s. Last log lines:\n{log_tail(name)}")
+    raise StackError(f"{name} was not ready within {timeout:.0f}s. Last log lines:\n{log_tail(name, logs=logs)}")
 
 
 def choose_port(service: str, taken: list[int]) -> int:
@@ -554,6 +564,21 @@ def passwords_file() -> Path:
     return path
 
 
+def airflow_cli() -> str:
+    """The ``airflow`` command of this interpreter's environment."""
+    return str(Path(sys.executable).parent / "airflow")
+
+
+def airflow_service_args(service: str, port: int) -> list[str]:
+    """The ``airflow`` arguments that start ``service``; the api-server listens on 127.0.0.1:``port``."""
+    return ["api-server", "-H", "127.0.0.1", "-p", str(port)] if service == "api-server" else [service]
+
+
+def airflow_healthy(url: str) -> bool:
+    """The api-server at ``url`` answers its health endpoint."""
+    return http_ok(f"{url}/api/v2/monitor/health")
+
+
 def airflow_up() -> None:
     """api-server, scheduler, dag-processor and triggerer (LocalExecutor) on the running stack."""
     state = load_state()
@@ -571,19 +596,17 @@ def airflow_up() -> None:
         "AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL": "10",
         "AIRFLOW__SCHEDULER__SCHEDULER_HEARTBEAT_SEC": "2",
     }
-    airflow = str(Path(sys.executable).parent / "airflow")
     for service in AIRFLOW_SERVICES:
         name = f"airflow-{service}"
         if running_pid(name) is not None:
             log(f"{name}: already running")
             continue
-        args = ["api-server", "-H", "127.0.0.1", "-p", str(port)] if service == "api-server" else [service]
-        spawn(name, [airflow, *args], env=env)
+        spawn(name, [airflow_cli(), *airflow_service_args(service, port)], env=env)
     (RUN / "airflow.ports").write_text(json.dumps({"airflow": port}))
     wait_until(
         "airflow-api-server",
         running_pid("airflow-api-server"),
-        lambda: http_ok(f"{url}/api/v2/monitor/health"),
+        lambda: airflow_healthy(url),
         timeout=120,
     )
     state["airflow"] = {"url": url, "login": list(AIRFLOW_LOGIN), "config": env["CRAWLER_OPS_CONFIG"]}
@@ -604,11 +627,10 @@ def airflow_down() -> None:
 
 
 def migrate_airflow(env: dict[str, str]) -> None:
-    airflow = Path(sys.executable).parent / "airflow"
     Path(env["AIRFLOW_HOME"]).mkdir(parents=True, exist_ok=True)
     started = time.monotonic()
     result = subprocess.run(
-        [str(airflow), "db", "migrate"],
+        [airflow_cli(), "db", "migrate"],
         env={**os.environ, **env},
         capture_output=True,
         text=True,
@@ -688,17 +710,22 @@ def down() -> None:
         stop_postgres()
 
 
+def health(state: dict) -> dict[str, bool]:
+    """Whether each service of a started stack (its ``stack.json``) answers."""
+    ports, env = state["ports"], state["env"]
+    return {
+        "postgres": pg_ready(env["CRAWLER_OPS_PG_URI"]),
+        "kafka": kafka_ready(ports["kafka"]),
+        "source": http_ok(f"http://127.0.0.1:{ports['source']}/healthz"),
+    }
+
+
 def status() -> int:
     state = load_state()
     if not state:
         print("stack: not started (no .stack/stack.json)")
         return 1
-    ports, env = state["ports"], state["env"]
-    checks = {
-        "postgres": pg_ready(env["CRAWLER_OPS_PG_URI"]),
-        "kafka": kafka_ready(ports["kafka"]),
-        "source": http_ok(f"http://127.0.0.1:{ports['source']}/healthz"),
-    }
+    checks = health(state)
     for name, ok in checks.items():
         print(f"{name:9s} {'up' if ok else 'DOWN'}")
     return 0 if all(checks.values()) else 1
