@@ -71,12 +71,14 @@ class Delivered:
     headers: dict[str, str]
 
 
-def read_topic(bootstrap: str, topic: str, timeout: float = 20.0) -> list[Delivered]:
-    """Every message in ``topic`` from the beginning to the current end of each partition."""
+def read_topic(bootstrap: str, topic: str, timeout: float = 20.0, isolation: str = "read_committed") -> list[Delivered]:
+    """Every message in ``topic`` from the beginning to the current end of each partition; ``isolation``
+    ``read_uncommitted`` also returns records of aborted or open Kafka transactions."""
     consumer = Consumer(
         {
             "bootstrap.servers": bootstrap,
             "group.id": f"reader-{topic}",
+            "isolation.level": isolation,
             "enable.auto.commit": False,
             "auto.offset.reset": "earliest",
             "enable.partition.eof": True,

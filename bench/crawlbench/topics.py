@@ -98,6 +98,8 @@ def topic_keys(bootstrap: str, topic: str, timeout: float = 30.0) -> Counter[str
             "group.id": f"crawl-bench-{secrets.token_hex(4)}",
             "enable.auto.commit": False,
             "auto.offset.reset": "earliest",
+            # A transactional topic ends with commit markers, which are never delivered: its end is signalled.
+            "enable.partition.eof": True,
         }
     )
     try:
@@ -129,6 +131,9 @@ def read_to_ends(consumer: Consumer, topic: str, ends: dict[int, int], timeout: 
         if batch:
             deadline = time.monotonic() + timeout
         for msg in batch:
+            if msg.error() and msg.error().code() == KafkaError._PARTITION_EOF:
+                pending.discard(msg.partition())
+                continue
             if msg.error():
                 raise BenchError(f"topic {topic}: {msg.error()}")
             keys[(msg.key() or b"").decode()] += 1

@@ -18,7 +18,7 @@ import uuid
 from collections import deque
 from collections.abc import Iterator, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from airflow.sdk.module_loading import import_string
@@ -26,6 +26,7 @@ from airflow.sdk.module_loading import import_string
 from crawler_ops.config import CrawlTaskConfig
 from crawler_ops.errors import ConfigError, SourceError, StatusTableError
 from crawler_ops.filtering import Window
+from crawler_ops.hooks.exactly_once import MarkerLog, TransactionalPublisher, transactional_id
 from crawler_ops.hooks.producer import DryRunPublisher, IdempotentProducerHook, KafkaPublisher, Publisher
 from crawler_ops.hooks.source import SourceApiHook
 from crawler_ops.ledger import Ledger, ledger_for
@@ -36,6 +37,9 @@ from crawler_ops.run import RunContext
 
 log = logging.getLogger(__name__)
 Page = Future[list[Any]]
+# What a batch comes with: its page being fetched, the counts of an earlier attempt that delivered it, or
+# nothing (below the expiry cutoff).
+Fetched = Page | RunCounts | None
 
 
 @dataclass(frozen=True)
@@ -43,6 +47,7 @@ class FilteredBatch:
     """A batch filtered into the messages to produce (dead letters for the dead-letter topic among them).
 
     :param skipped: the batch lies below the first crawl's expiry cutoff and was not fetched.
+    :param prior: the counts of an earlier attempt that already delivered the batch (it is only recorded done).
     """
 
     batch: Batch
@@ -53,9 +58,13 @@ class FilteredBatch:
     dead_letters: tuple[DeadLetter, ...] = ()
     cutoff: int = 0
     skipped: bool = False
+    prior: RunCounts | None = None
 
     def outcome(self, published: int) -> BatchOutcome:
         """The finished batch, once Kafka confirmed ``published`` messages to the task's topic."""
+        if self.prior is not None:
+            counts = replace(self.prior, batches_done=1, batches_skipped=0)
+            return BatchOutcome(self.batch, counts, (), self.cutoff)
         counts = RunCounts(
             pages=0 if self.skipped else 1,
             fetched=self.fetched,
@@ -195,7 +204,7 @@ class ChunkCrawler:
                     sent = None
                     self.publish(ready, held)
                     sent, current = ready, None
-                    self.log_progress(batch, started)
+                    log_progress(self, batch, started)
                 self.finish(sent)
                 sent = None
         except Exception as exc:
@@ -206,13 +215,14 @@ class ChunkCrawler:
             raise
         finally:
             self.source.close()
+            self.publisher.close()
             self.ledger.close()
         return ChunkResult(self.label, self.counts, time.monotonic() - started)
 
-    def fetches(self, pool: ThreadPoolExecutor) -> Iterator[tuple[Batch, Page | None]]:
+    def fetches(self, pool: ThreadPoolExecutor) -> Iterator[tuple[Batch, Fetched]]:
         """Claim batches and submit their fetches ahead, ``concurrency`` pages deep; yield them in plan order.
-        A batch below the expiry cutoff comes without a fetch."""
-        ahead: deque[tuple[Batch, Page | None]] = deque()
+        A batch below the expiry cutoff, or one an earlier attempt delivered, comes without a fetch."""
+        ahead: deque[tuple[Batch, Fetched]] = deque()
         todo = iter(self.batches)
         while True:
             while len(ahead) < self.cfg.source.concurrency and (batch := next(todo, None)) is not None:
@@ -225,13 +235,26 @@ class ChunkCrawler:
                         batch.hi,
                     )
                     continue
-                below_cutoff = batch.hi <= self.cutoff
-                ahead.append((batch, None if below_cutoff else pool.submit(self.source.get_page, batch.lo, batch.size)))
+                prior = self.publisher.delivered(batch)
+                if prior is not None:
+                    ahead.append((batch, prior))
+                elif batch.hi <= self.cutoff:
+                    ahead.append((batch, None))
+                else:
+                    ahead.append((batch, pool.submit(self.source.get_page, batch.lo, batch.size)))
             if not ahead:
                 return
             yield ahead.popleft()
 
-    def filtered(self, batch: Batch, page: Page | None) -> FilteredBatch:
+    def filtered(self, batch: Batch, page: Fetched) -> FilteredBatch:
+        if isinstance(page, RunCounts):
+            log.info(
+                "task %s: batch [%d, %d) was delivered by an earlier attempt; recorded done",
+                self.cfg.id,
+                batch.lo,
+                batch.hi,
+            )
+            return FilteredBatch(batch, prior=page, cutoff=self.filter.cutoff_after(batch, page.kept))
         if page is None or batch.hi <= self.cutoff:
             if page is not None:
                 page.cancel()
@@ -247,7 +270,7 @@ class ChunkCrawler:
         check = then.batch if then is not None and then.messages else None
         if sent is None:
             return check is None or self.ledger.renew(check)
-        outcome = sent.outcome(published=self.publisher.confirm(f"offsets [{sent.batch.lo}, {sent.batch.hi})"))
+        outcome = sent.outcome(published=self.publisher.confirm())
         cutoff, held = self.ledger.finish(outcome, check)
         self.counts += outcome.counts
         self.cutoff = max(self.cutoff, outcome.cutoff, cutoff)
@@ -261,28 +284,30 @@ class ChunkCrawler:
                 "worker (the run was cancelled, or its lease expired and another worker took it); stopping "
                 "before publishing it"
             )
-        self.publisher.send(ready.messages)
+        self.publisher.send(ready.batch, ready.messages, ready.outcome(published=ready.kept).counts)
 
-    def log_progress(self, batch: Batch, started: float) -> None:
-        done, counts = self.counts.batches_done, self.counts
-        if done % 10 and done != len(self.batches):
-            return
-        log.info(
-            "task %s %s: %d/%d batches (%.0f%%), at offset %d; fetched=%d kept=%d published=%d expired=%d "
-            "dead=%d (%.0f records/s)",
-            self.cfg.id,
-            self.label,
-            done,
-            len(self.batches),
-            100.0 * done / max(len(self.batches), 1),
-            batch.lo,
-            counts.fetched,
-            counts.kept,
-            counts.published,
-            counts.expired,
-            counts.dead_lettered,
-            counts.fetched / max(time.monotonic() - started, 1e-6),
-        )
+
+def log_progress(crawler: ChunkCrawler, batch: Batch, started: float) -> None:
+    """Every 10 batches and at the end: task, chunk, batches done and percent, offset, counts, records/s."""
+    done, counts, planned = crawler.counts.batches_done, crawler.counts, len(crawler.batches)
+    if done % 10 and done != planned:
+        return
+    log.info(
+        "task %s %s: %d/%d batches (%.0f%%), at offset %d; fetched=%d kept=%d published=%d expired=%d "
+        "dead=%d (%.0f records/s)",
+        crawler.cfg.id,
+        crawler.label,
+        done,
+        planned,
+        100.0 * done / max(planned, 1),
+        batch.lo,
+        counts.fetched,
+        counts.kept,
+        counts.published,
+        counts.expired,
+        counts.dead_lettered,
+        counts.fetched / max(time.monotonic() - started, 1e-6),
+    )
 
 
 def load_transform(cfg: CrawlTaskConfig) -> Transform | None:
@@ -299,19 +324,32 @@ def crawl_chunk(run: RunContext, payload: Mapping[str, Any]) -> dict[str, Any]:
     the chunk's result for XCom. The run's kind picks the ledger and the publisher, here and nowhere else."""
     owner = f"{run.run_id}|{run.map_index}"
     token = f"{owner}|{run.try_number}|{uuid.uuid4().hex[:12]}"
-    cfg = run.cfg
-    publisher: Publisher = (
-        DryRunPublisher()
-        if run.params.dry_run
-        else KafkaPublisher(IdempotentProducerHook(cfg.kafka.conn_id).get_producer(), cfg.kafka.topic, cfg.id)
-    )
+    batches = [Batch(lo, hi) for lo, hi in payload["batches"]]
+    ledger = ledger_for(run, owner, token)
     crawler = ChunkCrawler(
-        cfg,
-        [Batch(lo, hi) for lo, hi in payload["batches"]],
+        run.cfg,
+        batches,
         str(payload.get("label", "")),
         run.source(),
         BatchFilter(run, early_stop=bool(payload.get("early_stop"))),
-        ledger_for(run, owner, token),
-        publisher,
+        ledger,
+        publisher_for(run, batches, ledger),
     )
     return crawler.crawl().to_dict()
+
+
+def publisher_for(run: RunContext, batches: Sequence[Batch], ledger: Ledger) -> Publisher:
+    """Nothing for a dry run; the idempotent producer; or, for exactly-once delivery, Kafka transactions with the
+    batches' markers (replays and backfills re-publish by design: transactions without markers)."""
+    cfg = run.cfg
+    if run.params.dry_run:
+        return DryRunPublisher()
+    hook = IdempotentProducerHook(cfg.kafka.conn_id)
+    if cfg.kafka.delivery == "at_least_once":
+        return KafkaPublisher(hook.get_producer(), cfg.kafka.topic, cfg.id)
+    markers = None
+    if run.uses_status_table:
+        generations = ledger.generations(batches)
+        markers = MarkerLog(hook.client_config(), cfg.marker_topic, cfg.id, run.run_id, generations)
+    tid = transactional_id(cfg.id, batches, None if run.uses_status_table else run.run_id)
+    return TransactionalPublisher(hook.transactional_producer(tid), cfg.kafka.topic, cfg.id, markers)

@@ -98,6 +98,16 @@ class KafkaConfig(_Model):
         description="also publish dead-lettered records here (with the reason), before the batch is done",
     )
     consumer_groups: tuple[str, ...] = Field((), description="consumer groups whose lag the status view shows")
+    delivery: Literal["at_least_once", "exactly_once"] = Field(
+        "at_least_once",
+        description="exactly_once: each batch in one Kafka transaction with its completion marker; consumers "
+        "must read with isolation.level=read_committed",
+    )
+    marker_topic: str | None = Field(
+        None,
+        pattern=r"^[A-Za-z0-9._-]{1,249}$",
+        description="exactly_once: the compacted topic of batch completion markers; default crawler_ops.batches.<id>",
+    )
     asset_host: str | None = Field(
         None, description="host part of the topic's Asset URI kafka://<host>/<topic>; default: the connection id"
     )
@@ -106,6 +116,8 @@ class KafkaConfig(_Model):
     def _separate_dead_letters(self) -> KafkaConfig:
         if self.dead_letter_topic == self.topic:
             raise ValueError("dead_letter_topic must differ from topic, or dead letters would look like records")
+        if self.marker_topic is not None and self.marker_topic in (self.topic, self.dead_letter_topic):
+            raise ValueError("marker_topic must differ from topic and dead_letter_topic")
         return self
 
     @property
@@ -215,6 +227,11 @@ class CrawlTaskConfig(DagSettings):
     @property
     def source_task(self) -> str:
         return self.source.task or self.id
+
+    @property
+    def marker_topic(self) -> str:
+        """Where an exactly-once crawl records each batch it committed to Kafka (one compacted topic per task)."""
+        return self.kafka.marker_topic or f"crawler_ops.batches.{self.id}"
 
 
 class ExecutorTaskConfig(DagSettings):

@@ -43,6 +43,9 @@ class Ledger(Protocol):
     def fail(self, in_flight: Sequence[Batch], error: str) -> None:
         """Give the batches in flight back with ``error`` and note it on the run; never raises."""
 
+    def generations(self, batches: Sequence[Batch]) -> dict[int, str]:
+        """Batch start offset -> the run that created the batch's row (empty when batches have no rows)."""
+
     def close(self) -> None:
         """Close the database connection, if any."""
 
@@ -61,6 +64,9 @@ class DryRunLedger:
 
     def fail(self, in_flight: Sequence[Batch], error: str) -> None:
         return None
+
+    def generations(self, batches: Sequence[Batch]) -> dict[int, str]:
+        return {}
 
     def close(self) -> None:
         return None
@@ -144,6 +150,10 @@ class StatusTableLedger(RunRecordLedger):
     def renew(self, batch: Batch) -> bool:
         with self.store.transaction() as cur:
             return self.store.batches.renew(cur, batch, self.token)
+
+    def generations(self, batches: Sequence[Batch]) -> dict[int, str]:
+        with self.store.transaction() as cur:
+            return self.store.batches.generations(cur, batches)
 
     def renew_in(self, cur: Cursor, batch: Batch | None) -> bool:
         return batch is None or self.store.batches.renew(cur, batch, self.token)

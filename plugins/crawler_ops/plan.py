@@ -11,6 +11,7 @@ import psycopg
 
 from crawler_ops.errors import CrawlerError, SourceError
 from crawler_ops.filtering import DateRule, record_date
+from crawler_ops.hooks.exactly_once import MARKER_TOPIC_CONFIG
 from crawler_ops.hooks.producer import IdempotentProducerHook, ensure_topic
 from crawler_ops.hooks.source import SourceApiHook
 from crawler_ops.hooks.store import CrawlStoreHook, Cursor
@@ -29,11 +30,7 @@ def plan_run(run: RunContext) -> list[dict[str, Any]]:
     try:
         total = source.get_total()
         if not params.dry_run:
-            admin = IdempotentProducerHook(cfg.kafka.conn_id).admin()
-            for topic in filter(None, (cfg.kafka.topic, cfg.kafka.dead_letter_topic)):
-                ensure_topic(
-                    admin, topic, cfg.kafka.partitions, cfg.kafka.replication_factor, cfg.kafka.create_topic, cfg.id
-                )
+            ensure_topics(run)
         if params.replay or run.backfill_interval is not None:
             lo, hi = range_to_read(run, source, total)
             batches = fill_gaps(lo, hi, cfg.batch_size) if lo < hi else []
@@ -66,6 +63,19 @@ def plan_run(run: RunContext) -> list[dict[str, Any]]:
         " [dry run]" if params.dry_run else "",
     )
     return [chunk_payload(chunk, first) for chunk in chunks]
+
+
+def ensure_topics(run: RunContext) -> None:
+    """The task's topic and dead-letter topic, and for exactly-once delivery its compacted marker topic."""
+    cfg = run.cfg
+    kafka = cfg.kafka
+    admin = IdempotentProducerHook(kafka.conn_id).admin()
+    for topic in filter(None, (kafka.topic, kafka.dead_letter_topic)):
+        ensure_topic(admin, topic, kafka.partitions, kafka.replication_factor, kafka.create_topic, cfg.id)
+    if kafka.delivery == "exactly_once" and run.uses_status_table:
+        ensure_topic(
+            admin, cfg.marker_topic, 1, kafka.replication_factor, kafka.create_topic, cfg.id, config=MARKER_TOPIC_CONFIG
+        )
 
 
 def record_plan_failure(run: RunContext, exc: BaseException) -> None:

@@ -24,7 +24,7 @@ from crawler_ops.hooks.source import SourceApiHook
 from crawler_ops.ledger import DryRunLedger
 from crawler_ops.planning import Batch
 from crawler_ops.records import Message
-from crawler_ops.results import BatchOutcome
+from crawler_ops.results import BatchOutcome, RunCounts
 from crawler_ops.run import RunContext, RunParams
 
 REF = datetime(2026, 11, 1, tzinfo=UTC)
@@ -78,20 +78,30 @@ class RecordingPublisher:
     fail_on: int | None = None
     sent: list[Sequence[Message]] = field(default_factory=list)
 
-    def send(self, messages: Sequence[Message]) -> None:
+    delivered_before: dict[int, RunCounts] = field(default_factory=dict)
+    batches: list[Batch] = field(default_factory=list)
+
+    def delivered(self, batch: Batch) -> RunCounts | None:
+        return self.delivered_before.get(batch.lo)
+
+    def send(self, batch: Batch, messages: Sequence[Message], counts: RunCounts) -> None:
+        self.batches.append(batch)
         self.sent.append(messages)
         if messages:
-            self.events.add("send", first_offset(messages))
+            assert first_offset(messages) >= batch.lo and counts.kept == len(messages)
+            self.events.add("send", batch.lo)
 
-    def confirm(self, where: str) -> int:
-        messages = self.sent[-1]
+    def confirm(self) -> int:
+        batch, messages = self.batches[-1], self.sent[-1]
         if not messages:
             return 0
-        lo = first_offset(messages)
-        if lo // BATCH * BATCH == self.fail_on:
-            raise DeliveryError(f"broker said no ({where})")
-        self.events.add("confirm", lo // BATCH * BATCH)
+        if batch.lo == self.fail_on:
+            raise DeliveryError(f"broker said no (offsets [{batch.lo}, {batch.hi}))")
+        self.events.add("confirm", batch.lo)
         return sum(1 for m in messages if m.topic is None)
+
+    def close(self) -> None:
+        return None
 
 
 def first_offset(messages: Sequence[Message]) -> int:
@@ -161,13 +171,12 @@ def test_each_batch_is_finished_only_after_kafka_confirmed_it_and_one_at_most_is
     published = [lo for what, lo in events.log if what == "send"]
     assert published, "some batches have records in the window"
     for lo in published:
-        batch_lo = lo // BATCH * BATCH
-        order = [i for i, event in enumerate(events.log) if event in {("send", lo), ("confirm", batch_lo)}]
-        assert order and events.log.index(("finish", batch_lo)) > max(order)
+        order = [i for i, event in enumerate(events.log) if event in {("send", lo), ("confirm", lo)}]
+        assert len(order) == 2 and events.log.index(("finish", lo)) > max(order)
     unfinished: set[int] = set()
     for what, lo in events.log:
         if what == "send":
-            unfinished.add(lo // BATCH * BATCH)
+            unfinished.add(lo)
             assert len(unfinished) == 1, f"two batches produced and not finished: {sorted(unfinished)}"
         elif what == "finish":
             unfinished.discard(lo)
@@ -249,3 +258,16 @@ def test_a_dry_run_filters_everything_and_publishes_nothing():
 
     assert result.counts.kept == sum(in_window(i) for i in range(TOTAL))
     assert (result.counts.published, result.counts.batches_done) == (0, 10)
+
+
+def test_a_batch_an_earlier_attempt_delivered_is_recorded_done_with_its_counts_and_not_fetched(events):
+    source, ledger = Source(), MemoryLedger(events)
+    before = RunCounts(pages=1, fetched=100, kept=69, published=69, expired=31, batches_done=1)
+    publisher = RecordingPublisher(events, delivered_before={800: before})
+    result = make_crawler(source, ledger, publisher).crawl()
+
+    assert 800 not in source.requested
+    assert all(b.lo != 800 for b, messages in zip(publisher.batches, publisher.sent, strict=True) if messages)
+    [outcome] = [o for o in ledger.finished if o.batch.lo == 800]
+    assert outcome.counts == before
+    assert result.counts.kept == sum(in_window(i) for i in range(TOTAL) if not 800 <= i < 900) + 69

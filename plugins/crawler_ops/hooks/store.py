@@ -224,6 +224,11 @@ class BatchRows:
         rows = cur.execute(read_sql("select_done"), {"task": self.task_id, "from": above}).fetchall()
         return [Batch(int(lo), int(hi)) for lo, hi in rows]
 
+    def generations(self, cur: Cursor, batches: Sequence[Batch]) -> dict[int, str]:
+        """Batch start offset -> the run that created the row; a reset creates the rows anew."""
+        rows = cur.execute(read_sql("select_generations"), {"task": self.task_id, "ids": [b.lo for b in batches]})
+        return {int(lo): str(run_id) for lo, run_id in rows.fetchall()}
+
     def insert(self, cur: Cursor, batches: Iterable[Batch], run_id: str, *, expired: bool = False) -> None:
         """New rows, pending (or done, for batches a first crawl skips as expired); existing rows stay."""
         status = DONE if expired else PENDING
