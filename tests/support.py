@@ -6,6 +6,8 @@ import hashlib
 import hmac
 import json
 import os
+import subprocess
+import sys
 import tempfile
 import threading
 from collections import Counter
@@ -219,3 +221,37 @@ def verified(request: dict[str, Any], secret: str = "s3cret-秘密") -> dict[str
     expected = hmac.new(secret.encode(), timestamp.encode() + b"." + request["body"], hashlib.sha256).hexdigest()
     assert hmac.compare_digest(request["headers"]["X-Crawler-Ops-Signature"], f"sha256={expected}")
     return json.loads(request["body"])
+
+
+def spawn_chunk(
+    cfg: CrawlTaskConfig,
+    run_id: str,
+    ref: datetime,
+    chunk: dict[str, Any],
+    try_number: int = 1,
+    kill: dict[str, Any] | None = None,
+) -> subprocess.Popen[str]:
+    """Run one planned chunk in a child process (``tests/integration/chunk_runner.py``), as an Airflow task
+    process would, so a test can kill it; ``kill`` makes it SIGKILL itself at a chosen point (see the runner)."""
+    spec = {
+        "config": cfg.model_dump(mode="json"),
+        "run_id": run_id,
+        "ref": ref.isoformat(),
+        "map_index": 0,
+        "try_number": try_number,
+        "payload": chunk,
+        "kill": kill,
+    }
+    repo = Path(__file__).resolve().parent.parent
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(repo / "plugins"), str(repo)])}
+    runner = str(repo / "tests" / "integration" / "chunk_runner.py")
+    return subprocess.Popen(
+        [sys.executable, runner, json.dumps(spec)], env=env, cwd=repo, stdout=subprocess.PIPE, text=True
+    )
+
+
+def chunk_result(worker: subprocess.Popen[str], timeout: float = 300) -> dict[str, Any]:
+    """Wait for a chunk process; its result (the last line it printed), failing the test if it failed."""
+    out, _ = worker.communicate(timeout=timeout)
+    assert worker.returncode == 0, f"the chunk failed (exit {worker.returncode})"
+    return json.loads(out.strip().splitlines()[-1])
