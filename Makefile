@@ -7,11 +7,11 @@ STAMP := $(VENV)/.installed
 
 .PHONY: demo test test-unit stack-up stack-down stack-status airflow-up airflow-down status lint fmt bench clean
 
-$(STAMP): requirements.txt
+$(STAMP): requirements.txt requirements-dev.txt
 	@command -v $(PY) >/dev/null || { echo "Python 3.11 is required ($(PY) not found): apt-get install python3.11 python3.11-venv"; exit 1; }
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q -r requirements.txt
+	$(BIN)/pip install -q -r requirements-dev.txt
 	touch $(STAMP)
 
 stack-up: $(STAMP)

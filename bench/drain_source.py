@@ -13,10 +13,8 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import socket
-import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -26,6 +24,8 @@ from typing import Any
 
 import httpx
 import msgspec
+
+from crawlbench.environment import devstack
 
 DEV_DIR = Path(__file__).resolve().parents[1] / "dev"
 STARTUP_TIMEOUT_S = 20.0
@@ -85,63 +85,24 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
-def free_port() -> int:
-    """Ask the OS for a currently unused TCP port on localhost.
-
-    :return: the port number.
-    """
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-def wait_healthy(url: str, process: subprocess.Popen[bytes]) -> None:
-    """Poll ``/healthz`` until the server answers.
-
-    :param url: server base URL.
-    :param process: the server process (checked for an early exit).
-    :raises RuntimeError: if the server exits or does not come up in time.
-    """
-    deadline = time.monotonic() + STARTUP_TIMEOUT_S
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            msg = f"server exited with code {process.returncode}"
-            raise RuntimeError(msg)
-        try:
-            if httpx.get(f"{url}/healthz", timeout=1.0).status_code == httpx.codes.OK:
-                return
-        except httpx.TransportError:
-            time.sleep(0.05)
-    msg = "server did not become healthy in time"
-    raise RuntimeError(msg)
-
-
 @contextmanager
 def running_server() -> Iterator[str]:
-    """Run ``python -m demo_source`` on a free port for the block's duration.
+    """Run ``python -m demo_source`` on a free port for the block's duration, with ``dev/stack.py``'s
+    helpers; its output goes to a temporary folder, shown when it fails to start.
 
     :return: a context manager yielding the server's base URL.
     """
-    port = free_port()
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(DEV_DIR), env.get("PYTHONPATH")]))
-    command = [
-        sys.executable,
-        "-m",
-        "demo_source",
-        "--host",
-        "127.0.0.1",
-        "--port",
-        str(port),
-    ]
-    process = subprocess.Popen(command, env=env)
+    port = devstack.free_port()
     url = f"http://127.0.0.1:{port}"
-    try:
-        wait_healthy(url, process)
-        yield url
-    finally:
-        process.terminate()
-        process.wait(timeout=10)
+    command = [sys.executable, "-m", "demo_source", "--host", "127.0.0.1", "--port", str(port)]
+    with tempfile.TemporaryDirectory(prefix="drain_source_") as folder:
+        logs = Path(folder)
+        pid = devstack.spawn("source", command, env={"PYTHONPATH": str(DEV_DIR)}, logs=logs, run=logs)
+        try:
+            devstack.wait_until("source", pid, lambda: devstack.http_ok(f"{url}/healthz"), STARTUP_TIMEOUT_S, logs)
+            yield url
+        finally:
+            devstack.stop_pid("source", pid, run=logs)
 
 
 def put_task(client: httpx.Client, task: str, total: int) -> None:

@@ -22,6 +22,9 @@ from typing import Any
 
 import psycopg
 
+from crawlbench import environment
+from crawlbench.common import BenchError
+
 REPO = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(REPO / "plugins"), str(REPO)]
 SCHEMA = "bench_executor"
@@ -32,10 +35,11 @@ def trivial(row: dict[str, Any]) -> bool:
 
 
 def stack_env() -> dict[str, str]:
-    state = REPO / ".stack" / "stack.json"
-    if not state.exists():
-        sys.exit("the local stack is not running: python dev/stack.py up")
-    return json.loads(state.read_text())["env"]
+    """The stack's environment as dev/stack.py recorded it (``CRAWLER_OPS_STACK_DIR`` or ``.stack``)."""
+    try:
+        return environment.stack_env()
+    except BenchError as exc:
+        sys.exit(f"the local stack is not running: {exc}")
 
 
 def prepare(uri: str, rows: int) -> None:

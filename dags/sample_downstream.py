@@ -21,7 +21,6 @@ from airflow.sdk import dag, get_parsing_context, task
 from confluent_kafka import Consumer, KafkaError
 
 from crawler_ops.config import load_config
-from crawler_ops.factory import topic_asset
 
 log = logging.getLogger(__name__)
 # The crawl task followed; the tests point it at their own task.
@@ -70,7 +69,7 @@ def read_new_messages(hook: GroupConsumerHook, idle_s: float = 5.0, join_s: floa
 
 cfg = next((t for t in load_config().tasks if t.id == SOURCE_TASK), None)
 if cfg is not None and get_parsing_context().dag_id in (None, DAG_ID):
-    asset = topic_asset(cfg)
+    asset = cfg.kafka.asset
 
     @dag(
         dag_id=DAG_ID,

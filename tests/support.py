@@ -99,8 +99,9 @@ def create_topic(bootstrap: str, topic: str, partitions: int = 2) -> None:
     admin.create_topics([NewTopic(topic, partitions, 1)])[topic].result(30)
 
 
-def read_topic(bootstrap: str, topic: str, timeout: float = 20.0) -> list[Delivered]:
-    """Every message in ``topic`` from the beginning to the current end of each partition.
+def read_topic(bootstrap: str, topic: str, timeout: float = 20.0, isolation: str = "read_committed") -> list[Delivered]:
+    """Every message in ``topic`` from the beginning to the current end of each partition; ``isolation``
+    ``read_uncommitted`` also returns records of aborted or open Kafka transactions.
 
     :raises MissingTopic: when the topic does not exist (an empty list always means "exists and is empty").
     """
@@ -108,6 +109,7 @@ def read_topic(bootstrap: str, topic: str, timeout: float = 20.0) -> list[Delive
         {
             "bootstrap.servers": bootstrap,
             "group.id": f"reader-{topic}",
+            "isolation.level": isolation,
             "enable.auto.commit": False,
             "auto.offset.reset": "earliest",
             "enable.partition.eof": True,
@@ -160,6 +162,28 @@ def spawn_runner(script: str, spec: dict[str, Any], **env: str) -> subprocess.Po
         stdout=subprocess.PIPE,
         text=True,
     )
+
+
+def spawn_chunk(
+    cfg: CrawlTaskConfig,
+    run_id: str,
+    ref: datetime,
+    chunk: dict[str, Any],
+    try_number: int = 1,
+    kill: dict[str, Any] | None = None,
+) -> subprocess.Popen[str]:
+    """Run one planned chunk in a child process (``tests/integration/chunk_runner.py``), as an Airflow task
+    process would, so a test can kill it; ``kill`` makes it SIGKILL itself at a chosen point (see the runner)."""
+    spec = {
+        "config": cfg.model_dump(mode="json"),
+        "run_id": run_id,
+        "ref": ref.isoformat(),
+        "map_index": 0,
+        "try_number": try_number,
+        "payload": chunk,
+        "kill": kill,
+    }
+    return spawn_runner("chunk_runner.py", spec)
 
 
 def runner_result(process: subprocess.Popen[str], timeout: float = 300) -> dict[str, Any]:

@@ -1,7 +1,7 @@
 -- crawler_ops progress store. Idempotent: run at the start of every plan task.
 CREATE SCHEMA IF NOT EXISTS crawler_ops;
 
--- One row per crawl task: the watermark (every offset below it is done) and the old service's status fields.
+-- One row per crawl task: the watermark (every offset below it is done) and the status fields the status view shows.
 CREATE TABLE IF NOT EXISTS crawler_ops.progress (
     task_id           text PRIMARY KEY,
     watermark         bigint NOT NULL,
@@ -15,7 +15,7 @@ CREATE TABLE IF NOT EXISTS crawler_ops.progress (
 );
 
 -- Crawl batches on the status-table protocol: (id, status, start_time, end_time, task_name) as in the
--- old executor, id = batch start offset, plus the batch end and the claim bookkeeping.
+-- executor status tables, id = batch start offset, plus the batch end and the claim bookkeeping.
 -- status: 0 pending, 1 claimed (lease from start_time), 2 done (or expired), 3 parked.
 CREATE TABLE IF NOT EXISTS crawler_ops.batch_status (
     id          bigint NOT NULL,

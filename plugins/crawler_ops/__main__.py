@@ -43,7 +43,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def render_text(report: Mapping[str, Any]) -> str:
-    """A block of lines per task, in the old service's terms."""
+    """A block of lines per task: total, watermark, progress, status, counts, running or not, lag."""
     lines = [f"crawler_ops status at {report['generated_at']}"]
     for row in report["tasks"]:
         lines += ["", f"{row['task_id']} ({row['task_name']})  dag {row['dag_id']}  topic {row['topic']}"]

@@ -1,10 +1,12 @@
 """Step 2 of a crawl run, the DAG's mapped ``crawl_chunk`` task: fetch, filter, publish, checkpoint.
 
 Where things happen, in one place:
-- fetched: :meth:`SourceApiHook.get_page` (prefetched by a small thread pool in :meth:`ChunkCrawler.crawl`);
-- filtered: :func:`crawler_ops.records.build_messages`;
-- published: :meth:`BatchPublisher.send` and :meth:`BatchPublisher.confirm`, which waits for every delivery report;
-- checkpointed: :meth:`CrawlStoreHook.complete` (batch done), then :func:`crawler_ops.commit.commit_run` (watermark).
+- fetched: :meth:`SourceApiHook.get_page`, prefetched ``source.concurrency`` pages deep by
+  :meth:`ChunkCrawler.fetches`;
+- filtered: :meth:`BatchFilter.filter`, around :func:`crawler_ops.records.build_messages`;
+- published: the :class:`~crawler_ops.hooks.producer.Publisher`'s ``send`` and ``confirm`` (every delivery report);
+- checkpointed: the :class:`~crawler_ops.ledger.Ledger`'s ``finish`` (batch done), then
+  :func:`crawler_ops.commit.commit_run` (watermark).
 """
 
 from __future__ import annotations
@@ -16,195 +18,119 @@ import uuid
 from collections import deque
 from collections.abc import Iterator, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import asdict, dataclass, replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 from airflow.sdk.module_loading import import_string
 
-from crawler_ops import metrics
 from crawler_ops.config import CrawlTaskConfig
-from crawler_ops.errors import ConfigError, CrawlerError, SourceError, StatusTableError
-from crawler_ops.hooks.producer import BatchPublisher, IdempotentProducerHook
-from crawler_ops.hooks.store import BatchOutcome
+from crawler_ops.errors import ConfigError, SourceError, StatusTableError
+from crawler_ops.filtering import Window
+from crawler_ops.hooks.exactly_once import MarkerLog, TransactionalPublisher, transactional_id
+from crawler_ops.hooks.producer import DryRunPublisher, IdempotentProducerHook, KafkaPublisher, Publisher
+from crawler_ops.hooks.source import SourceApiHook
+from crawler_ops.ledger import Ledger, ledger_for
 from crawler_ops.planning import Batch
-from crawler_ops.records import Message, PageResult, Transform, build_messages, dead_letter_messages
+from crawler_ops.records import Message, Transform, build_messages, dead_letter_messages
+from crawler_ops.results import BatchOutcome, ChunkResult, DeadLetter, RunCounts
 from crawler_ops.run import RunContext
 
 log = logging.getLogger(__name__)
+Page = Future[list[Any]]
+# What a batch comes with: its page being fetched, the counts of an earlier attempt that delivered it, or
+# nothing (below the expiry cutoff).
+Fetched = Page | RunCounts | None
 
 
 @dataclass(frozen=True)
-class Prepared:
-    """A filtered batch: its outcome so far and the messages to produce (``dead`` of them dead letters)."""
+class FilteredBatch:
+    """A batch filtered into the messages to produce (dead letters for the dead-letter topic among them).
 
-    outcome: BatchOutcome
-    messages: list[Message]
-    dead: int = 0
-
-
-@dataclass
-class ChunkCounts:
-    pages: int = 0
-    fetched: int = 0
-    kept: int = 0
-    published: int = 0
-    expired: int = 0
-    dead_lettered: int = 0
-    batches_done: int = 0
-    batches_skipped: int = 0
-
-
-class ChunkCrawler:
-    """Fetch, filter, publish and checkpoint the batches of one chunk, newest first.
-
-    Pages are prefetched by ``source.concurrency`` threads; each batch is claimed before its fetch starts,
-    published, confirmed by Kafka, and only then marked done, so a crash re-publishes at most the batch
-    in flight (prefetched pages are not yet published and are simply fetched again).
+    :param skipped: the batch lies below the first crawl's expiry cutoff and was not fetched.
+    :param prior: the counts of an earlier attempt that already delivered the batch (it is only recorded done).
     """
 
-    def __init__(self, run: RunContext, payload: Mapping[str, Any]) -> None:
-        self.run = run
-        self.cfg = run.cfg
-        self.batches = [Batch(lo, hi) for lo, hi in payload["batches"]]
-        self.early_stop = bool(payload.get("early_stop"))
-        self.label = str(payload.get("label", ""))
-        self.owner = f"{run.run_id}|{run.map_index}"
-        self.token = f"{self.owner}|{run.try_number}|{uuid.uuid4().hex[:12]}"
-        self.counts = ChunkCounts()
-        self.cutoff = 0
-        self.empty_streak = 0
-        self.transform: Transform | None = load_transform(self.cfg)
-        self.window = run.window.in_zone(self.cfg.filter.rule.tz)
-        self.headers = [("crawl_task", self.cfg.id.encode()), ("run_id", run.run_id.encode())]
-        self.source = run.source()
-        self.store = run.store() if not run.params.dry_run else None
-        self.publisher = (
-            None
-            if run.params.dry_run
-            else BatchPublisher(
-                IdempotentProducerHook(self.cfg.kafka.conn_id).get_producer(), self.cfg.kafka.topic, self.cfg.id
-            )
+    batch: Batch
+    messages: Sequence[Message] = ()
+    fetched: int = 0
+    kept: int = 0
+    expired: int = 0
+    dead_letters: tuple[DeadLetter, ...] = ()
+    cutoff: int = 0
+    skipped: bool = False
+    prior: RunCounts | None = None
+
+    def outcome(self, published: int) -> BatchOutcome:
+        """The finished batch, once Kafka confirmed ``published`` messages to the task's topic."""
+        if self.prior is not None:
+            counts = replace(self.prior, batches_done=1, batches_skipped=0)
+            return BatchOutcome(self.batch, counts, (), self.cutoff)
+        counts = RunCounts(
+            pages=0 if self.skipped else 1,
+            fetched=self.fetched,
+            kept=self.kept,
+            published=published,
+            expired=self.expired,
+            dead_lettered=len(self.dead_letters),
+            batches_done=1,
         )
+        return BatchOutcome(self.batch, counts, self.dead_letters, self.cutoff, self.skipped)
 
-    def claim(self, batch: Batch) -> bool:
-        if self.store is None or not self.run.uses_status_table:
-            return True
-        return self.store.claim(batch, self.owner, self.token, self.cfg.claim_lease_s)
 
-    def claimed_fetches(self, pool: ThreadPoolExecutor) -> Iterator[tuple[Batch, Future[list[Any]] | None]]:
-        """Claim and submit fetches ahead, ``concurrency`` pages deep; yield them in plan order."""
-        ahead: deque[tuple[Batch, Future[list[Any]] | None]] = deque()
-        todo = iter(self.batches)
-        while True:
-            while len(ahead) < self.cfg.source.concurrency:
-                batch = next(todo, None)
-                if batch is None:
-                    break
-                if not self.claim(batch):
-                    self.counts.batches_skipped += 1
-                    log.info(
-                        "task %s: batch [%d, %d) is done or held by another worker; skipped",
-                        self.cfg.id,
-                        batch.lo,
-                        batch.hi,
-                    )
-                    continue
-                skip = batch.hi <= self.cutoff
-                ahead.append((batch, None if skip else pool.submit(self.source.get_page, batch.lo, batch.size)))
-            if not ahead:
-                return
-            yield ahead.popleft()
+class BatchFilter:
+    """Turns a fetched page into the messages of its batch, and finds a first crawl's early stop.
 
-    def crawl(self) -> dict[str, Any]:
-        """Per batch: filter it while Kafka confirms the previous one, then confirm and mark that one done,
-        then produce this one. At most one batch is produced and not yet done, so a crash re-publishes
-        at most that batch."""
-        # Airflow's heap is large by now; full collections over it stalled chunks for 0.4 s at a time.
-        # Pages are acyclic and freed by reference counting, so freeze what exists before the loop.
-        gc.freeze()
-        started = time.monotonic()
-        sent: Prepared | None = None
-        current: Batch | None = None
-        try:
-            with ThreadPoolExecutor(self.cfg.source.concurrency, thread_name_prefix="fetch") as pool:
-                for batch, future in self.claimed_fetches(pool):
-                    current = batch
-                    try:
-                        ready = self.prepare(batch, future)
-                    except Exception:
-                        if sent is not None:  # the previous batch is fine: finish it before failing
-                            self.confirm(sent)
-                            sent = None
-                        raise
-                    held = None
-                    if sent is not None:
-                        held = self.confirm(sent, then=ready)
-                        sent = None
-                    self.send(ready, held)
-                    sent, current = ready, None
-                    self.log_progress(batch, started)
-                if sent is not None:
-                    self.confirm(sent)
-                    sent = None
-        except Exception as exc:
-            self.fail([b for b in (sent.outcome.batch if sent else None, current) if b is not None], exc)
-            raise
-        finally:
-            self.source.close()
-        return {"label": self.label, **asdict(self.counts)}
+    :param run: the run (its window, id and config).
+    :param early_stop: whether this is a first crawl, where pages with nothing in the window end the crawl.
+    """
 
-    def prepare(self, batch: Batch, future: Future[list[Any]] | None) -> Prepared:
-        """Take the fetched page and filter it into messages (nothing is produced yet)."""
-        if future is None or batch.hi <= self.cutoff:
-            if future is not None:
-                future.cancel()
-            return Prepared(BatchOutcome(batch, 0, 0, 0, 0, skipped_as_expired=True), [])
-        records = future.result()
+    def __init__(self, run: RunContext, early_stop: bool) -> None:
+        self.cfg = run.cfg
+        self.run_id = run.run_id
+        self.window: Window = run.window.in_zone(self.cfg.filter.rule.tz)
+        self.headers = [("crawl_task", self.cfg.id.encode()), ("run_id", run.run_id.encode())]
+        self.transform: Transform | None = load_transform(self.cfg)
+        self.early_stop = early_stop
+        self.empty_streak = 0
+
+    def filter(self, batch: Batch, records: Sequence[Any]) -> FilteredBatch:
+        """Filter a fetched page into messages (nothing is produced yet); a short page is an error."""
+        cfg = self.cfg
         if len(records) != batch.size:
             raise SourceError(
-                f"task {self.cfg.id}: page [{batch.lo}, {batch.hi}) returned {len(records)} records, "
+                f"task {cfg.id}: page [{batch.lo}, {batch.hi}) returned {len(records)} records, "
                 f"expected {batch.size} (short page or shrinking source); not marked done",
                 retriable=True,
             )
         try:
             page = build_messages(
-                records,
-                batch.lo,
-                self.cfg.filter.rule,
-                self.window,
-                self.cfg.kafka.key_field,
-                self.headers,
-                self.transform,
+                records, batch.lo, cfg.filter.rule, self.window, cfg.kafka.key_field, self.headers, self.transform
             )
         except ValueError as exc:
             raise SourceError(
-                f"task {self.cfg.id}: {exc}; the source sent something that is not a record", retriable=False
+                f"task {cfg.id}: {exc}; the source sent something that is not a record", retriable=False
             ) from exc
-        self.counts.pages += 1
-        self.counts.fetched += len(records)
-        outcome = BatchOutcome(
+        messages: list[Message] = page.messages
+        dlq = cfg.kafka.dead_letter_topic
+        if dlq is not None and page.dead_letters:
+            dead = dead_letter_messages(page.dead_letters, dlq, cfg.id, self.run_id, cfg.kafka.key_field, self.headers)
+            messages = [*messages, *dead]
+        return FilteredBatch(
             batch,
-            len(records),
-            page.kept,
-            0,
-            page.expired,
-            page.dead_letters,
-            cutoff=self.early_stop_cutoff(batch, page),
+            messages,
+            fetched=len(records),
+            kept=page.kept,
+            expired=page.expired,
+            dead_letters=tuple(page.dead_letters),
+            cutoff=self.cutoff_after(batch, page.kept),
         )
-        dlq = self.cfg.kafka.dead_letter_topic
-        if dlq is None or not page.dead_letters:
-            return Prepared(outcome, page.messages)
-        dead = dead_letter_messages(
-            page.dead_letters, dlq, self.cfg.id, self.run.run_id, self.cfg.kafka.key_field, self.headers
-        )
-        return Prepared(outcome, [*page.messages, *dead], len(dead))
 
-    def early_stop_cutoff(self, batch: Batch, page: PageResult) -> int:
+    def cutoff_after(self, batch: Batch, kept: int) -> int:
         """On a first crawl, ``max_expired_batches`` consecutive pages with nothing in the window make
         everything below this batch expired (0: no cutoff)."""
         if not self.early_stop:
             return 0
-        self.empty_streak = 0 if page.kept else self.empty_streak + 1
+        self.empty_streak = 0 if kept else self.empty_streak + 1
         if self.empty_streak < self.cfg.max_expired_batches:
             return 0
         log.info(
@@ -215,120 +141,173 @@ class ChunkCrawler:
         )
         return batch.lo
 
-    def checks_claim(self, ready: Prepared) -> bool:
-        """Whether producing ``ready`` needs the claim check (something to publish, under the status table)."""
-        return (
-            bool(ready.messages)
-            and self.publisher is not None
-            and self.store is not None
-            and (self.run.uses_status_table)
-        )
 
-    def send(self, ready: Prepared, held: bool | None = None) -> None:
-        """Produce a batch's messages, only while this worker still holds its claim: a run cancelled in the UI
-        (its claims given back) or a worker whose lease was taken over stops here instead of publishing more.
+class ChunkCrawler:
+    """Fetch, filter, publish and checkpoint the batches of one chunk, newest first.
 
-        :param held: whether the claim was just renewed (in the previous batch's completion), None if not asked.
-        """
-        if self.publisher is None or not ready.messages:
-            return
-        batch = ready.outcome.batch
-        if self.store is not None and self.run.uses_status_table:
-            if held is None:
-                held = self.store.renew(batch, self.token)
-            if not held:
-                raise StatusTableError(
-                    f"task {self.cfg.id}: batch [{batch.lo}, {batch.hi}) is no longer claimed by this worker (the "
-                    "run was cancelled, or its lease expired and another worker took it); stopping before "
-                    "publishing it"
-                )
-        self.publisher.send(ready.messages)
+    Per batch, in plan order: fetch (prefetched ``source.concurrency`` pages deep, each batch claimed
+    before its fetch starts) -> filter -> publish -> confirm -> finish. Filtering batch N+1 overlaps with
+    Kafka confirming batch N, and batch N is finished before batch N+1 is produced: at most one batch is
+    produced and not yet done, so a crash re-publishes at most that batch (prefetched pages are not yet
+    published and are simply fetched again). A batch is produced only while this worker still holds its
+    claim, so a run cancelled in the UI, or a worker whose lease was taken over, stops instead of publishing.
 
-    def confirm(self, sent: Prepared, then: Prepared | None = None) -> bool | None:
-        """Wait until Kafka confirmed every message of the batch, then mark it done.
+    A first crawl has two stops. The probed floor (``plan``: a binary search for the window's start, minus
+    ``max_expired_batches`` batches of margin) bounds the plan: batches below it are never planned. The
+    streak cutoff (:meth:`BatchFilter.cutoff_after`, shared by every chunk of the run through its run
+    record) can only stop earlier: when ``max_expired_batches`` consecutive pages above the floor hold
+    nothing in the window (records out of time order, a gap in the dates), batches below that page are
+    finished as expired without being fetched.
 
-        :param then: the batch to be produced next; its claim is renewed in the same transaction.
-        :return: whether that claim is still held (None when not asked).
-        """
-        batch = sent.outcome.batch
-        published = 0
-        if self.publisher is not None and sent.messages:
-            published = self.publisher.confirm(f"offsets [{batch.lo}, {batch.hi})") - sent.dead
-        renew = then.outcome.batch if then is not None and self.checks_claim(then) else None
-        return self.checkpoint(replace(sent.outcome, published=published), renew)
+    :param cfg: the crawl task.
+    :param batches: the chunk's batches, newest first.
+    :param label: the chunk's label (its offsets), for logs and the result.
+    :param source: where pages come from.
+    :param batch_filter: turns pages into messages.
+    :param ledger: where batches are claimed and finished.
+    :param publisher: where messages go.
+    """
 
-    def checkpoint(self, outcome: BatchOutcome, renew: Batch | None = None) -> bool | None:
-        """Mark the batch done with its counts (after Kafka confirmed its messages); renew ``renew``'s claim."""
-        self.counts.kept += outcome.kept
-        self.counts.published += outcome.published
-        self.counts.expired += outcome.expired
-        self.counts.dead_lettered += len(outcome.dead_letters)
-        self.counts.batches_done += 1
-        self.cutoff = max(self.cutoff, outcome.cutoff)
-        if self.store is None:
-            return None
-        token = self.token if self.run.uses_status_table else None
-        fenced_in, cutoff, held = self.store.complete(outcome, self.run.run_id, token, renew)
-        self.cutoff = max(self.cutoff, cutoff)
-        if fenced_in:  # counted once: a batch whose completion failed is retried, one taken over is the other's
-            for counter, value in (
-                ("fetched", outcome.fetched),
-                ("kept", outcome.kept),
-                ("published", outcome.published),
-                ("expired", outcome.expired),
-                ("dead_lettered", len(outcome.dead_letters)),
-                ("batches_done", 1),
-            ):
-                metrics.count(self.cfg.id, counter, value)
-        else:
-            log.warning(
-                "task %s: batch [%d, %d) was re-claimed by another worker after our lease expired; its "
-                "messages are published (idempotent by key) but the other worker owns its status",
+    def __init__(
+        self,
+        cfg: CrawlTaskConfig,
+        batches: Sequence[Batch],
+        label: str,
+        source: SourceApiHook,
+        batch_filter: BatchFilter,
+        ledger: Ledger,
+        publisher: Publisher,
+    ) -> None:
+        self.cfg, self.batches, self.label = cfg, list(batches), label
+        self.source, self.filter, self.ledger, self.publisher = source, batch_filter, ledger, publisher
+        self.counts = RunCounts()
+        self.cutoff = 0  # the run's expiry cutoff as last seen: batches at or below it are not fetched
+
+    def crawl(self) -> ChunkResult:
+        # Airflow's heap is large by now; full collections over it stalled chunks for 0.4 s at a time.
+        # Pages are acyclic and freed by reference counting, so freeze what exists before the loop.
+        gc.freeze()
+        started = time.monotonic()
+        sent: FilteredBatch | None = None  # produced, not yet confirmed and finished
+        current: Batch | None = None  # fetched, not yet produced
+        try:
+            with ThreadPoolExecutor(self.cfg.source.concurrency, thread_name_prefix="fetch") as pool:
+                for batch, page in self.fetches(pool):
+                    current = batch
+                    try:
+                        ready = self.filtered(batch, page)
+                    except Exception:
+                        self.finish(sent)  # the batch sent before is fine: finish it, then fail
+                        sent = None
+                        raise
+                    held = self.finish(sent, then=ready)
+                    sent = None
+                    self.publish(ready, held)
+                    sent, current = ready, None
+                    log_progress(self, batch, started)
+                self.finish(sent)
+                sent = None
+        except Exception as exc:
+            message = f"{type(exc).__name__}: {exc}"
+            log.error("task %s chunk %s failed: %s", self.cfg.id, self.label, message)
+            in_flight = [b for b in (sent.batch if sent else None, current) if b is not None]
+            self.ledger.fail(in_flight, message)
+            raise
+        finally:
+            self.source.close()
+            self.publisher.close()
+            self.ledger.close()
+        return ChunkResult(self.label, self.counts, time.monotonic() - started)
+
+    def fetches(self, pool: ThreadPoolExecutor) -> Iterator[tuple[Batch, Fetched]]:
+        """Claim batches and submit their fetches ahead, ``concurrency`` pages deep; yield them in plan order.
+        A batch below the expiry cutoff, or one an earlier attempt delivered, comes without a fetch."""
+        ahead: deque[tuple[Batch, Fetched]] = deque()
+        todo = iter(self.batches)
+        while True:
+            while len(ahead) < self.cfg.source.concurrency and (batch := next(todo, None)) is not None:
+                if not self.ledger.claim(batch):
+                    self.counts += RunCounts(batches_skipped=1)
+                    log.info(
+                        "task %s: batch [%d, %d) is done or held by another worker; skipped",
+                        self.cfg.id,
+                        batch.lo,
+                        batch.hi,
+                    )
+                    continue
+                prior = self.publisher.delivered(batch)
+                if prior is not None:
+                    ahead.append((batch, prior))
+                elif batch.hi <= self.cutoff:
+                    ahead.append((batch, None))
+                else:
+                    ahead.append((batch, pool.submit(self.source.get_page, batch.lo, batch.size)))
+            if not ahead:
+                return
+            yield ahead.popleft()
+
+    def filtered(self, batch: Batch, page: Fetched) -> FilteredBatch:
+        if isinstance(page, RunCounts):
+            log.info(
+                "task %s: batch [%d, %d) was delivered by an earlier attempt; recorded done",
                 self.cfg.id,
-                outcome.batch.lo,
-                outcome.batch.hi,
+                batch.lo,
+                batch.hi,
             )
+            return FilteredBatch(batch, prior=page, cutoff=self.filter.cutoff_after(batch, page.kept))
+        if page is None or batch.hi <= self.cutoff:
+            if page is not None:
+                page.cancel()
+            return FilteredBatch(batch, skipped=True)
+        return self.filter.filter(batch, page.result())
+
+    def finish(self, sent: FilteredBatch | None, then: FilteredBatch | None = None) -> bool:
+        """Wait until Kafka confirmed every message of ``sent``, then record it done; in the same step, renew
+        the claim of ``then``, the batch to be produced next.
+
+        :return: whether this worker still holds ``then``'s claim (True when it has nothing to publish).
+        """
+        check = then.batch if then is not None and then.messages else None
+        if sent is None:
+            return check is None or self.ledger.renew(check)
+        outcome = sent.outcome(published=self.publisher.confirm())
+        cutoff, held = self.ledger.finish(outcome, check)
+        self.counts += outcome.counts
+        self.cutoff = max(self.cutoff, outcome.cutoff, cutoff)
         return held
 
-    def fail(self, in_flight: Sequence[Batch], exc: BaseException) -> None:
-        """Give the batch in flight back (pending, error recorded) and record the error on the run."""
-        message = f"{type(exc).__name__}: {exc}"
-        log.error("task %s chunk %s failed: %s", self.cfg.id, self.label, message)
-        if self.store is None:
-            return
-        try:
-            if self.run.uses_status_table:
-                for batch in in_flight:
-                    self.store.release(batch, self.token, message)
-            # The error row names the offsets in flight (one batch, or two adjacent ones while pipelined).
-            span = Batch(min(b.lo for b in in_flight), max(b.hi for b in in_flight)) if in_flight else None
-            self.store.add_run_error(self.run.run_id, message, span)
-        except CrawlerError:
-            log.exception(
-                "task %s: could not record the failure; the commit step releases this run's claims", self.cfg.id
+    def publish(self, ready: FilteredBatch, held: bool) -> None:
+        """Produce a batch, only while this worker still holds its claim."""
+        if not held:
+            raise StatusTableError(
+                f"task {self.cfg.id}: batch [{ready.batch.lo}, {ready.batch.hi}) is no longer claimed by this "
+                "worker (the run was cancelled, or its lease expired and another worker took it); stopping "
+                "before publishing it"
             )
+        self.publisher.send(ready.batch, ready.messages, ready.outcome(published=ready.kept).counts)
 
-    def log_progress(self, batch: Batch, started: float) -> None:
-        done = self.counts.batches_done
-        if done % 10 and done != len(self.batches):
-            return
-        rate = self.counts.fetched / max(time.monotonic() - started, 1e-6)
-        log.info(
-            "task %s %s: %d/%d batches (%.0f%%), at offset %d; fetched=%d kept=%d published=%d expired=%d "
-            "dead=%d (%.0f records/s)",
-            self.cfg.id,
-            self.label,
-            done,
-            len(self.batches),
-            100.0 * done / max(len(self.batches), 1),
-            batch.lo,
-            self.counts.fetched,
-            self.counts.kept,
-            self.counts.published,
-            self.counts.expired,
-            self.counts.dead_lettered,
-            rate,
-        )
+
+def log_progress(crawler: ChunkCrawler, batch: Batch, started: float) -> None:
+    """Every 10 batches and at the end: task, chunk, batches done and percent, offset, counts, records/s."""
+    done, counts, planned = crawler.counts.batches_done, crawler.counts, len(crawler.batches)
+    if done % 10 and done != planned:
+        return
+    log.info(
+        "task %s %s: %d/%d batches (%.0f%%), at offset %d; fetched=%d kept=%d published=%d expired=%d "
+        "dead=%d (%.0f records/s)",
+        crawler.cfg.id,
+        crawler.label,
+        done,
+        planned,
+        100.0 * done / max(planned, 1),
+        batch.lo,
+        counts.fetched,
+        counts.kept,
+        counts.published,
+        counts.expired,
+        counts.dead_lettered,
+        counts.fetched / max(time.monotonic() - started, 1e-6),
+    )
 
 
 def load_transform(cfg: CrawlTaskConfig) -> Transform | None:
@@ -341,4 +320,36 @@ def load_transform(cfg: CrawlTaskConfig) -> Transform | None:
 
 
 def crawl_chunk(run: RunContext, payload: Mapping[str, Any]) -> dict[str, Any]:
-    return ChunkCrawler(run, payload).crawl()
+    """Crawl one planned chunk (``payload``: its label, batches and whether it is a first crawl); returns
+    the chunk's result for XCom. The run's kind picks the ledger and the publisher, here and nowhere else."""
+    owner = f"{run.run_id}|{run.map_index}"
+    token = f"{owner}|{run.try_number}|{uuid.uuid4().hex[:12]}"
+    batches = [Batch(lo, hi) for lo, hi in payload["batches"]]
+    ledger = ledger_for(run, owner, token)
+    crawler = ChunkCrawler(
+        run.cfg,
+        batches,
+        str(payload.get("label", "")),
+        run.source(),
+        BatchFilter(run, early_stop=bool(payload.get("early_stop"))),
+        ledger,
+        publisher_for(run, batches, ledger),
+    )
+    return crawler.crawl().to_dict()
+
+
+def publisher_for(run: RunContext, batches: Sequence[Batch], ledger: Ledger) -> Publisher:
+    """Nothing for a dry run; the idempotent producer; or, for exactly-once delivery, Kafka transactions with the
+    batches' markers (replays and backfills re-publish by design: transactions without markers)."""
+    cfg = run.cfg
+    if run.params.dry_run:
+        return DryRunPublisher()
+    hook = IdempotentProducerHook(cfg.kafka.conn_id)
+    if cfg.kafka.delivery == "at_least_once":
+        return KafkaPublisher(hook.get_producer(), cfg.kafka.topic, cfg.id)
+    markers = None
+    if run.uses_status_table:
+        generations = ledger.generations(batches)
+        markers = MarkerLog(hook.client_config(), cfg.marker_topic, cfg.id, run.run_id, generations)
+    tid = transactional_id(cfg.id, batches, None if run.uses_status_table else run.run_id)
+    return TransactionalPublisher(hook.transactional_producer(tid), cfg.kafka.topic, cfg.id, markers)

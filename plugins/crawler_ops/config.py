@@ -11,7 +11,7 @@ import re
 from collections.abc import Mapping
 from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
-from typing import Any, Literal, TypeVar
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 import yaml
@@ -19,6 +19,9 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from crawler_ops.errors import ConfigError
 from crawler_ops.filtering import DateRule
+
+if TYPE_CHECKING:
+    from airflow.sdk import Asset
 
 CONFIG_ENV = "CRAWLER_OPS_CONFIG"
 DEFAULT_CONFIG = Path(__file__).resolve().parents[2] / "include" / "crawler_tasks.yaml"
@@ -95,6 +98,16 @@ class KafkaConfig(_Model):
         description="also publish dead-lettered records here (with the reason), before the batch is done",
     )
     consumer_groups: tuple[str, ...] = Field((), description="consumer groups whose lag the status view shows")
+    delivery: Literal["at_least_once", "exactly_once"] = Field(
+        "at_least_once",
+        description="exactly_once: each batch in one Kafka transaction with its completion marker; consumers "
+        "must read with isolation.level=read_committed",
+    )
+    marker_topic: str | None = Field(
+        None,
+        pattern=r"^[A-Za-z0-9._-]{1,249}$",
+        description="exactly_once: the compacted topic of batch completion markers; default crawler_ops.batches.<id>",
+    )
     asset_host: str | None = Field(
         None, description="host part of the topic's Asset URI kafka://<host>/<topic>; default: the connection id"
     )
@@ -103,11 +116,20 @@ class KafkaConfig(_Model):
     def _separate_dead_letters(self) -> KafkaConfig:
         if self.dead_letter_topic == self.topic:
             raise ValueError("dead_letter_topic must differ from topic, or dead letters would look like records")
+        if self.marker_topic is not None and self.marker_topic in (self.topic, self.dead_letter_topic):
+            raise ValueError("marker_topic must differ from topic and dead_letter_topic")
         return self
 
     @property
     def asset_uri(self) -> str:
         return f"kafka://{self.asset_host or self.conn_id}/{self.topic}"
+
+    @property
+    def asset(self) -> Asset:
+        """The Airflow Asset of the topic; downstream DAGs schedule on it (``schedule=[Asset(uri)]``)."""
+        from airflow.sdk import Asset  # imported here: the config model stays importable without Airflow
+
+        return Asset(uri=self.asset_uri)
 
 
 DOTTED_PATH = re.compile(r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)+$")
@@ -206,9 +228,14 @@ class CrawlTaskConfig(DagSettings):
     def source_task(self) -> str:
         return self.source.task or self.id
 
+    @property
+    def marker_topic(self) -> str:
+        """Where an exactly-once crawl records each batch it committed to Kafka (one compacted topic per task)."""
+        return self.kafka.marker_topic or f"crawler_ops.batches.{self.id}"
+
 
 class ExecutorTaskConfig(DagSettings):
-    """One executor task (the old Azkaban job): runs ``function`` over the rows of ``source_table``.
+    """One executor task: runs ``function`` over the rows of ``source_table``.
 
     Becomes the DAG ``exec_<name>``; ``name`` is the ``task_name`` in the status table.
     """
@@ -269,7 +296,7 @@ class ExecutorTaskConfig(DagSettings):
 
 
 class MaintenanceConfig(DagSettings):
-    """The retention DAG ``crawler_ops_maintenance`` (the old TTL sweep): what to delete after how long."""
+    """The retention DAG ``crawler_ops_maintenance``: what to delete after how long."""
 
     schedule: str | None = "@daily"
     retries: int = Field(1, ge=0)

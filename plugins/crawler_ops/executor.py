@@ -1,4 +1,4 @@
-"""Executor DAGs: the old Azkaban task executor on the status-table protocol.
+"""Executor DAGs: a user function over the rows of a source table, driven by a status table.
 
 Steps of a run of ``exec_<name>``:
 
@@ -10,7 +10,7 @@ Steps of a run of ``exec_<name>``:
 - :func:`summarize` gives back claims the run's workers left and counts rows per status.
 
 The user function contract: ``function(row: dict) -> Any`` where ``row`` maps each configured output
-field name to its value. Returning normally is success, except ``False`` (or the old contract's
+field name to its value. Returning normally is success, except ``False`` (or an
 ``(id, status)`` tuple with a false status), which is a failure; raising is a failure with the exception
 as the error. A call that outlives ``timeout_s`` is a failure; the call is abandoned, and if it finishes
 later its row has already been released, so nothing it could report is recorded.
@@ -34,9 +34,9 @@ from psycopg import sql
 
 from crawler_ops.config import ExecutorTaskConfig
 from crawler_ops.errors import ConfigError
+from crawler_ops.hooks import store
 from crawler_ops.hooks.store import CrawlerDbHook
-from crawler_ops.sqlfiles import read_sql
-from crawler_ops.status_table import StatusTable
+from crawler_ops.status_table import PARKED, StatusTable
 
 log = logging.getLogger(__name__)
 UserFunction = Callable[[dict[str, Any]], Any]
@@ -80,27 +80,21 @@ def split_name(name: str) -> tuple[str, str]:
 
 def find_table(cur: psycopg.Cursor[Any], cfg: ExecutorTaskConfig, field: str, must_exist: bool) -> tuple[str, str]:
     schema, table = split_name(getattr(cfg, field))
-    row = cur.execute(read_sql("executor/find_table"), {"schema": schema, "table": table}).fetchone()
-    if row is None:
+    found = store.find_table(cur, schema, table)
+    if found is None:
         if must_exist:
             raise ConfigError(
                 f"executor '{cfg.name}': {field} '{getattr(cfg, field)}' does not exist in database "
                 f"(connection '{cfg.postgres_conn_id}'); fix {field} in the config"
             )
         return schema, table
-    return str(row[0]), str(row[1])
-
-
-def table_columns(cur: psycopg.Cursor[Any], schema: str, table: str) -> dict[str, str]:
-    """The columns of ``schema.table``: lower-cased name -> the catalog's spelling."""
-    rows = cur.execute(read_sql("executor/table_columns"), {"schema": schema, "table": table}).fetchall()
-    return {str(r[0]).lower(): str(r[0]) for r in rows}
+    return found
 
 
 def resolve_tables(cur: psycopg.Cursor[Any], cfg: ExecutorTaskConfig) -> Tables:
     """Check every configured table and column against the catalog; errors name the config entry."""
     schema, table = find_table(cur, cfg, "source_table", must_exist=True)
-    columns = table_columns(cur, schema, table)
+    columns = store.table_columns(cur, schema, table)
 
     def column(name: str, field: str) -> str:
         found = columns.get(name.lower())
@@ -234,13 +228,14 @@ class ExecutorWorker:
             )
             if not ids:
                 return []
-            statement = sql.SQL(read_sql("executor/select_rows")).format(
+            rows = store.select_rows(
+                cur,
+                ids,
                 columns=sql.SQL(", ").join(sql.Identifier(col) for _, col in tables.output),
                 source=tables.source,
                 source_id=sql.Identifier(tables.id_column),
                 order_by=tables.order_by(tables.src_id),
             )
-            rows = cur.execute(statement, {"ids": ids}).fetchall()
         self.counts.claimed += len(ids)
         return [{name: value for (name, _), value in zip(tables.output, row, strict=True)} for row in rows]
 
@@ -262,7 +257,7 @@ class ExecutorWorker:
                 status = tables.status.release(cur, self.cfg.name, row_id, self.token, error, self.cfg.max_attempts)
                 if status is None:
                     self.counts.fenced += 1
-                elif status == 3:
+                elif status == PARKED:
                     self.counts.parked += 1
                 else:
                     self.counts.failed += 1

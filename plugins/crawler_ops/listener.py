@@ -37,6 +37,6 @@ def close_run(dag_id: str, run_id: str, msg: str) -> None:
             return
         summary = close_abandoned_run(cfg, run_id, f"the DAG run failed without a commit: {msg}")
         if summary is not None:
-            notify_run(cfg.notify, cfg.id, "failure", summary)
+            notify_run(cfg.notify, cfg.id, "failure", summary.to_dict())
     except Exception:  # a listener must never break the process that called it
         log.exception("crawler_ops: could not close the record of %s run %s", dag_id, run_id)

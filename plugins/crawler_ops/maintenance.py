@@ -1,4 +1,4 @@
-"""Retention (the old TTL sweep), run by the DAG ``crawler_ops_maintenance``.
+"""Retention, run by the DAG ``crawler_ops_maintenance``.
 
 Deletes, in bounded batches (one statement and transaction per ``delete_batch`` rows, so a large backlog
 never holds long locks or one huge transaction):
@@ -15,31 +15,31 @@ from __future__ import annotations
 import functools
 import logging
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any
+from typing import Any, Literal
 
 from psycopg import sql
 
 from crawler_ops.config import ExecutorTaskConfig, MaintenanceConfig
 from crawler_ops.errors import StatusTableError
-from crawler_ops.executor import executor_hook, find_table, table_columns
-from crawler_ops.hooks.store import CrawlerDbHook, CrawlStoreHook
-from crawler_ops.sqlfiles import read_sql
+from crawler_ops.executor import executor_hook, find_table
+from crawler_ops.hooks.store import CrawlerDbHook, CrawlStoreHook, Cursor, table_columns
 from crawler_ops.status_table import StatusTable
 
 log = logging.getLogger(__name__)
 DAY_S = 86_400
+PrunedTable = Literal["runs", "errors", "batches"]
 
 
-def delete_in_batches(hook: CrawlerDbHook, statement: str | sql.Composed, params: dict[str, Any], label: str) -> int:
-    """Run a bounded DELETE (``LIMIT %(limit)s`` inside) until it deletes fewer rows than the limit."""
+def delete_in_batches(hook: CrawlerDbHook, delete: Callable[[Cursor], int], limit: int, label: str) -> int:
+    """Run a bounded DELETE (at most ``limit`` rows), one transaction each, until it deletes fewer than the limit."""
     deleted = 0
     while True:
         with hook.transaction() as cur:
-            count = cur.execute(statement, params).rowcount
+            count = delete(cur)
         deleted += count
         if count:
             log.info("retention: %s: deleted %d rows (%d so far)", label, count, deleted)
-        if count < params["limit"]:
+        if count < limit:
             return deleted
 
 
@@ -48,13 +48,16 @@ def crawl_databases(cfg: MaintenanceConfig, conn_ids: Iterable[str]) -> list[str
     return sorted({cfg.postgres_conn_id, *conn_ids})
 
 
-def prune_crawl_table(cfg: MaintenanceConfig, conn_id: str, name: str, keep_days: float) -> int:
-    """Prune one crawler_ops table (``prune/<name>.sql``) in the database of ``conn_id``."""
+def prune_crawl_table(cfg: MaintenanceConfig, conn_id: str, name: PrunedTable, keep_days: float) -> int:
+    """Prune one crawler_ops table (run history, errors or done batch rows) in the database of ``conn_id``."""
     hook = CrawlStoreHook(conn_id, "maintenance")
     try:
-        hook.ensure_schema()
-        params = {"age_s": keep_days * DAY_S, "limit": cfg.delete_batch}
-        return delete_in_batches(hook, read_sql(f"prune/{name}"), params, f"{conn_id} {name}")
+        with hook.transaction() as cur:
+            hook.ensure_schema(cur)
+        limit = cfg.delete_batch
+        return delete_in_batches(
+            hook, lambda cur: hook.prune(cur, name, keep_days * DAY_S, limit), limit, f"{conn_id} {name}"
+        )
     finally:
         hook.close()
 
@@ -79,12 +82,19 @@ def prune_executor_rows(cfg: MaintenanceConfig, executor: ExecutorTaskConfig) ->
             "prune_done", source=sql.Identifier(source_schema, source_table), source_id=sql.Identifier(id_column)
         )
         params = {"task": executor.name, "age_s": int(cfg.keep_status_days * DAY_S), "limit": cfg.delete_batch}
-        return delete_in_batches(hook, statement, params, f"executor {executor.name} {status.label}")
+        return delete_in_batches(
+            hook,
+            lambda cur: cur.execute(statement, params).rowcount,
+            cfg.delete_batch,
+            f"executor {executor.name} {status.label}",
+        )
     finally:
         hook.close()
 
 
-def prune_all(cfg: MaintenanceConfig, crawl_conn_ids: Iterable[str], name: str, keep_days: float) -> dict[str, int]:
+def prune_all(
+    cfg: MaintenanceConfig, crawl_conn_ids: Iterable[str], name: PrunedTable, keep_days: float
+) -> dict[str, int]:
     """Prune one crawler_ops table in every crawl database; returns rows deleted per connection.
 
     A database that fails does not stop the others; the failures are raised together at the end.

@@ -1,7 +1,8 @@
 """Crawl counters through Airflow's metrics (StatsD, Datadog or OpenTelemetry, as ``[metrics]`` enables).
 
 Names are ``crawler_ops.<task id>.<counter>`` with the task also as tag ``task_id``, so plain StatsD
-(which drops tags) and tagged backends can both tell tasks apart. With metrics off these calls do nothing.
+(which drops tags) and tagged backends can both tell tasks apart; the counters are
+:data:`crawler_ops.results.METRIC_COUNTERS`. With metrics off these calls do nothing.
 """
 
 from __future__ import annotations
@@ -11,8 +12,6 @@ import logging
 from airflow.sdk.observability import stats
 
 log = logging.getLogger(__name__)
-
-COUNTERS = ("fetched", "kept", "published", "expired", "dead_lettered", "batches_done")
 
 
 def count(task_id: str, counter: str, value: int) -> None:

@@ -8,13 +8,13 @@ from datetime import datetime, timedelta
 from typing import Any
 
 import psycopg
-from psycopg.types.json import Jsonb
 
 from crawler_ops.errors import CrawlerError, SourceError
 from crawler_ops.filtering import DateRule, record_date
+from crawler_ops.hooks.exactly_once import MARKER_TOPIC_CONFIG
 from crawler_ops.hooks.producer import IdempotentProducerHook, ensure_topic
 from crawler_ops.hooks.source import SourceApiHook
-from crawler_ops.hooks.store import CrawlStoreHook
+from crawler_ops.hooks.store import CrawlStoreHook, Cursor
 from crawler_ops.planning import Batch, Chunk, chunk_batches, expiry_floor, fill_gaps, plan_batches
 from crawler_ops.records import record_head
 from crawler_ops.run import RunContext
@@ -30,20 +30,20 @@ def plan_run(run: RunContext) -> list[dict[str, Any]]:
     try:
         total = source.get_total()
         if not params.dry_run:
-            admin = IdempotentProducerHook(cfg.kafka.conn_id).admin()
-            for topic in filter(None, (cfg.kafka.topic, cfg.kafka.dead_letter_topic)):
-                ensure_topic(
-                    admin, topic, cfg.kafka.partitions, cfg.kafka.replication_factor, cfg.kafka.create_topic, cfg.id
-                )
+            ensure_topics(run)
         if params.replay or run.backfill_interval is not None:
             lo, hi = range_to_read(run, source, total)
             batches = fill_gaps(lo, hi, cfg.batch_size) if lo < hi else []
             mode, watermark, first = ("replay" if params.replay else "backfill"), None, False
             if not params.dry_run:
                 store = run.store()
-                store.ensure_schema()
-                with store.transaction() as cur:
-                    store.start_run(cur, run.run_id, mode, run.ref, total, None, len(batches))
+                try:
+                    with store.transaction() as cur:
+                        store.ensure_schema(cur)
+                    with store.transaction() as cur:
+                        store.start_run(cur, run.run_id, mode, run.ref, total=total, planned=len(batches))
+                finally:
+                    store.close()
         else:
             batches, mode, watermark, first = plan_from_store(run, source, total)
     finally:
@@ -65,25 +65,32 @@ def plan_run(run: RunContext) -> list[dict[str, Any]]:
     return [chunk_payload(chunk, first) for chunk in chunks]
 
 
+def ensure_topics(run: RunContext) -> None:
+    """The task's topic and dead-letter topic, and for exactly-once delivery its compacted marker topic."""
+    cfg = run.cfg
+    kafka = cfg.kafka
+    admin = IdempotentProducerHook(kafka.conn_id).admin()
+    for topic in filter(None, (kafka.topic, kafka.dead_letter_topic)):
+        ensure_topic(admin, topic, kafka.partitions, kafka.replication_factor, kafka.create_topic, cfg.id)
+    if kafka.delivery == "exactly_once" and run.uses_status_table:
+        ensure_topic(
+            admin, cfg.marker_topic, 1, kafka.replication_factor, kafka.create_topic, cfg.id, config=MARKER_TOPIC_CONFIG
+        )
+
+
 def record_plan_failure(run: RunContext, exc: BaseException) -> None:
     """Keep a failed plan in the run history (status 'failed', the error) when PostgreSQL is reachable."""
     if run.params.dry_run:
         return
     store = run.store()
+    error = f"plan: {type(exc).__name__}: {exc}"
     try:
-        store.ensure_schema()
         with store.transaction() as cur:
-            store.start_run(cur, run.run_id, "replay" if run.params.replay else "plan", run.ref, None, None, 0)
-            store.record_error(cur, run.run_id, f"plan: {type(exc).__name__}: {exc}", "plan", None)
-            store.run_statement(
-                cur,
-                "finish_run",
-                run_id=run.run_id,
-                watermark=None,
-                status="failed",
-                errors=Jsonb([f"plan: {type(exc).__name__}: {exc}"]),
-            )
-            # finish_run sets the errors list whole; the error row above stays.
+            store.ensure_schema(cur)
+        with store.transaction() as cur:
+            store.start_run(cur, run.run_id, "replay" if run.params.replay else "plan", run.ref)
+            store.record_error(cur, run.run_id, error, "plan", None)
+            store.finish_run(cur, run.run_id, "failed", None, [error])
     except (CrawlerError, psycopg.Error):
         log.exception("task %s: could not record the failed plan in PostgreSQL", run.cfg.id)
     finally:
@@ -92,9 +99,21 @@ def record_plan_failure(run: RunContext, exc: BaseException) -> None:
 
 def plan_from_store(run: RunContext, source: SourceApiHook, total: int) -> tuple[list[Batch], str, int | None, bool]:
     """Plan a normal (first or incremental) run under the task's advisory lock; insert new batch rows."""
-    cfg, params = run.cfg, run.params
     store = run.store()
-    store.ensure_schema()
+    try:
+        with store.transaction() as cur:
+            store.ensure_schema(cur)
+        return plan_locked(run, store, source, total)
+    finally:
+        store.close()
+
+
+def plan_locked(
+    run: RunContext, store: CrawlStoreHook, source: SourceApiHook, total: int
+) -> tuple[list[Batch], str, int | None, bool]:
+    """Under the task's advisory lock: reset if asked, read the watermark and rows, probe a first crawl's window
+    start, plan, and record the new batch rows and the run."""
+    cfg, params = run.cfg, run.params
     with store.transaction(lock=True) as cur:
         if params.reset and not params.dry_run:
             store.reset(cur)
@@ -106,8 +125,8 @@ def plan_from_store(run: RunContext, source: SourceApiHook, total: int) -> tuple
         first = watermark is None
         start = watermark or 0
         if not params.dry_run:
-            store.run_statement(cur, "release_finished_claims")
-        rows = store.read_rows(cur, above=start)
+            store.batches.release_finished_claims(cur)
+        rows = store.batches.read(cur, above=start)
         done = [r.batch for r in rows if r.status == DONE]
         pending = [r.batch for r in rows if r.status != DONE]
         floor = start
@@ -120,24 +139,23 @@ def plan_from_store(run: RunContext, source: SourceApiHook, total: int) -> tuple
         if not params.dry_run:
             if floor > start:
                 expired = fill_gaps(start, floor, floor - start, [*done, *pending])
-                store.insert_batches(cur, expired, run.run_id, expired=True)
+                store.batches.insert(cur, expired, run.run_id, expired=True)
                 log.info(
                     "task %s: first crawl; offsets below %d are older than the window (probed), recorded as expired",
                     cfg.id,
                     floor,
                 )
             known = set(pending)
-            store.insert_batches(cur, [b for b in batches if b not in known], run.run_id)
-            store.start_run(
-                cur, run.run_id, "first" if first else "incremental", run.ref, total, watermark, len(batches)
-            )
+            store.batches.insert(cur, [b for b in batches if b not in known], run.run_id)
+            mode = "first" if first else "incremental"
+            store.start_run(cur, run.run_id, mode, run.ref, total=total, watermark=watermark, planned=len(batches))
             if shrink_note:
-                store.run_statement(cur, "add_run_error", run_id=run.run_id, error=shrink_note)
+                store.add_run_error(cur, run.run_id, shrink_note)
     return batches, "first" if first else "incremental", watermark, first
 
 
 def handle_shrink(
-    run: RunContext, store: CrawlStoreHook, cur: Any, total: int, watermark: int
+    run: RunContext, store: CrawlStoreHook, cur: Cursor, total: int, watermark: int
 ) -> tuple[int | None, str]:
     """The source reports fewer records than the watermark: warn (plan nothing), fail, or reset.
 

@@ -66,7 +66,7 @@ def fill_gaps(lo: int, hi: int, batch_size: int, taken: Iterable[Batch] = ()) ->
     """New batches over ``[lo, hi)`` minus ``taken``, newest first.
 
     Each gap is cut from its top: ``[g_hi - b, g_hi)``, ``[g_hi - 2b, g_hi - b)``, ..., the last batch
-    clipped at the gap's start, so the oldest partial batch is included (the old service skipped it).
+    clipped at the gap's start, so the oldest partial batch is included.
     """
     if batch_size < 1:
         raise ValueError(f"batch_size must be >= 1, got {batch_size}")
@@ -149,7 +149,7 @@ def chunk_batches(batches: Sequence[Batch], max_chunks: int, min_batches_per_chu
 def expiry_floor(boundary: int, batch_size: int, max_expired_batches: int) -> int:
     """Offset below which a first crawl treats records as expired, given the probed window boundary.
 
-    The crawl still reads ``max_expired_batches`` batches' worth below the boundary, as the old service's
-    early stop did, to absorb records that are only roughly in time order.
+    The crawl still reads ``max_expired_batches`` batches' worth below the boundary, to absorb records that
+    are only roughly in time order.
     """
     return max(0, boundary - max_expired_batches * batch_size)

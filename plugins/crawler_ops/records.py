@@ -12,6 +12,7 @@ from typing import Any
 import msgspec
 
 from crawler_ops.filtering import DateRule, Verdict, Window, classify
+from crawler_ops.results import DeadLetter
 
 Transform = Callable[[dict[str, Any]], Any]
 
@@ -45,7 +46,7 @@ class PageResult:
 
     messages: list[Message] = field(default_factory=list)
     expired: int = 0
-    dead_letters: list[tuple[int, str, Any]] = field(default_factory=list)
+    dead_letters: list[DeadLetter] = field(default_factory=list)
 
     @property
     def kept(self) -> int:
@@ -110,12 +111,14 @@ def build_messages(
             result.expired += 1
             continue
         if verdict is Verdict.BAD_DATE:
-            result.dead_letters.append((offset, detail, full_record(record)))
+            result.dead_letters.append(DeadLetter(offset, detail, full_record(record)))
             continue
         try:
             message = make_message(record, head, key_field, transform)
         except Exception as exc:  # noqa: BLE001 - a transform failing on one record dead-letters that record
-            result.dead_letters.append((offset, f"transform or encoding failed: {exc!r}", full_record(record)))
+            result.dead_letters.append(
+                DeadLetter(offset, f"transform or encoding failed: {exc!r}", full_record(record))
+            )
             continue
         result.messages.append(Message(message[0], message[1], [*headers, ("source_offset", str(offset).encode())]))
     return result
@@ -134,7 +137,7 @@ def make_message(
 
 
 def dead_letter_messages(
-    dead_letters: Sequence[tuple[int, str, Any]],
+    dead_letters: Sequence[DeadLetter],
     topic: str,
     task_id: str,
     run_id: str,

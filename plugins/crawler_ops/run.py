@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, MutableMapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
+
+from airflow.sdk.exceptions import AirflowFailException
 
 from crawler_ops.config import CrawlTaskConfig
 from crawler_ops.errors import ConfigError
@@ -63,6 +65,30 @@ class RunContext:
     try_number: int = 1
     backfill_interval: tuple[datetime, datetime] | None = None
 
+    @classmethod
+    def from_airflow(cls, cfg: CrawlTaskConfig, context: MutableMapping[str, Any]) -> RunContext:
+        """The run of an Airflow task instance (its context); invalid params fail the task without retries."""
+        ti = context["ti"]
+        try:
+            params = RunParams.from_params(context["params"], cfg.id)
+        except ConfigError as exc:
+            raise AirflowFailException(str(exc)) from exc
+        interval = None
+        if is_backfill(context) and not params.replay:
+            start, end = context.get("data_interval_start"), context.get("data_interval_end")
+            if start is None or end is None or not start < end:
+                raise AirflowFailException(f"task {cfg.id}: a backfill run needs a data interval, got [{start}, {end}]")
+            interval = (start, end)
+        return cls(
+            cfg=cfg,
+            run_id=context["run_id"],
+            ref=reference_time(context),
+            params=params,
+            map_index=getattr(ti, "map_index", -1),
+            try_number=getattr(ti, "try_number", 1),
+            backfill_interval=interval,
+        )
+
     @property
     def window(self) -> Window:
         """Backfill runs keep the records dated in their own data interval; others the configured window."""
@@ -81,3 +107,34 @@ class RunContext:
 
     def store(self) -> CrawlStoreHook:
         return CrawlStoreHook(self.cfg.postgres_conn_id, self.cfg.id)
+
+
+def reference_time(context: MutableMapping[str, Any]) -> datetime:
+    """The run's reference time for the date filter; never wall-clock time.
+
+    Scheduled and backfill runs: the data-interval end. Manual runs: the logical date the user gave
+    (Airflow 3 sets a manual run's data interval from the trigger time, not from that date), else
+    ``run_after`` when the run has no logical date.
+    """
+    dag_run = context.get("dag_run")
+    run_type = str(getattr(dag_run, "run_type", "")).lower()
+    if "manual" in run_type and context.get("logical_date") is not None:
+        return context["logical_date"]
+    ref = context.get("data_interval_end") or getattr(dag_run, "run_after", None)
+    if ref is None:
+        raise AirflowFailException("the run has neither a data interval nor run_after; cannot anchor the filter")
+    return ref
+
+
+def is_backfill(context: MutableMapping[str, Any]) -> bool:
+    return "backfill" in str(getattr(context.get("dag_run"), "run_type", "")).lower()
+
+
+def pulled_results(ti: Any, task_id: str = "crawl_chunk") -> list[Any]:
+    """Return values of the mapped instances of ``task_id`` that succeeded (failed ones have none)."""
+    values = ti.xcom_pull(task_ids=task_id, key="return_value")
+    if values is None:
+        return []
+    if isinstance(values, dict):
+        return [values]
+    return [v for v in values if v is not None]

@@ -1,4 +1,4 @@
-"""The per-task status view: what the old service showed, and more, from PostgreSQL, the source, Kafka and Airflow.
+"""The per-task status view: progress, counts, runs, errors and lag, from PostgreSQL, the source, Kafka and Airflow.
 
 Used by ``python -m crawler_ops status`` and by the status endpoint in Airflow's api-server
 (:mod:`crawler_ops.web`). Every part is gathered on its own: a source or broker that does not answer shows
@@ -20,7 +20,8 @@ from crawler_ops.config import CrawlTaskConfig, LoadedConfig
 from crawler_ops.hooks.producer import IdempotentProducerHook
 from crawler_ops.hooks.source import SourceApiHook
 from crawler_ops.hooks.store import CrawlStoreHook
-from crawler_ops.sqlfiles import read_sql
+from crawler_ops.results import RECORD_COUNTERS
+from crawler_ops.status_table import STATUS_NAMES
 
 log = logging.getLogger(__name__)
 
@@ -33,11 +34,7 @@ RUN_FIELDS = (
     "finished_at",
     "duration_s",
     "planned",
-    "fetched",
-    "kept",
-    "published",
-    "expired",
-    "dead_lettered",
+    *RECORD_COUNTERS,
     "errors",
 )
 
@@ -95,30 +92,21 @@ def stored_status(cfg: CrawlTaskConfig) -> dict[str, Any]:
     store = CrawlStoreHook(cfg.postgres_conn_id, cfg.id)
     try:
         with store.transaction() as cur:
-            if cur.execute(read_sql("view/schema_exists")).fetchone() is None:
-                return {"status": "never run", "watermark": None}
-            progress = fetch_dict(cur, "view/progress", task=cfg.id) or {"status": "never run", "watermark": None}
-            batches = dict(cur.execute(read_sql("view/batch_counts"), {"task": cfg.id}).fetchall())
-            last_run = fetch_dict(cur, "view/last_run", task=cfg.id)
-            errors = fetch_dict(cur, "view/recent_errors", task=cfg.id) or {}
+            view = store.status_view(cur)
     except Exception as exc:  # noqa: BLE001 - one task's database problem must not hide the others
         return {"status": "unknown", "db_error": f"{type(exc).__name__}: {exc}"}
     finally:
         store.close()
-    names = {0: "pending", 1: "claimed", 2: "done", 3: "parked"}
+    if view is None:
+        return {"status": "never run", "watermark": None}
+    progress = view["progress"] or {"status": "never run", "watermark": None}
+    last_run = view["last_run"]
     return {
         **{k: iso(v) for k, v in progress.items()},
-        "batches": {names.get(int(k), str(k)): int(v) for k, v in batches.items()},
+        "batches": {STATUS_NAMES.get(int(k), str(k)): int(v) for k, v in view["batches"].items()},
         "last_run": {k: iso(last_run[k]) for k in RUN_FIELDS} if last_run else None,
-        "errors_24h": errors,
+        "errors_24h": view["errors"] or {},
     }
-
-
-def fetch_dict(cur: Any, name: str, **params: Any) -> dict[str, Any] | None:
-    row = cur.execute(read_sql(name), params).fetchone()
-    if row is None:
-        return None
-    return dict(zip([d.name for d in cur.description], row, strict=True))
 
 
 def iso(value: Any) -> Any:

@@ -1,9 +1,9 @@
-"""The status-table protocol shared by crawl batches and executor rows (SPEC §4).
+"""The status-table protocol shared by crawl batches and executor rows.
 
-Layout kept compatible with the old executor: ``(id, status, start_time, end_time, task_name)`` with
+Layout, compatible with existing status tables: ``(id, status, start_time, end_time, task_name)`` with
 ``unique(id, task_name)``; status 0 pending, 1 claimed (a lease from ``start_time``), 2 done, 3 parked.
 crawler_ops adds ``attempts``, ``last_error`` and ``claim_token`` (idempotently, to existing tables too).
-Time columns may be ``timestamptz`` or the old layout's INT epoch seconds; the statements adapt.
+Time columns may be ``timestamptz`` or INT epoch seconds (existing tables); the statements adapt.
 
 Statements live in ``include/sql/status/*.sql`` with ``{placeholders}`` for identifiers and time
 expressions only (composed with :mod:`psycopg.sql`); every value is a bound parameter. Completion and
@@ -39,7 +39,7 @@ class StatusTable:
 
     :param schema: the table's schema.
     :param name: the table's name.
-    :param epoch_times: True for the old layout's INT epoch ``start_time``/``end_time``.
+    :param epoch_times: True for INT epoch-second ``start_time``/``end_time``.
     """
 
     schema: str
@@ -54,32 +54,9 @@ class StatusTable:
     def label(self) -> str:
         return f"{self.schema}.{self.name}"
 
-    def _parts(self, prefix: str = "") -> dict[str, sql.Composable]:
-        col = f"{prefix}end_time"
-        if self.epoch_times:
-            now: sql.Composable = sql.SQL("extract(epoch from now())::bigint")
-            cutoff: sql.Composable = sql.SQL("extract(epoch from now())::bigint - %(lease_s)s")
-            retry: sql.Composable = sql.SQL("extract(epoch from now())::bigint - %(retry_s)s")
-            end_empty: sql.Composable = sql.SQL("({c} IS NULL OR {c} = 0)").format(c=sql.SQL(col))
-            age: sql.Composable = sql.SQL("extract(epoch from now())::bigint - %(age_s)s")
-        else:
-            now = sql.SQL("now()")
-            cutoff = sql.SQL("now() - make_interval(secs => %(lease_s)s)")
-            retry = sql.SQL("now() - make_interval(secs => %(retry_s)s)")
-            end_empty = sql.SQL("{c} IS NULL").format(c=sql.SQL(col))
-            age = sql.SQL("now() - make_interval(secs => %(age_s)s)")
-        return {
-            "table": self.ident,
-            "now": now,
-            "lease_cutoff": cutoff,
-            "retry_cutoff": retry,
-            "age_cutoff": age,
-            "end_empty": end_empty,
-        }
-
     def statement(self, name: str, **extra: sql.Composable) -> sql.Composed:
-        parts = self._parts()
-        parts["st_end_empty"] = self._parts("st.")["end_empty"]
+        parts: dict[str, sql.Composable] = {"table": self.ident, **time_parts(self.epoch_times)}
+        parts["st_end_empty"] = time_parts(self.epoch_times, "st.")["end_empty"]
         return sql.SQL(template(name)).format(**{**parts, **extra})  # type: ignore[arg-type]
 
     # ----------------------------------------------------------------- schema
@@ -196,6 +173,27 @@ class StatusTable:
         for status, count in rows:
             counts[STATUS_NAMES.get(int(status), f"status_{status}")] = int(count)
         return counts
+
+
+def time_parts(epoch_times: bool, prefix: str = "") -> dict[str, sql.Composable]:
+    """The time expressions of the statements, for ``timestamptz`` or INT epoch-second time columns."""
+    col = f"{prefix}end_time"
+    if epoch_times:
+        now = "extract(epoch from now())::bigint"
+        return {
+            "now": sql.SQL(now),
+            "lease_cutoff": sql.SQL(now + " - %(lease_s)s"),
+            "retry_cutoff": sql.SQL(now + " - %(retry_s)s"),
+            "age_cutoff": sql.SQL(now + " - %(age_s)s"),
+            "end_empty": sql.SQL("({c} IS NULL OR {c} = 0)").format(c=sql.SQL(col)),
+        }
+    return {
+        "now": sql.SQL("now()"),
+        "lease_cutoff": sql.SQL("now() - make_interval(secs => %(lease_s)s)"),
+        "retry_cutoff": sql.SQL("now() - make_interval(secs => %(retry_s)s)"),
+        "age_cutoff": sql.SQL("now() - make_interval(secs => %(age_s)s)"),
+        "end_empty": sql.SQL("{c} IS NULL").format(c=sql.SQL(col)),
+    }
 
 
 def like_prefix(owner: str) -> str:

@@ -1,8 +1,7 @@
 """Example transforms: ``callable(record) -> value`` named by dotted path in a task's ``transform``.
 
-A transform maps one raw source record to the value published to Kafka (the old service's
-``JobData.from_raw``). It runs after filtering; if it raises, that record is dead-lettered with the
-reason and the rest of the page is published.
+A transform maps one raw source record to the value published to Kafka. It runs after filtering; if it
+raises, that record is dead-lettered with the reason and the rest of the page is published.
 """
 
 from __future__ import annotations

@@ -1,20 +1,55 @@
 """Run one crawl chunk in its own process, as an Airflow task process would, so a test can SIGKILL it.
 
-Usage: python tests/integration/chunk_runner.py '<json: config, run_id, ref, map_index, try_number, payload>'
+Usage: python tests/integration/chunk_runner.py '<json: config, run_id, ref, map_index, try_number, payload[, kill]>'
+
+``kill`` ({"point": "before_commit" | "after_commit", "nth": N}) makes the process SIGKILL itself at the N-th
+batch with messages: once its messages reached the broker but before Kafka confirms (commits) it, or after
+Kafka did and before PostgreSQL marks it done.
 """
 
 from __future__ import annotations
 
 import json
+import os
+import signal
 import sys
 from datetime import datetime
+from typing import Any
 
 from crawler_ops.chunk import crawl_chunk
 from crawler_ops.config import CrawlTaskConfig
+from crawler_ops.hooks.producer import KafkaPublisher
 from crawler_ops.run import RunContext, RunParams
 
 
-def main(spec: dict) -> None:
+def arm(point: str, nth: int) -> None:
+    """Wrap the publishers' confirm (the transactional one inherits it through ``KafkaPublisher``'s subclass)."""
+    from crawler_ops.hooks.exactly_once import TransactionalPublisher
+
+    seen = {"batches": 0}
+
+    def wrap(confirm: Any) -> Any:
+        def confirm_then_maybe_die(self: KafkaPublisher) -> int:
+            if self._expected:
+                seen["batches"] += 1
+            dying = seen["batches"] == nth and self._expected
+            if dying and point == "before_commit":
+                self.producer.flush(30)  # the batch reached the broker (in its open transaction, if any)
+                os.kill(os.getpid(), signal.SIGKILL)
+            published = confirm(self)
+            if dying and point == "after_commit":
+                os.kill(os.getpid(), signal.SIGKILL)
+            return published
+
+        return confirm_then_maybe_die
+
+    for cls in (KafkaPublisher, TransactionalPublisher):
+        cls.confirm = wrap(cls.confirm)  # type: ignore[method-assign]
+
+
+def main(spec: dict[str, Any]) -> None:
+    if spec.get("kill"):
+        arm(spec["kill"]["point"], spec["kill"]["nth"])
     run = RunContext(
         cfg=CrawlTaskConfig.model_validate(spec["config"]),
         run_id=spec["run_id"],

@@ -5,19 +5,16 @@ from __future__ import annotations
 import itertools
 import json
 import signal
-import subprocess
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import replace
 from datetime import UTC, datetime
-from typing import Any
 
 import pytest
 
 from crawler_ops.chunk import crawl_chunk
 from crawler_ops.commit import commit_run
-from crawler_ops.config import CrawlTaskConfig
 from crawler_ops.errors import DeliveryError, StatusTableError
 from crawler_ops.plan import plan_run
 from crawler_ops.run import RunContext, RunParams
@@ -31,7 +28,7 @@ from tests.support import (
     read_topic,
     run_record,
     runner_result,
-    spawn_runner,
+    spawn_chunk,
     watermark,
 )
 
@@ -39,19 +36,6 @@ pytestmark = pytest.mark.integration
 
 REF = datetime(2026, 11, 1, tzinfo=UTC)
 TOLERANCE_S = 24 * 3600
-
-
-def spawn_chunk(cfg: CrawlTaskConfig, run: RunContext, payload: dict[str, Any]) -> subprocess.Popen[str]:
-    """Run one chunk in its own process (an Airflow task process)."""
-    spec = {
-        "config": cfg.model_dump(mode="json"),
-        "run_id": run.run_id,
-        "ref": REF.isoformat(),
-        "map_index": run.map_index,
-        "try_number": run.try_number,
-        "payload": payload,
-    }
-    return spawn_runner("chunk_runner.py", spec)
 
 
 def pages_below(offset: int | None = None) -> Callable[[str, dict[str, str]], bool]:
@@ -83,7 +67,7 @@ def test_sigkill_after_publishing_a_batch_then_retry_loses_nothing_and_duplicate
     # The chunk crawls [2000, 3000) newest first and then waits for page [1900, 2000): by then batch [2000, 2100)
     # is produced but not yet marked done (it is marked once the next page is filtered).
     source_proxy.hold(pages_below(2_000))
-    worker = spawn_chunk(cfg, run, chunk)
+    worker = spawn_chunk(cfg, run.run_id, REF, chunk)
     source_proxy.wait_held(2)  # [1900, 2000) and the prefetched [1800, 1900): the chunk is past batch 2000's send
     wait_for_offsets(kafka_bootstrap, cfg.kafka.topic, set(range(2_000, 2_100)))
 
@@ -96,7 +80,7 @@ def test_sigkill_after_publishing_a_batch_then_retry_loses_nothing_and_duplicate
     result = crawl_chunk(replace(run, try_number=2), chunk)
     summary = commit_run(run, [chunk], [result])
 
-    assert summary["status"] == "success"
+    assert summary.status == "success"
     assert result["batches_skipped"] == 9, "done batches were not fetched again"
     messages = read_topic(kafka_bootstrap, cfg.kafka.topic)
     truth = source.truth(unique_id, REF, days=7, tolerance_s=TOLERANCE_S)
@@ -367,7 +351,7 @@ def test_two_runs_forced_at_once_never_crawl_the_same_batch(source, source_proxy
     source.clear_requests(unique_id)
     # Both workers claim their first two batches before either fetches a page: they really overlap.
     source_proxy.hold(pages_below())
-    workers = [spawn_chunk(cfg, run, plan[0]) for run, plan in zip(runs, plans, strict=True)]
+    workers = [spawn_chunk(cfg, run.run_id, REF, plan[0]) for run, plan in zip(runs, plans, strict=True)]
     source_proxy.wait_held(2 * cfg.source.concurrency)
     source_proxy.release()
     results = [runner_result(w) for w in workers]
@@ -377,7 +361,7 @@ def test_two_runs_forced_at_once_never_crawl_the_same_batch(source, source_proxy
     assert sorted(offsets) == list(range(0, 2_000, 100)), "every batch fetched exactly once"
     assert sum(r["batches_done"] for r in results) == 20
     assert all(r["batches_skipped"] > 0 for r in results), "each run skipped batches the other held"
-    assert [s["status"] for s in summaries] == ["success", "success"]
+    assert [s.status for s in summaries] == ["success", "success"]
     messages = read_topic(kafka_bootstrap, cfg.kafka.topic)
     assert {m.key for m in messages} == set(
         source.truth(unique_id, REF, days=7, tolerance_s=TOLERANCE_S)["in_window_ids"]

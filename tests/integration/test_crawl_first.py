@@ -111,6 +111,6 @@ def test_an_early_stop_in_the_newest_chunk_makes_older_chunks_skip_their_batches
     assert sum(r["batches_done"] for r in results) == 30
 
     summary = commit_run(run, chunks, results)
-    assert summary["status"] == "success" and watermark(pg_uri, unique_id) == 3_000
+    assert summary.status == "success" and watermark(pg_uri, unique_id) == 3_000
     truth = source.truth(unique_id, REF, days=7, tolerance_s=24 * 3600)
     assert sorted(m.key for m in read_topic(kafka_bootstrap, cfg.kafka.topic)) == sorted(truth["in_window_ids"])

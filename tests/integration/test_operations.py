@@ -332,7 +332,9 @@ def test_commit_emits_the_topic_asset_with_the_summary_only_when_records_were_pu
 def test_a_run_row_left_running_without_an_airflow_run_shows_as_abandoned(pg_uri, unique_id, tmp_path, use_config):
     from crawler_ops.hooks.store import CrawlStoreHook
 
-    CrawlStoreHook("crawler_db", unique_id).ensure_schema()
+    store = CrawlStoreHook("crawler_db", unique_id)
+    with store.transaction() as cur:
+        store.ensure_schema(cur)
     query(
         pg_uri,
         "INSERT INTO crawler_ops.crawl_run (task_id, run_id, mode, ref_time) VALUES (%s, 'cancelled', 'first', now()) "
@@ -403,7 +405,7 @@ def test_a_retried_commit_does_not_count_the_run_twice(source, pg_uri, unique_id
 
     again = commit_run(RunContext(cfg=cfg, run_id=record["run_id"], ref=REF, params=RunParams()), [], [])
 
-    assert again["status"] == "success" and again["published"] == 300
+    assert again.status == "success" and again.counts.published == 300
     after = query(
         pg_uri, "SELECT filtered_count, produced_count FROM crawler_ops.progress WHERE task_id = %s", unique_id
     )

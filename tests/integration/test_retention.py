@@ -77,7 +77,10 @@ def crawl_databases(pg_uri: str, unique_id: str, monkeypatch: pytest.MonkeyPatch
 
 def seed_crawl_rows(uri: str, conn_id: str, task: str) -> None:
     """Run history, error rows and batch rows of ``task``, some older than 30 days; deletions logged."""
-    CrawlStoreHook(conn_id, task).ensure_schema()
+    store = CrawlStoreHook(conn_id, task)
+    with store.transaction() as cur:
+        store.ensure_schema(cur)
+    store.close()
     log_deletes(uri, "public", ["crawler_ops.crawl_run", "crawler_ops.crawl_error", "crawler_ops.batch_status"])
     with psycopg.connect(uri, autocommit=True) as conn:
         runs = [("old-done", OLD, OLD), ("old-abandoned", OLD, None), ("new-done", NEW, NEW), ("running", NEW, None)]

@@ -478,7 +478,10 @@ def seed_status(pg_uri: str, task: str) -> None:
     """A stored state no run of this session produces: the endpoint must show exactly these values."""
     from crawler_ops.hooks.store import CrawlStoreHook
 
-    CrawlStoreHook("crawler_db", task).ensure_schema()
+    store = CrawlStoreHook("crawler_db", task)
+    with store.transaction() as cur:
+        store.ensure_schema(cur)
+    store.close()
     query(
         pg_uri,
         "INSERT INTO crawler_ops.progress (task_id, watermark, total, last_start_offset, status, filtered_count, "

@@ -356,3 +356,33 @@ def test_the_dead_letter_topic_must_differ_and_maintenance_takes_the_shared_defa
     assert shared.maintenance is not None
     assert shared.maintenance.postgres_conn_id == "pg_main"
     assert (shared.maintenance.schedule, shared.maintenance.retries) == ("@daily", 1), "the crawl schedule is not"
+
+
+# --- delivery ------------------------------------------------------------------------------------------------------
+
+
+def _crawl_task(**kafka: Any) -> dict[str, Any]:
+    return {"tasks": [{"id": "eo", "kafka": {"topic": "t.eo", **kafka}}]}
+
+
+def test_delivery_defaults_to_at_least_once_and_exactly_once_gets_a_marker_topic_per_task() -> None:
+    assert parse_config(_crawl_task(), "tasks.yaml").tasks[0].kafka.delivery == "at_least_once"
+    [task] = parse_config(_crawl_task(delivery="exactly_once"), "tasks.yaml").tasks
+    assert (task.kafka.delivery, task.marker_topic) == ("exactly_once", "crawler_ops.batches.eo")
+    [named] = parse_config(_crawl_task(delivery="exactly_once", marker_topic="eo.markers"), "tasks.yaml").tasks
+    assert named.marker_topic == "eo.markers"
+
+
+@pytest.mark.parametrize(
+    ("kafka", "message"),
+    [
+        ({"delivery": "at_most_once"}, r"task 'eo': field 'kafka.delivery'"),
+        ({"marker_topic": "t.eo"}, r"task 'eo'.*marker_topic must differ from topic"),
+        ({"dead_letter_topic": "t.dead", "marker_topic": "t.dead"}, r"marker_topic must differ from topic and dead"),
+    ],
+    ids=["unknown-mode", "marker-is-the-topic", "marker-is-the-dead-letter-topic"],
+)
+def test_a_bad_delivery_setting_is_an_error_naming_the_task_and_field(kafka: dict[str, Any], message: str) -> None:
+    loaded = parse_config(_crawl_task(**kafka), "tasks.yaml")
+    assert not loaded.tasks
+    assert re.search(message, loaded.errors["eo"]), loaded.errors["eo"]

@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 
 from crawler_ops import commit, listener, notify
+from crawler_ops.results import RunSummary
 
 
 @pytest.fixture
@@ -73,13 +74,16 @@ def test_a_run_its_commit_already_reported_is_not_reported_again(closing):
     assert closing["notify"] == []
 
 
+SUMMARY = RunSummary(task="jobs", run_id="r1", mode="first", status="failed", topic="jobs", ref_time="2026-11-01")
+
+
 def test_a_run_left_running_is_closed_and_its_failure_sent(closing):
-    closing["summary"] = [{"run_id": "r1", "status": "failed"}]
+    closing["summary"] = [SUMMARY]
 
     listener.close_run("crawl_jobs", "r1", "marked failed")
 
     ((cfg, task_id, outcome, summary),) = closing["notify"]
-    assert (cfg.conn_id, task_id, outcome, summary) == ("hook", "jobs", "failure", {"run_id": "r1", "status": "failed"})
+    assert (cfg.conn_id, task_id, outcome, summary) == ("hook", "jobs", "failure", SUMMARY.to_dict())
 
 
 def test_a_crawl_dag_no_longer_in_the_config_is_left_alone(closing):

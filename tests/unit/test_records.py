@@ -232,7 +232,9 @@ def test_record_handling_imports_without_airflow() -> None:
     _assert_imports_without_airflow("crawler_ops.records")
 
 
-@pytest.mark.parametrize("module", ["crawler_ops.planning", "crawler_ops.filtering", "crawler_ops.config"])
+@pytest.mark.parametrize(
+    "module", ["crawler_ops.planning", "crawler_ops.filtering", "crawler_ops.config", "crawler_ops.results"]
+)
 def test_pure_modules_import_without_airflow(module: str) -> None:
     _assert_imports_without_airflow(module)
 

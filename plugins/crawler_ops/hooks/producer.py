@@ -1,16 +1,19 @@
-"""Kafka side: an idempotent producer hook, topic checks, and a publisher that confirms every delivery."""
+"""Kafka side: an idempotent producer hook, topic checks, and publishers: one that confirms every delivery,
+one for dry runs that publishes nothing."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Protocol
 
 from airflow.providers.apache.kafka.hooks.produce import KafkaProducerHook
 from confluent_kafka import KafkaError, KafkaException, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from crawler_ops.errors import DeliveryError
+from crawler_ops.planning import Batch
 from crawler_ops.records import Message
+from crawler_ops.results import RunCounts
 
 # Settings the crawl's guarantees rest on; they override the connection's extra.
 REQUIRED_SETTINGS = {"enable.idempotence": True, "acks": "all"}
@@ -27,9 +30,18 @@ class IdempotentProducerHook(KafkaProducerHook):
     def _get_client(self, config: dict[str, Any]) -> Producer:
         return Producer({**DEFAULT_SETTINGS, **config, **REQUIRED_SETTINGS})
 
+    def client_config(self) -> dict[str, Any]:
+        """The connection's settings without the producer defaults: for admin clients and consumers."""
+        return {k: v for k, v in self._build_config().items() if k not in DEFAULT_SETTINGS}
+
     def admin(self) -> AdminClient:
-        config = {k: v for k, v in self._build_config().items() if k not in DEFAULT_SETTINGS}
-        return AdminClient(config)
+        return AdminClient(self.client_config())
+
+    def transactional_producer(self, transactional_id: str) -> Producer:
+        """An idempotent producer for Kafka transactions under ``transactional_id``."""
+        return Producer(
+            {**DEFAULT_SETTINGS, **self._build_config(), **REQUIRED_SETTINGS, "transactional.id": transactional_id}
+        )
 
 
 def ensure_topic(
@@ -40,8 +52,9 @@ def ensure_topic(
     create: bool,
     task_label: str,
     timeout: float = 15.0,
+    config: dict[str, str] | None = None,
 ) -> bool:
-    """Make sure ``topic`` exists; create it when allowed. Returns True when it was created."""
+    """Make sure ``topic`` exists; create it (with the topic ``config``) when allowed. Returns True when created."""
     try:
         metadata = admin.list_topics(topic=topic, timeout=timeout)
     except KafkaException as exc:
@@ -55,7 +68,8 @@ def ensure_topic(
             "false; create it or enable create_topic"
         )
     future = admin.create_topics(
-        [NewTopic(topic, num_partitions=partitions, replication_factor=replication)], operation_timeout=timeout
+        [NewTopic(topic, num_partitions=partitions, replication_factor=replication, config=config or {})],
+        operation_timeout=timeout,
     )[topic]
     try:
         future.result(timeout=timeout)
@@ -70,14 +84,47 @@ def ensure_topic(
     return True
 
 
-class BatchPublisher:
+class Publisher(Protocol):
+    """Where a chunk's batches go: ``send`` hands a batch over, ``confirm`` waits until it is delivered."""
+
+    def delivered(self, batch: Batch) -> RunCounts | None:
+        """The counts of ``batch`` when an earlier attempt already delivered it for good, else None."""
+
+    def send(self, batch: Batch, messages: Sequence[Message], counts: RunCounts) -> None:
+        """Hand a batch's messages over without waiting; ``counts``: what the batch adds to its run."""
+
+    def confirm(self) -> int:
+        """Wait until every message of the last :meth:`send` is delivered; return how many went to the task's
+        topic (dead letters to a dead-letter topic are not counted). Raises DeliveryError otherwise."""
+
+    def close(self) -> None:
+        """Release the producer's resources."""
+
+
+class DryRunPublisher:
+    """A dry run publishes nothing."""
+
+    def delivered(self, batch: Batch) -> RunCounts | None:
+        return None
+
+    def send(self, batch: Batch, messages: Sequence[Message], counts: RunCounts) -> None:
+        return None
+
+    def confirm(self) -> int:
+        return 0
+
+    def close(self) -> None:
+        return None
+
+
+class KafkaPublisher:
     """Produces one batch of messages and returns only when Kafka confirmed every one of them.
 
     The provider's ProduceToTopicOperator only logs failed deliveries; a crawl must not mark a batch done
     unless each delivery report is a success, so reports are counted here and ``flush`` is checked.
 
     :param producer: an idempotent confluent-kafka producer.
-    :param topic: the destination topic.
+    :param topic: the task's topic (a message with its own ``topic`` goes there instead: dead letters).
     :param task_label: the crawl task id, for error messages.
     :param flush_timeout: seconds to wait for the delivery reports of one batch.
     """
@@ -89,19 +136,32 @@ class BatchPublisher:
         self.flush_timeout = flush_timeout
         self._failures: list[str] = []
         self._delivered = 0
+        self._to_topic = 0
         self._expected = 0
         self._topics: list[str] = [topic]
+        self._batch: Batch | None = None
 
-    def _on_delivery(self, err: KafkaError | None, _msg: Any) -> None:
+    def delivered(self, batch: Batch) -> RunCounts | None:
+        return None
+
+    def close(self) -> None:
+        return None
+
+    def _on_delivery(self, err: KafkaError | None, msg: Any) -> None:
         if err is None:
             self._delivered += 1
+            self._to_topic += msg.topic() == self.topic
         else:
             self._failures.append(str(err))
 
-    def send(self, messages: Sequence[Message]) -> None:
+    def send(self, batch: Batch, messages: Sequence[Message], counts: RunCounts) -> None:
         """Hand ``messages`` to the producer without waiting; :meth:`confirm` waits for their reports."""
+        self._batch = batch
+        self.produce(messages)
+
+    def produce(self, messages: Sequence[Message]) -> None:
         self._failures.clear()
-        self._delivered = 0
+        self._delivered = self._to_topic = 0
         self._expected = len(messages)
         self._topics = sorted({m.topic or self.topic for m in messages})
         for message in messages:
@@ -122,10 +182,22 @@ class BatchPublisher:
                 except KafkaException as exc:
                     raise DeliveryError(f"task {self.task_label}: cannot produce to '{topic}': {exc}") from exc
 
-    def confirm(self, where: str) -> int:
+    def confirm(self) -> int:
         """Wait for the delivery reports of the last :meth:`send`; raise DeliveryError unless all succeeded."""
+        if not self._expected:
+            return 0
         # Delivery reports are served here (and on a full queue above), not after every message.
         remaining = self.producer.flush(self.flush_timeout)
+        self.check_delivered(remaining)
+        return self._to_topic
+
+    @property
+    def where(self) -> str:
+        return f"offsets [{self._batch.lo}, {self._batch.hi})" if self._batch else "no batch"
+
+    def check_delivered(self, remaining: int = 0) -> None:
+        """Raise DeliveryError unless every message of the last send has a successful delivery report."""
+        where = self.where
         if remaining or self._failures or self._delivered != self._expected:
             sample = "; ".join(sorted(set(self._failures))[:3]) or "no delivery report"
             raise DeliveryError(
@@ -133,4 +205,3 @@ class BatchPublisher:
                 f"{' and '.join(map(repr, self._topics))} ({where}) within {self.flush_timeout:.0f}s: {sample}. "
                 "The batch stays not done and is retried; check the broker and the topic."
             )
-        return self._delivered

@@ -1,8 +1,11 @@
-"""The crawl store in PostgreSQL: watermark, batch status rows, run records, errors and dead letters.
+"""The crawler database in PostgreSQL: watermark, batch status rows, run records, errors and dead letters.
 
-Every statement lives in ``include/sql/<name>.sql`` with bound parameters only. Planning and committing
-of one task are serialised by a transaction-scoped advisory lock; batches are claimed with leases and
-completed under a fence (the claim token), so two runs never crawl the same batch at the same time.
+Every statement lives in ``include/sql/<name>.sql`` with bound parameters only, and only this module and
+:mod:`crawler_ops.status_table` name those files. One calling convention: each method that reads or writes
+takes the cursor of a transaction the caller opened (``with store.transaction() as cur``), so the caller
+decides what commits together. Planning and committing of one task are serialised by a transaction-scoped
+advisory lock (``transaction(lock=True)``); batches are claimed with leases and completed under a fence (the
+claim token), so two runs never crawl the same batch at the same time.
 """
 
 from __future__ import annotations
@@ -13,40 +16,48 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime
 from functools import cached_property
-from typing import Any, cast
+from typing import Any, ClassVar, Literal, cast
 
 import psycopg
 from airflow.providers.postgres.hooks.postgres import PostgresHook
+from psycopg import sql
 from psycopg.types.json import Jsonb
 
 from crawler_ops.errors import StatusTableError
 from crawler_ops.planning import Batch
+from crawler_ops.results import BatchOutcome, DeadLetter
 from crawler_ops.sqlfiles import read_sql
 from crawler_ops.status_table import DONE, PENDING, StatusTable
 
 DEAD_LETTER_MAX_BYTES = 64 * 1024
-# Crawl batches follow the shared status-table protocol; id = batch start offset, plus hi/run_id/expired.
-BATCHES = StatusTable("crawler_ops", "batch_status")
+Cursor = psycopg.Cursor[Any]
 
 
-@dataclass(frozen=True)
-class StatusRow:
-    batch: Batch
-    status: int
+def fetch_dict(cur: Cursor, statement: str, params: dict[str, Any]) -> dict[str, Any] | None:
+    """The first row of ``statement`` as a dict by column name (None when there is no row)."""
+    row = cur.execute(statement, params).fetchone()
+    if row is None:
+        return None
+    return dict(zip([d.name for d in cur.description or ()], row, strict=True))
 
 
-@dataclass(frozen=True)
-class BatchOutcome:
-    """What one finished batch adds to its run: counts, dead letters, and the early-stop cutoff it found."""
+def find_table(cur: Cursor, schema: str, table: str) -> tuple[str, str] | None:
+    """The catalog's spelling of ``schema.table`` (exact match first, then case-insensitive), None if absent."""
+    row = cur.execute(read_sql("executor/find_table"), {"schema": schema, "table": table}).fetchone()
+    return None if row is None else (str(row[0]), str(row[1]))
 
-    batch: Batch
-    fetched: int
-    kept: int
-    published: int
-    expired: int
-    dead_letters: Sequence[tuple[int, str, Any]] = ()
-    cutoff: int = 0
-    skipped_as_expired: bool = False
+
+def table_columns(cur: Cursor, schema: str, table: str) -> dict[str, str]:
+    """The columns of ``schema.table``: lower-cased name -> the catalog's spelling."""
+    rows = cur.execute(read_sql("executor/table_columns"), {"schema": schema, "table": table}).fetchall()
+    return {str(r[0]).lower(): str(r[0]) for r in rows}
+
+
+def select_rows(cur: Cursor, ids: Sequence[int], **parts: sql.Composable) -> list[tuple[Any, ...]]:
+    """Rows of a source table by id; ``parts`` fill the identifiers of ``executor/select_rows``
+    (``columns``, ``source``, ``source_id``, ``order_by``)."""
+    statement = sql.SQL(read_sql("executor/select_rows")).format(**parts)
+    return cur.execute(statement, {"ids": list(ids)}).fetchall()
 
 
 class CrawlerDbHook(PostgresHook):
@@ -76,7 +87,7 @@ class CrawlerDbHook(PostgresHook):
             db.close()
 
     @contextmanager
-    def transaction(self, lock: bool = False) -> Iterator[psycopg.Cursor]:
+    def transaction(self, lock: bool = False) -> Iterator[Cursor]:
         """A transaction; with ``lock``, serialised against other transactions that lock this task."""
         try:
             with self.db.transaction(), self.db.cursor() as cur:
@@ -88,168 +99,177 @@ class CrawlerDbHook(PostgresHook):
 
 
 class CrawlStoreHook(CrawlerDbHook):
-    """Progress and status-table access for one crawl task (schema ``crawler_ops``)."""
+    """A crawl task's progress (the watermark), run records and errors (schema ``crawler_ops``);
+    its batch status rows are :attr:`batches`."""
 
-    def ensure_schema(self) -> None:
-        with self.transaction() as cur:
-            cur.execute(read_sql("lock_schema"))
-            cur.execute(read_sql("schema"))
+    @cached_property
+    def batches(self) -> BatchRows:
+        return BatchRows(self.task_id)
 
-    # ----------------------------------------------------------------- planning
+    def ensure_schema(self, cur: Cursor) -> None:
+        cur.execute(read_sql("lock_schema"))
+        cur.execute(read_sql("schema"))
 
-    def read_watermark(self, cur: psycopg.Cursor) -> int | None:
+    def read_watermark(self, cur: Cursor) -> int | None:
         row = cur.execute(read_sql("select_progress"), {"task": self.task_id}).fetchone()
         return None if row is None else int(row[0])
 
-    def read_rows(self, cur: psycopg.Cursor, above: int) -> list[StatusRow]:
-        rows = cur.execute(read_sql("select_batches"), {"task": self.task_id, "from": above}).fetchall()
-        return [StatusRow(Batch(int(lo), int(hi)), int(status)) for lo, hi, status in rows]
-
-    def reset(self, cur: psycopg.Cursor) -> None:
-        cur.execute(read_sql("reset_batches"), {"task": self.task_id})
+    def reset(self, cur: Cursor) -> None:
+        """Forget the task's watermark and batch rows; the next plan is a first crawl."""
+        self.batches.reset(cur)
         cur.execute(read_sql("reset_progress"), {"task": self.task_id})
 
-    def insert_batches(
-        self, cur: psycopg.Cursor, batches: Iterable[Batch], run_id: str, *, expired: bool = False
-    ) -> None:
-        params = [
-            {
-                "lo": b.lo,
-                "hi": b.hi,
-                "status": DONE if expired else PENDING,
-                "task": self.task_id,
-                "run_id": run_id,
-                "expired": expired,
-            }
-            for b in batches
-        ]
-        if params:
-            cur.executemany(read_sql("insert_batches"), params)
+    def save_progress(self, cur: Cursor, run_id: str, watermark: int, total: int, **fields: Any) -> None:
+        """Raise the watermark (never lower it) and add a commit's counts; ``fields``: ``last_start``,
+        ``status``, ``kept``, ``published``."""
+        params = {"task": self.task_id, "run_id": run_id, "watermark": watermark, "total": total, **fields}
+        cur.execute(read_sql("save_progress"), params)
 
-    def start_run(
-        self,
-        cur: psycopg.Cursor,
-        run_id: str,
-        mode: str,
-        ref: datetime,
-        total: int | None,
-        watermark: int | None,
-        planned: int,
-    ) -> None:
-        cur.execute(
-            read_sql("start_run"),
-            {
-                "task": self.task_id,
-                "run_id": run_id,
-                "mode": mode,
-                "ref": ref,
-                "total": total,
-                "watermark": watermark,
-                "planned": planned,
-            },
-        )
+    def start_run(self, cur: Cursor, run_id: str, mode: str, ref: datetime, **fields: Any) -> None:
+        """(Re)start a run record, counters at zero; ``fields``: ``total``, ``watermark``, ``planned``."""
+        params = {"total": None, "watermark": None, "planned": 0, **fields}
+        cur.execute(read_sql("start_run"), {"task": self.task_id, "run_id": run_id, "mode": mode, "ref": ref, **params})
 
-    # ----------------------------------------------------------------- batches
+    def read_run(self, cur: Cursor, run_id: str) -> dict[str, Any] | None:
+        return fetch_dict(cur, read_sql("select_run"), {"task": self.task_id, "run_id": run_id})
 
-    def claim(self, batch: Batch, owner: str, token: str, lease_s: int) -> bool:
-        """Claim ``batch`` for worker ``owner`` (run + map index); False when it is done or held by another."""
-        with self.transaction() as cur:
-            return bool(BATCHES.claim_ids(cur, self.task_id, [batch.lo], token, owner, lease_s))
+    def add_batch_counts(self, cur: Cursor, run_id: str, outcome: BatchOutcome) -> int:
+        """Add a finished batch's counts to its run; returns the run's shared first-crawl expiry cutoff."""
+        params = {**outcome.counts.to_dict(), "task": self.task_id, "run_id": run_id, "cutoff": outcome.cutoff}
+        row = cur.execute(read_sql("add_run_counts"), params).fetchone()
+        return int(row[0]) if row else 0
 
-    def renew(self, batch: Batch, token: str) -> bool:
-        """Whether this worker still holds ``batch`` (its lease renewed); checked before publishing it."""
-        with self.transaction() as cur:
-            return BATCHES.renew(cur, self.task_id, batch.lo, token)
-
-    def complete(
-        self, outcome: BatchOutcome, run_id: str, token: str | None, renew: Batch | None = None
-    ) -> tuple[bool, int, bool | None]:
-        """Record a finished batch (done, counts, dead letters) atomically; also renew the claim of ``renew``
-        (the batch to be produced next) so that check costs no extra round trip.
-
-        :return: whether this worker still held the claim, the run's current expiry cutoff, and whether it
-            still holds ``renew`` (None when not asked).
-        """
-        with self.transaction() as cur:
-            held = BATCHES.renew(cur, self.task_id, renew.lo, token) if renew is not None and token else None
-            fenced_in = True
-            if token is not None:
-                fenced_in = bool(BATCHES.complete(cur, self.task_id, [outcome.batch.lo], token))
-                if fenced_in and outcome.skipped_as_expired:
-                    cur.execute(read_sql("mark_expired"), {"task": self.task_id, "lo": outcome.batch.lo})
-            if outcome.dead_letters:
-                cur.executemany(
-                    read_sql("insert_error"),
-                    [
-                        self.error_row(run_id, "record", reason, offset, None, Jsonb(cap_record(record)))
-                        for offset, reason, record in outcome.dead_letters
-                    ],
-                )
-            row = cur.execute(
-                read_sql("add_run_counts"),
-                {
-                    "task": self.task_id,
-                    "run_id": run_id,
-                    "fetched": outcome.fetched,
-                    "kept": outcome.kept,
-                    "published": outcome.published,
-                    "expired": outcome.expired,
-                    "dead": len(outcome.dead_letters),
-                    "pages": 0 if outcome.skipped_as_expired else 1,
-                    "cutoff": outcome.cutoff,
-                },
-            ).fetchone()
-        return fenced_in, int(row[0]) if row else 0, held
-
-    def release(self, batch: Batch, token: str, error: str) -> None:
-        """A failed batch goes back to pending with its error; crawl batches are never parked (SPEC §3)."""
-        with self.transaction() as cur:
-            BATCHES.release(cur, self.task_id, batch.lo, token, error, max_attempts=None)
-
-    def release_run(self, cur: psycopg.Cursor, run_id: str) -> int:
-        """Claims the run made and did not finish go back to pending (after all its chunks ended)."""
-        return BATCHES.release_owner(cur, self.task_id, run_id)
-
-    def add_run_error(self, run_id: str, error: str, batch: Batch | None = None) -> None:
-        """Note a chunk's failure on the run's summary and in the error table (kind 'batch'; offsets of the
-        batches in flight, or NULL when it failed outside a batch, e.g. while claiming)."""
-        with self.transaction() as cur:
-            self.record_error(cur, run_id, error, "batch", batch)
-
-    def record_error(self, cur: psycopg.Cursor, run_id: str, error: str, kind: str, batch: Batch | None) -> None:
+    def add_run_error(self, cur: Cursor, run_id: str, error: str) -> None:
+        """A note on the run's summary (its ``errors`` list) without an error row."""
         cur.execute(read_sql("add_run_error"), {"task": self.task_id, "run_id": run_id, "error": error[:2000]})
+
+    def record_error(
+        self, cur: Cursor, run_id: str, error: str, kind: Literal["batch", "plan"], batch: Batch | None
+    ) -> None:
+        """An error on the run's summary and in the error table (with the offsets it concerns, if any)."""
+        self.add_run_error(cur, run_id, error)
         lo, hi = (batch.lo, batch.hi) if batch else (None, None)
         cur.execute(read_sql("insert_error"), self.error_row(run_id, kind, error[:8000], lo, hi, None))
 
+    def add_dead_letters(self, cur: Cursor, run_id: str, dead_letters: Sequence[DeadLetter]) -> None:
+        rows = [
+            self.error_row(run_id, "record", d.reason, d.offset, None, Jsonb(cap_record(d.record)))
+            for d in dead_letters
+        ]
+        if rows:
+            cur.executemany(read_sql("insert_error"), rows)
+
     def error_row(
-        self, run_id: str, kind: str, reason: str, offset: int | None, offset_end: int | None, record: Any
+        self, run_id: str, kind: str, reason: str, lo: int | None, hi: int | None, record: Any
     ) -> dict[str, Any]:
         return {
             "task": self.task_id,
             "run_id": run_id,
             "kind": kind,
-            "offset": offset,
-            "offset_end": offset_end,
+            "offset": lo,
+            "offset_end": hi,
             "reason": reason,
             "record": record,
         }
 
-    # ----------------------------------------------------------------- commit
+    def finish_run(self, cur: Cursor, run_id: str, status: str, watermark: int | None, errors: Sequence[str]) -> None:
+        """Close the run record; what it kept and published so far counts as committed."""
+        params = {"task": self.task_id, "run_id": run_id, "status": status, "watermark": watermark}
+        cur.execute(read_sql("finish_run"), {**params, "errors": Jsonb(list(errors))})
 
-    def read_run(self, cur: psycopg.Cursor, run_id: str) -> dict[str, Any] | None:
-        cur.execute(read_sql("select_run"), {"task": self.task_id, "run_id": run_id})
-        row = cur.fetchone()
-        if row is None:
+    def cancel_run(self, cur: Cursor, run_id: str, reason: str) -> bool:
+        """Close a record still 'running' as failed; False when its commit had already closed it."""
+        params = {"task": self.task_id, "run_id": run_id, "error": reason}
+        return cur.execute(read_sql("cancel_run"), params).fetchone() is not None
+
+    def prune(self, cur: Cursor, table: Literal["runs", "errors", "batches"], age_s: float, limit: int) -> int:
+        """Delete up to ``limit`` old rows of one table (every task's); returns how many went."""
+        return cur.execute(read_sql(f"prune/{table}"), {"age_s": age_s, "limit": limit}).rowcount
+
+    def status_view(self, cur: Cursor) -> dict[str, Any] | None:
+        """Progress, batch rows by status, the last run and the last day's errors (None before any run)."""
+        if cur.execute(read_sql("view/schema_exists")).fetchone() is None:
             return None
-        names = [d.name for d in cur.description or ()]
-        return dict(zip(names, row, strict=True))
+        task = {"task": self.task_id}
+        return {
+            "progress": fetch_dict(cur, read_sql("view/progress"), task),
+            "batches": dict(cur.execute(read_sql("view/batch_counts"), task).fetchall()),
+            "last_run": fetch_dict(cur, read_sql("view/last_run"), task),
+            "errors": fetch_dict(cur, read_sql("view/recent_errors"), task),
+        }
 
-    def done_batches(self, cur: psycopg.Cursor, above: int) -> list[Batch]:
+
+@dataclass(frozen=True)
+class StatusRow:
+    batch: Batch
+    status: int
+
+
+@dataclass(frozen=True)
+class BatchRows:
+    """One crawl task's batch rows in ``crawler_ops.batch_status``: the shared status-table protocol with
+    ``id`` = the batch's start offset, plus ``hi``, ``run_id`` and ``expired``.
+
+    :param task_id: the crawl task (``task_name`` of its rows).
+    """
+
+    task_id: str
+    table: ClassVar[StatusTable] = StatusTable("crawler_ops", "batch_status")
+
+    def read(self, cur: Cursor, above: int) -> list[StatusRow]:
+        rows = cur.execute(read_sql("select_batches"), {"task": self.task_id, "from": above}).fetchall()
+        return [StatusRow(Batch(int(lo), int(hi)), int(status)) for lo, hi, status in rows]
+
+    def done(self, cur: Cursor, above: int) -> list[Batch]:
         rows = cur.execute(read_sql("select_done"), {"task": self.task_id, "from": above}).fetchall()
         return [Batch(int(lo), int(hi)) for lo, hi in rows]
 
-    def run_statement(self, cur: psycopg.Cursor, name: str, **params: Any) -> None:
-        cur.execute(read_sql(name), {"task": self.task_id, **params})
+    def generations(self, cur: Cursor, batches: Sequence[Batch]) -> dict[int, str]:
+        """Batch start offset -> the run that created the row; a reset creates the rows anew."""
+        rows = cur.execute(read_sql("select_generations"), {"task": self.task_id, "ids": [b.lo for b in batches]})
+        return {int(lo): str(run_id) for lo, run_id in rows.fetchall()}
+
+    def insert(self, cur: Cursor, batches: Iterable[Batch], run_id: str, *, expired: bool = False) -> None:
+        """New rows, pending (or done, for batches a first crawl skips as expired); existing rows stay."""
+        status = DONE if expired else PENDING
+        row = {"status": status, "task": self.task_id, "run_id": run_id, "expired": expired}
+        params = [{**row, "lo": b.lo, "hi": b.hi} for b in batches]
+        if params:
+            cur.executemany(read_sql("insert_batches"), params)
+
+    def reset(self, cur: Cursor) -> None:
+        cur.execute(read_sql("reset_batches"), {"task": self.task_id})
+
+    def prune_below(self, cur: Cursor, watermark: int) -> None:
+        """Rows the watermark covers are redundant: the watermark already says they are done."""
+        cur.execute(read_sql("prune_batches"), {"task": self.task_id, "watermark": watermark})
+
+    def release_finished_claims(self, cur: Cursor) -> None:
+        """Claims of runs whose record is closed go back to pending now instead of after their lease."""
+        cur.execute(read_sql("release_finished_claims"), {"task": self.task_id})
+
+    def claim(self, cur: Cursor, batch: Batch, owner: str, token: str, lease_s: int) -> bool:
+        """Claim ``batch`` for worker ``owner`` (run + map index); False when it is done or held by another."""
+        return bool(self.table.claim_ids(cur, self.task_id, [batch.lo], token, owner, lease_s))
+
+    def renew(self, cur: Cursor, batch: Batch, token: str) -> bool:
+        """Whether this worker still holds ``batch`` (its lease renewed)."""
+        return self.table.renew(cur, self.task_id, batch.lo, token)
+
+    def complete(self, cur: Cursor, batch: Batch, token: str, *, expired: bool = False) -> bool:
+        """Mark ``batch`` done (and expired: skipped by an early stop); False when another worker took it over."""
+        done = bool(self.table.complete(cur, self.task_id, [batch.lo], token))
+        if done and expired:
+            cur.execute(read_sql("mark_expired"), {"task": self.task_id, "lo": batch.lo})
+        return done
+
+    def release(self, cur: Cursor, batch: Batch, token: str, error: str) -> None:
+        """A failed batch goes back to pending with its error (fenced by the claim token)."""
+        self.table.release(cur, self.task_id, batch.lo, token, error, max_attempts=None)
+
+    def release_run(self, cur: Cursor, run_id: str) -> int:
+        """Claims the run made and did not finish go back to pending (after all its chunks ended)."""
+        return self.table.release_owner(cur, self.task_id, run_id)
 
 
 def cap_record(record: Any) -> Any:

@@ -5,14 +5,17 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
 
 from crawler_ops.errors import DeliveryError
 from crawler_ops.hooks import producer as producer_module
-from crawler_ops.hooks.producer import BatchPublisher, IdempotentProducerHook
+from crawler_ops.hooks.producer import IdempotentProducerHook, KafkaPublisher
+from crawler_ops.planning import Batch
 from crawler_ops.records import Message
+from crawler_ops.results import RunCounts
 
 
 @pytest.fixture
@@ -71,7 +74,7 @@ class FakeProducer:
         if self.full_after is not None and len(self.waiting) >= self.full_after:
             raise BufferError("Local: Queue full")
         self.produced.append((topic, key))
-        self.waiting.append(on_delivery)
+        self.waiting.append(lambda err, _msg, topic=topic: on_delivery(err, SimpleNamespace(topic=lambda: topic)))
 
     def poll(self, _timeout: float) -> int:
         self.polls += 1
@@ -92,40 +95,43 @@ def messages(n: int, topic: str | None = None) -> list[Message]:
     return [Message(f"k{i}".encode(), b"{}", [], topic) for i in range(n)]
 
 
-def test_confirm_returns_once_every_message_is_reported_delivered():
+BATCH = Batch(0, 100)
+
+
+def test_confirm_returns_once_every_message_is_reported_delivered_counting_those_to_the_topic():
     producer = FakeProducer()
-    publisher = BatchPublisher(producer, "jobs", "t1")  # type: ignore[arg-type]
+    publisher = KafkaPublisher(producer, "jobs", "t1")  # type: ignore[arg-type]
 
-    publisher.send(messages(3) + messages(1, topic="jobs.dead"))
+    publisher.send(BATCH, messages(3) + messages(1, topic="jobs.dead"), RunCounts())
 
-    assert publisher.confirm("offsets [0, 100)") == 4
+    assert publisher.confirm() == 3, "dead letters are delivered too, but not counted as published"
     assert [topic for topic, _ in producer.produced] == ["jobs", "jobs", "jobs", "jobs.dead"]
 
 
 def test_a_failed_delivery_report_fails_the_batch_naming_topics_and_offsets():
-    publisher = BatchPublisher(FakeProducer(reports=[None, "Broker: Message size too large"]), "jobs", "t1")  # type: ignore[arg-type]
+    publisher = KafkaPublisher(FakeProducer(reports=[None, "Broker: Message size too large"]), "jobs", "t1")  # type: ignore[arg-type]
 
-    publisher.send(messages(2) + messages(1, topic="jobs.dead"))
+    publisher.send(BATCH, messages(2) + messages(1, topic="jobs.dead"), RunCounts())
 
     expected = r"task t1: Kafka confirmed 2 of 3 messages to 'jobs' and 'jobs.dead' \(offsets \[0, 100\)\)"
     with pytest.raises(DeliveryError, match=expected + ".*Message size too large"):
-        publisher.confirm("offsets [0, 100)")
+        publisher.confirm()
 
 
 def test_messages_still_queued_after_the_flush_timeout_fail_the_batch():
-    publisher = BatchPublisher(FakeProducer(remaining=1), "jobs", "t1", flush_timeout=3)  # type: ignore[arg-type]
+    publisher = KafkaPublisher(FakeProducer(remaining=1), "jobs", "t1", flush_timeout=3)  # type: ignore[arg-type]
 
-    publisher.send(messages(2))
+    publisher.send(BATCH, messages(2), RunCounts())
 
     with pytest.raises(DeliveryError, match=r"within 3s: no delivery report"):
-        publisher.confirm("offsets [0, 100)")
+        publisher.confirm()
 
 
 def test_a_full_local_queue_is_drained_and_every_message_still_produced():
     producer = FakeProducer(full_after=2)
-    publisher = BatchPublisher(producer, "jobs", "t1")  # type: ignore[arg-type]
+    publisher = KafkaPublisher(producer, "jobs", "t1")  # type: ignore[arg-type]
 
-    publisher.send(messages(5))
+    publisher.send(BATCH, messages(5), RunCounts())
 
-    assert publisher.confirm("offsets [0, 100)") == 5
+    assert publisher.confirm() == 5
     assert [key for _, key in producer.produced] == [f"k{i}".encode() for i in range(5)] and producer.polls == 2

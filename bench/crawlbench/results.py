@@ -1,0 +1,57 @@
+"""What one benchmark run measured: a row per variant, and everything for one total."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+from crawlbench.source import RequestLog
+from crawlbench.topics import KeyCheck
+
+
+@dataclass
+class Variant:
+    """One measured variant: the numbers of the main table plus details for the JSON."""
+
+    name: str
+    wall_s: float
+    pages: int | None
+    fetched: int
+    kept: int
+    published: int
+    rate: float
+    rate_basis: str = "fetched"
+    requests: RequestLog | None = None
+    keys: KeyCheck | None = None
+    cpu_s: float | None = None
+    details: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class Suite:
+    """Everything measured for one total."""
+
+    dataset: dict[str, Any]
+    variants: list[Variant]
+    project: dict[str, Any]
+    components: dict[str, float]
+    problems: list[str]
+    scheduler: dict[str, Any] = field(default_factory=dict)
+
+    def variant(self, prefix: str) -> Variant | None:
+        return next((v for v in self.variants if v.name.startswith(prefix)), None)
+
+
+def crawl_span_variant(project: Variant, name: str = "project: crawl span (PG)") -> Variant:
+    """The project's crawl alone: plan start to commit end, as recorded in crawler_ops.crawl_run."""
+    crawl_s = float(project.details["crawl_s"])
+    return Variant(
+        name=name,
+        wall_s=crawl_s,
+        pages=project.pages,
+        fetched=project.fetched,
+        kept=project.kept,
+        published=project.published,
+        rate=project.fetched / crawl_s if crawl_s > 0 else math.nan,
+    )

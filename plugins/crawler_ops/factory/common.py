@@ -1,0 +1,110 @@
+"""What every generated DAG shares: schedule, default args, failure policy for permanent errors, and the
+placeholder DAG that shows an invalid config in the UI."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping, Sequence
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from airflow.sdk import DAG, CronTriggerTimetable, get_parsing_context, task
+from airflow.sdk.exceptions import AirflowFailException
+from croniter import croniter
+
+from crawler_ops.config import CrawlTaskConfig, DagSettings, ExecutorTaskConfig, broken_dag_id
+from crawler_ops.errors import ConfigError, SourceError
+
+log = logging.getLogger(__name__)
+TAGS = ("crawler_ops", "crawl")
+
+
+def timetable_for(cfg: DagSettings) -> Any:
+    """A cron schedule fires at its cron times (CronTriggerTimetable) with a data interval of one period, so
+    a backfill run knows which dates are its own; other schedules are passed to Airflow as they are."""
+    if cfg.schedule is None or not croniter.is_valid(cfg.schedule):
+        return cfg.schedule
+    fires = croniter(cfg.schedule, cfg.start_date)
+    first, second = fires.get_next(datetime), fires.get_next(datetime)
+    return CronTriggerTimetable(cfg.schedule, timezone="UTC", interval=second - first)
+
+
+def no_retry_for_permanent_errors(step: Callable[[], Any]) -> Any:
+    """Config errors and non-retriable source errors fail at once; Airflow retries everything else."""
+    try:
+        return step()
+    except ConfigError as exc:
+        raise AirflowFailException(str(exc)) from exc
+    except SourceError as exc:
+        if not exc.retriable:
+            raise AirflowFailException(str(exc)) from exc
+        raise
+
+
+def default_args_for(cfg: DagSettings) -> dict[str, Any]:
+    return {
+        "owner": "crawler_ops",
+        "retries": cfg.retries,
+        "retry_delay": timedelta(seconds=cfg.retry_delay_s),
+        "retry_exponential_backoff": 2.0,
+        "max_retry_delay": timedelta(minutes=30),
+        "execution_timeout": timedelta(minutes=cfg.execution_timeout_min),
+    }
+
+
+def dag_settings(cfg: DagSettings) -> dict[str, Any]:
+    """What every generated DAG shares besides its schedule: one active run at a time, retries, paused or not."""
+    return {
+        "start_date": cfg.start_date,
+        "catchup": False,
+        "max_active_runs": 1,
+        "default_args": default_args_for(cfg),
+        "is_paused_upon_creation": cfg.paused,
+    }
+
+
+def build_broken_dag(label: str, message: str, prefix: str = "crawl_") -> DAG:
+    """A visible placeholder for an invalid task: its only task fails with the validation message."""
+    dag_id = broken_dag_id(label, prefix)
+    with DAG(
+        dag_id=dag_id,
+        schedule=None,
+        start_date=datetime(2026, 1, 1, tzinfo=UTC),
+        catchup=False,
+        tags=[*TAGS, "config-error"],
+        doc_md=f"**Invalid config**\n\n```\n{message}\n```",
+        is_paused_upon_creation=True,
+        description="INVALID CONFIG: " + message[:200],
+    ) as dag:
+
+        @task(task_id="config_error", retries=0)
+        def config_error() -> None:
+            raise AirflowFailException(message)
+
+        config_error()
+    return dag
+
+
+def build_dags(
+    configs: Sequence[CrawlTaskConfig] | Sequence[ExecutorTaskConfig],
+    errors: Mapping[str, str],
+    builder: Callable[[Any], DAG],
+    prefix: str,
+) -> dict[str, DAG]:
+    """DAGs by dag_id for valid configs, placeholders for invalid ones; only the one being run at task start."""
+    wanted = get_parsing_context().dag_id
+    dags: dict[str, DAG] = {}
+    problems = dict(errors)
+    for cfg in configs:
+        if cfg.enabled and wanted in (None, cfg.dag_id):
+            try:
+                dags[cfg.dag_id] = builder(cfg)
+            except Exception as exc:  # noqa: BLE001 - one task's DAG failing to build must not hide the others
+                label = cfg.dag_id.removeprefix(prefix)
+                problems[label] = f"'{label}': the DAG could not be built: {type(exc).__name__}: {exc}"
+    for label, message in problems.items():
+        log.error("crawler_ops config: %s", message)
+        broken = build_broken_dag(label, message, prefix)
+        if wanted in (None, broken.dag_id) and broken.dag_id not in dags:
+            dags[broken.dag_id] = broken
+    return dags

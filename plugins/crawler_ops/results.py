@@ -1,0 +1,135 @@
+"""Typed run data: the counts a batch, a chunk and a run add up, a dead letter, and the run summary.
+
+Pure: no Airflow, no I/O. The names of the counters here are also the names of the crawl metrics, of the
+``crawl_run`` columns and of the keys in a chunk's result and a run's summary.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, field, fields
+from typing import Any, NamedTuple
+
+from crawler_ops.planning import Batch
+
+
+@dataclass(frozen=True)
+class RunCounts:
+    """What a batch, a chunk or a run did; counts add up with ``+``."""
+
+    pages: int = 0
+    fetched: int = 0
+    kept: int = 0
+    published: int = 0
+    expired: int = 0
+    dead_lettered: int = 0
+    batches_done: int = 0
+    batches_skipped: int = 0
+
+    def __add__(self, other: RunCounts) -> RunCounts:
+        return RunCounts(*(a + b for a, b in zip(self.values(), other.values(), strict=True)))
+
+    def values(self) -> tuple[int, ...]:
+        return tuple(getattr(self, name) for name in COUNTER_NAMES)
+
+    def to_dict(self) -> dict[str, int]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, values: Mapping[str, Any]) -> RunCounts:
+        """The counters found in ``values`` (a chunk result, a run record); missing ones are 0."""
+        return cls(**{name: int(values.get(name) or 0) for name in COUNTER_NAMES})
+
+    @classmethod
+    def total(cls, many: Sequence[RunCounts]) -> RunCounts:
+        return sum(many, cls())
+
+
+COUNTER_NAMES = tuple(f.name for f in fields(RunCounts))
+# Counted in the run record (``crawl_run``) and shown in the status view's last run.
+RECORD_COUNTERS = ("fetched", "kept", "published", "expired", "dead_lettered")
+# Emitted as metrics, once per batch after it is recorded done.
+METRIC_COUNTERS = (*RECORD_COUNTERS, "batches_done")
+
+
+class DeadLetter(NamedTuple):
+    """A record that cannot be published as it is: its source offset, why, and the record as the source sent it."""
+
+    offset: int
+    reason: str
+    record: Any
+
+
+@dataclass(frozen=True)
+class BatchOutcome:
+    """A finished batch: what it adds to its run, its dead letters, and the early-stop cutoff it found.
+
+    :param cutoff: on a first crawl, offsets below this are older than the window (0: none found).
+    :param skipped_as_expired: the batch lies below the cutoff and was not fetched.
+    """
+
+    batch: Batch
+    counts: RunCounts
+    dead_letters: tuple[DeadLetter, ...] = ()
+    cutoff: int = 0
+    skipped_as_expired: bool = False
+
+
+@dataclass(frozen=True)
+class ChunkResult:
+    """What one mapped ``crawl_chunk`` instance returns (as a dict through XCom)."""
+
+    label: str
+    counts: RunCounts
+    elapsed_s: float
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"label": self.label, **self.counts.to_dict(), "elapsed_s": round(self.elapsed_s, 3)}
+
+
+@dataclass(frozen=True)
+class RunSummary:
+    """The summary of a crawl run: returned by commit, logged, sent to the webhook, attached to the Asset event.
+
+    :param unfinished: planned batches not done when the run ended; the run failed when there are any.
+    """
+
+    task: str
+    run_id: str
+    mode: str | None
+    status: str
+    topic: str
+    ref_time: str
+    total: int | None = None
+    planned: int = 0
+    counts: RunCounts = field(default_factory=RunCounts)
+    errors: tuple[str, ...] = ()
+    old_watermark: int | None = None
+    new_watermark: int | None = None
+    duration_s: float | None = None
+    unfinished: tuple[Batch, ...] = ()
+
+    @property
+    def failed(self) -> bool:
+        return self.status == "failed" or bool(self.unfinished)
+
+    def to_dict(self) -> dict[str, Any]:
+        counts = self.counts
+        return {
+            "task": self.task,
+            "run_id": self.run_id,
+            "mode": self.mode,
+            "status": self.status,
+            "topic": self.topic,
+            "ref_time": self.ref_time,
+            "total": self.total,
+            "planned": self.planned,
+            "pages": counts.pages,
+            **{name: getattr(counts, name) for name in RECORD_COUNTERS},
+            "errors": list(self.errors),
+            "old_watermark": self.old_watermark,
+            "new_watermark": self.new_watermark,
+            "duration_s": self.duration_s,
+            "unfinished_batches": len(self.unfinished),
+            "oldest_unfinished": [[b.lo, b.hi] for b in sorted(self.unfinished)[:5]],
+        }
