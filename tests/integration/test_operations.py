@@ -6,11 +6,15 @@ import json
 import os
 import subprocess
 import sys
+import threading
+import time
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
+import psycopg
 import pytest
 from confluent_kafka import Consumer
 
@@ -424,3 +428,89 @@ def test_a_retried_commit_does_not_count_the_run_twice(source, pg_uri, unique_id
         pg_uri, "SELECT filtered_count, produced_count FROM crawler_ops.progress WHERE task_id = %s", unique_id
     )
     assert totals == [(307, 305)]
+
+
+def postgres_conn(pg_uri: str, deadlock_timeout: str) -> str:
+    """The crawler database as a connection whose sessions check for deadlocks after ``deadlock_timeout``."""
+    url = urlsplit(pg_uri)
+    return json.dumps(
+        {
+            "conn_type": "postgres",
+            "host": url.hostname,
+            "port": url.port,
+            "login": url.username,
+            "password": url.password,
+            "schema": url.path.lstrip("/"),
+            "extra": {"options": f"-c deadlock_timeout={deadlock_timeout}"},
+        }
+    )
+
+
+def blocked_by(pg_uri: str, pids: set[int], deadline_s: float = 60) -> int:
+    """Wait until a session is waiting for a lock one of ``pids`` holds; its pid."""
+    deadline = time.monotonic() + deadline_s
+    while True:
+        waiting = query(
+            pg_uri,
+            "SELECT pid FROM pg_stat_activity WHERE pg_blocking_pids(pid) && %s::int[] AND NOT pid = ANY(%s::int[])",
+            list(pids),
+            list(pids),
+        )
+        if waiting:
+            return int(waiting[0][0])
+        assert time.monotonic() < deadline, f"nothing waited for sessions {pids}"
+        time.sleep(0.05)
+
+
+def test_closing_a_run_while_its_worker_finishes_a_batch_survives_the_deadlock_and_reports_once(
+    source, receiver, pg_uri, unique_id, monkeypatch, use_config
+):
+    """The listener updates the run record, then the run's batch rows; a worker finishing a batch updates batch rows,
+    then the run record. PostgreSQL breaks the deadlock by rolling one back: here, the listener's (it waits on a
+    5 s deadlock timeout, the worker on 60 s), which must then close the run on a second try."""
+    from crawler_ops.ledger import ledger_for
+    from crawler_ops.listener import close_run
+    from crawler_ops.plan import plan_run
+    from crawler_ops.planning import Batch
+    from crawler_ops.results import BatchOutcome, RunCounts
+    from crawler_ops.run import RunContext, RunParams
+
+    monkeypatch.setenv(f"AIRFLOW_CONN_PG_WORKER_{unique_id.upper()}", postgres_conn(pg_uri, "60s"))
+    monkeypatch.setenv(f"AIRFLOW_CONN_PG_LISTENER_{unique_id.upper()}", postgres_conn(pg_uri, "5s"))
+    source.create(unique_id, total=300, ref=REF, in_window_share=1.0)
+    notify = {"conn_id": f"hook_{unique_id}"}
+    worker_cfg = make_task(unique_id, notify=notify, postgres_conn_id=f"pg_worker_{unique_id}")
+    use_config(make_task(unique_id, notify=notify, postgres_conn_id=f"pg_listener_{unique_id}"))
+    run = RunContext(cfg=worker_cfg, run_id="dying-run", ref=REF, params=RunParams(), map_index=0)
+    plan_run(run)
+    ledger = ledger_for(run, "dying-run|0", "dying-run|0|1|deadbeef")
+    current, following = Batch(200, 300), Batch(100, 200)
+    assert ledger.claim(current) and ledger.claim(following)
+    finished: list[Any] = []
+    outcome = BatchOutcome(current, RunCounts(pages=1, fetched=100, kept=100, published=100, batches_done=1))
+    finishing = threading.Thread(target=lambda: finished.append(ledger.finish(outcome, following)))
+    closing = threading.Thread(target=close_run, args=(worker_cfg.dag_id, run.run_id, "marked failed in the UI"))
+
+    with psycopg.connect(pg_uri) as blocker:
+        blocker.execute(
+            "SELECT 1 FROM crawler_ops.batch_status WHERE task_name = %s AND id = 200 FOR UPDATE", (unique_id,)
+        )
+        finishing.start()
+        worker = blocked_by(pg_uri, {blocker.info.backend_pid})  # renewed `following`, waits for `current`
+        closing.start()
+        blocked_by(pg_uri, {blocker.info.backend_pid, worker})  # closed the run record, waits for a batch row
+    finishing.join(120)
+    closing.join(120)
+
+    assert finished == [(0, True)], "the worker's transaction went through"
+    record = run_record(pg_uri, unique_id)
+    assert (record["status"], record["fetched"], record["published"]) == ("failed", 100, 100)
+    assert record["errors"] == ["the DAG run failed without a commit: marked failed in the UI"]
+    (request,) = receiver.requests
+    assert verified(request)["summary"]["run_id"] == "dying-run"
+    rows = query(
+        pg_uri,
+        "SELECT id, status, claim_token FROM crawler_ops.batch_status WHERE task_name = %s ORDER BY id",
+        unique_id,
+    )
+    assert rows == [(0, 0, None), (100, 0, None), (200, 2, "dying-run|0|1|deadbeef")]

@@ -5,9 +5,11 @@ from __future__ import annotations
 from types import SimpleNamespace
 from typing import Any
 
+import psycopg
 import pytest
 
 from crawler_ops import commit, listener, notify
+from crawler_ops.errors import StatusTableError
 from crawler_ops.results import RunSummary
 
 
@@ -101,3 +103,61 @@ def test_a_failure_while_closing_is_logged_not_raised(closing, monkeypatch, capl
     listener.close_run("crawl_jobs", "r1", "marked failed")
 
     assert "could not close the record of crawl_jobs run r1" in caplog.text and "PostgreSQL is down" in caplog.text
+
+
+def rolled_back_by_postgres(sqlstate_error: type[Exception]) -> StatusTableError:
+    """The store's error for a transaction PostgreSQL rolled back, caused by psycopg's error."""
+    try:
+        raise sqlstate_error("deadlock detected")
+    except sqlstate_error as cause:
+        try:
+            raise StatusTableError("task jobs: PostgreSQL failed: deadlock detected") from cause
+        except StatusTableError as error:
+            return error
+
+
+@pytest.mark.parametrize(
+    "error", [psycopg.errors.DeadlockDetected, psycopg.errors.SerializationFailure], ids=["deadlock", "serialization"]
+)
+def test_a_close_rolled_back_by_postgres_is_tried_again_and_reported_once(closing, monkeypatch, error):
+    answers: list[Any] = [rolled_back_by_postgres(error), SUMMARY]
+
+    def close(cfg: Any, run_id: str, reason: str) -> Any:
+        answer = answers.pop(0)
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
+
+    monkeypatch.setattr(commit, "close_abandoned_run", close)
+
+    listener.close_run("crawl_jobs", "r1", "marked failed")
+
+    assert answers == [] and [args[2:] for args in closing["notify"]] == [("failure", SUMMARY.to_dict())]
+
+
+def test_a_close_that_keeps_being_rolled_back_gives_up_after_a_few_tries(closing, monkeypatch):
+    calls: list[str] = []
+
+    def close(cfg: Any, run_id: str, reason: str) -> Any:
+        calls.append(run_id)
+        raise rolled_back_by_postgres(psycopg.errors.DeadlockDetected)
+
+    monkeypatch.setattr(commit, "close_abandoned_run", close)
+
+    listener.close_run("crawl_jobs", "r1", "marked failed")
+
+    assert calls == ["r1"] * listener.CLOSE_ATTEMPTS and closing["notify"] == []
+
+
+def test_other_failures_are_not_tried_again(closing, monkeypatch):
+    calls: list[str] = []
+
+    def close(cfg: Any, run_id: str, reason: str) -> Any:
+        calls.append(run_id)
+        raise StatusTableError("task jobs: cannot connect to PostgreSQL")
+
+    monkeypatch.setattr(commit, "close_abandoned_run", close)
+
+    listener.close_run("crawl_jobs", "r1", "marked failed")
+
+    assert calls == ["r1"] and closing["notify"] == []
