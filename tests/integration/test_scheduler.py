@@ -135,18 +135,22 @@ def executor_entry(name: str) -> dict[str, Any]:
         "workers": 2,
         "schedule": "* * * * *",
         "retries": 0,
+        "paused": True,  # unpaused by the airflow fixture, like the crawl tasks
     }
 
 
 def session_tasks(task_ids: dict[str, str]) -> list[dict[str, Any]]:
-    return [
-        make_task(task_ids["rest"]).model_dump(mode="json"),
-        make_task(task_ids["backfill"], schedule="@daily", batch_size=500).model_dump(mode="json"),
-        make_task(task_ids["minutely"], schedule="* * * * *").model_dump(mode="json"),
-        ops_task(task_ids["ops"]).model_dump(mode="json"),
-        cancel_task(task_ids["cancel"]).model_dump(mode="json"),
-        make_task(task_ids["status"]).model_dump(mode="json"),
+    """The session's crawl tasks, paused when created: the scheduler starts before the api-server answers, and a
+    run it started then fails (its tasks cannot reach the execution API); the fixture unpauses them once it does."""
+    tasks = [
+        make_task(task_ids["rest"]),
+        make_task(task_ids["backfill"], schedule="@daily", batch_size=500),
+        make_task(task_ids["minutely"], schedule="* * * * *"),
+        ops_task(task_ids["ops"]),
+        cancel_task(task_ids["cancel"]),
+        make_task(task_ids["status"]),
     ]
+    return [{**task.model_dump(mode="json"), "paused": True} for task in tasks]
 
 
 def cancel_task(task_id: str) -> CrawlTaskConfig:
@@ -235,7 +239,10 @@ def airflow(
         state = json.loads(STATE_FILE.read_text())["airflow"]
         api = AirflowApi(state["url"], state["login"], STACK_DIR / "logs" / "airflow-api-server.log")
         for key, task_id in task_ids.items():
-            api.wait_for_dag(f"exec_{task_id}" if key == "executor" else f"crawl_{task_id}")
+            dag_id = f"exec_{task_id}" if key == "executor" else f"crawl_{task_id}"
+            api.wait_for_dag(dag_id)
+            unpaused = api.http.patch(f"/dags/{dag_id}", json={"is_paused": False})
+            assert unpaused.status_code == 200, unpaused.text
         yield api
     finally:
         subprocess.run([*stack_py, "airflow-down"], check=True, env=env)
