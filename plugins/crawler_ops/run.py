@@ -14,6 +14,7 @@ from crawler_ops.errors import ConfigError
 from crawler_ops.filtering import Window
 from crawler_ops.hooks.source import SourceApiHook
 from crawler_ops.hooks.store import CrawlStoreHook
+from crawler_ops.records import head_fields
 
 
 @dataclass(frozen=True)
@@ -103,7 +104,8 @@ class RunContext:
         return not (self.params.dry_run or self.params.replay or self.backfill_interval is not None)
 
     def source(self) -> SourceApiHook:
-        return SourceApiHook(self.cfg.source, self.cfg.id, self.cfg.source_task)
+        fields = head_fields(self.cfg.filter.date_fields, self.cfg.kafka.key_field)
+        return SourceApiHook(self.cfg.source, self.cfg.id, self.cfg.source_task, fields)
 
     def store(self) -> CrawlStoreHook:
         return CrawlStoreHook(self.cfg.postgres_conn_id, self.cfg.id)
