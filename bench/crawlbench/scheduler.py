@@ -21,7 +21,7 @@ from crawlbench.metadata import add_chunk_figures, chunk_results, dag_run, run_t
 from crawlbench.project import crawl_seconds, read_run_record, write_config
 from crawlbench.results import Variant
 from crawlbench.sampling import TreeMemory
-from crawlbench.source import Dataset, SourceAdmin, dataset_name
+from crawlbench.source import Dataset, RequestLog, SourceAdmin, dataset_name
 from crawlbench.topics import check_topic
 
 SERVICES = ("api-server", "scheduler", "dag-processor")
@@ -194,6 +194,7 @@ def run_scheduler_variant(
     with scheduler_services(stack, config_path, log_dir) as services:
         measured = scheduled_run(services, admin, ds, latency_ms)
         record = read_run_record(stack.pg_uri, ds.name)
+        requests = admin.requests(ds.name)
         incremental = incremental_run(services, admin, ds, args.incremental_records) if args.incremental_records else {}
     details = {
         "dataset": ds.name,
@@ -207,11 +208,16 @@ def run_scheduler_variant(
         "latency_ms": latency_ms,
         "incremental": incremental,
     }
-    return scheduler_variant(stack, admin, topic, record, details)
+    return scheduler_variant(stack, admin, topic, record, details, requests)
 
 
 def scheduler_variant(
-    stack: Stack, admin: SourceAdmin, topic: str, record: Mapping[str, Any], details: dict[str, Any]
+    stack: Stack,
+    admin: SourceAdmin,
+    topic: str,
+    record: Mapping[str, Any],
+    details: dict[str, Any],
+    requests: RequestLog,
 ) -> Variant:
     """The scheduler run's row: trigger to run finished, keys checked against the truth at its ``ref_time``."""
     wall = details["run"]["wall_s"]
@@ -223,7 +229,7 @@ def scheduler_variant(
         kept=int(record["kept"]),
         published=int(record["published"]),
         rate=int(record["fetched"]) / wall,
-        requests=admin.requests(details["dataset"]),
+        requests=requests,
         keys=check_topic(stack.bootstrap, topic, admin.truth(details["dataset"], record["ref_time"])),
         details=details,
     )
