@@ -70,6 +70,15 @@ class SourceAdmin:
         )
         return frozenset(truth["in_window_ids"])
 
+    def set_latency(self, name: str, latency_ms: float) -> None:
+        """Make every count and page request of ``name`` take ``latency_ms`` longer (the source's latency fault),
+        as a remote source would; 0 clears it."""
+        self._json("PUT", f"/admin/tasks/{name}/faults", json={"latency_ms": latency_ms})
+
+    def append(self, name: str, n: int) -> int:
+        """Append ``n`` new records (dated after the data set's reference); returns the new total."""
+        return int(self._json("POST", f"/admin/tasks/{name}/append", json={"n": n})["total"])
+
     def clear_requests(self, name: str) -> None:
         self._json("DELETE", f"/admin/tasks/{name}/requests")
 
