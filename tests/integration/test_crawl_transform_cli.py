@@ -53,13 +53,6 @@ def test_a_transform_that_cannot_be_imported_fails_the_run_and_publishes_nothing
     assert run_record(pg_uri, unique_id)["status"] == "failed"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="crawler_ops.chunk.crawl_chunk builds the BatchFilter (which loads the transform), the ledger and the "
-    "publisher before ChunkCrawler.crawl() enters the try that calls ledger.fail(), so a chunk that fails while "
-    "starting records no error: the run record's errors stay [] and there is no crawl_error row; the summary, the "
-    "failure webhook and the status view say 'failed' with no reason",
-)
 def test_a_transform_that_cannot_be_imported_is_named_in_the_run_record(source, pg_uri, unique_id, run_dag):
     source.create(unique_id, total=300, ref=REF, in_window_share=1.0)
     cfg = make_task(unique_id, transform="crawler_ops.transforms.no_such_transform")

@@ -68,6 +68,44 @@ def unwrap(envelope: Any, records_path: str) -> Any:
     return envelope
 
 
+def http_client(conn: Any, source: SourceConfig) -> httpx.Client:
+    """A keep-alive client for the connection: base URL from schema/host/port, basic auth from login/password,
+    headers from the extra; as many connections as pages in flight (plus two)."""
+    scheme = conn.schema or "http"
+    host = conn.host or ""
+    base = host if "://" in host else f"{scheme}://{host}"
+    if conn.port:
+        base = f"{base}:{conn.port}"
+    headers = {str(k): str(v) for k, v in (conn.extra_dejson or {}).items() if not isinstance(v, (dict, list))}
+    auth = httpx.BasicAuth(conn.login, conn.password or "") if conn.login else None
+    limits = httpx.Limits(max_connections=source.concurrency + 2, max_keepalive_connections=source.concurrency + 2)
+    # Loading the CA bundle for a verifying TLS context costs 0.1-0.2 s per client; a plain-HTTP source
+    # (redirects are not followed) never uses it.
+    return httpx.Client(
+        base_url=base,
+        headers=headers,
+        auth=auth,
+        limits=limits,
+        timeout=httpx.Timeout(source.timeout_s),
+        verify=base.lower().startswith("https://"),
+    )
+
+
+def read_bounded(response: httpx.Response, max_bytes: int, label: str) -> bytes:
+    """The body of ``response``; a body over ``max_bytes`` (declared or streamed) is an error, not retried."""
+    declared = response.headers.get("content-length")
+    if declared and declared.isdigit() and int(declared) > max_bytes:
+        raise SourceError(f"{label}: response of {declared} bytes exceeds source.max_response_mb", retriable=False)
+    chunks: list[bytes] = []
+    size = 0
+    for part in response.iter_bytes():
+        size += len(part)
+        if size > max_bytes:
+            raise SourceError(f"{label}: response exceeds source.max_response_mb", retriable=False)
+        chunks.append(part)
+    return b"".join(chunks)
+
+
 class SourceApiHook(BaseHook):
     """Reads the total and the pages of one data set of a paginated HTTP JSON API.
 
@@ -96,27 +134,7 @@ class SourceApiHook(BaseHook):
 
     @cached_property
     def client(self) -> httpx.Client:
-        conn = self.get_connection(self.source.conn_id)
-        scheme = conn.schema or "http"
-        host = conn.host or ""
-        base = host if "://" in host else f"{scheme}://{host}"
-        if conn.port:
-            base = f"{base}:{conn.port}"
-        headers = {str(k): str(v) for k, v in (conn.extra_dejson or {}).items() if not isinstance(v, (dict, list))}
-        auth = httpx.BasicAuth(conn.login, conn.password or "") if conn.login else None
-        limits = httpx.Limits(
-            max_connections=self.source.concurrency + 2, max_keepalive_connections=self.source.concurrency + 2
-        )
-        # Loading the CA bundle for a verifying TLS context costs 0.1-0.2 s per client; a plain-HTTP source
-        # (redirects are not followed) never uses it.
-        return httpx.Client(
-            base_url=base,
-            headers=headers,
-            auth=auth,
-            limits=limits,
-            timeout=httpx.Timeout(self.source.timeout_s),
-            verify=base.lower().startswith("https://"),
-        )
+        return http_client(self.get_connection(self.source.conn_id), self.source)
 
     def close(self) -> None:
         if "client" in self.__dict__:
@@ -209,7 +227,7 @@ class SourceApiHook(BaseHook):
                         retriable=response.status_code in RETRIABLE_STATUS,
                         retry_after=retry_after_seconds(response.headers.get("retry-after")),
                     )
-                body = self._read_bounded(response, label)
+                body = read_bounded(response, self.max_bytes, label)
         except httpx.TimeoutException as exc:
             raise SourceError(f"{label} timed out after {self.source.timeout_s}s", retriable=True) from exc
         except httpx.TransportError as exc:
@@ -224,16 +242,3 @@ class SourceApiHook(BaseHook):
             ) from exc
         except msgspec.DecodeError as exc:
             raise SourceError(f"{label} returned malformed JSON ({len(body)} bytes): {exc}", retriable=True) from exc
-
-    def _read_bounded(self, response: httpx.Response, label: str) -> bytes:
-        declared = response.headers.get("content-length")
-        if declared and declared.isdigit() and int(declared) > self.max_bytes:
-            raise SourceError(f"{label}: response of {declared} bytes exceeds source.max_response_mb", retriable=False)
-        chunks: list[bytes] = []
-        size = 0
-        for part in response.iter_bytes():
-            size += len(part)
-            if size > self.max_bytes:
-                raise SourceError(f"{label}: response exceeds source.max_response_mb", retriable=False)
-            chunks.append(part)
-        return b"".join(chunks)
