@@ -47,9 +47,10 @@ class BatchBounds:
 
     def poll(self, pg_uri: str, task_id: str) -> None:
         """Remember the task's current batch rows. A database that does not answer (a scenario may have stopped
-        it) is asked again at the next poll: the rows live from plan to commit."""
+        it) or has no schema yet (the first plan creates it) is asked again at the next poll: the rows live from
+        plan to commit."""
         with (
-            contextlib.suppress(psycopg.OperationalError),
+            contextlib.suppress(psycopg.OperationalError, psycopg.errors.UndefinedTable),
             psycopg.connect(pg_uri, connect_timeout=2) as conn,
         ):
             rows = conn.execute("SELECT id, hi FROM crawler_ops.batch_status WHERE task_name = %s", (task_id,))

@@ -94,13 +94,16 @@ class ChunkKiller:
 
 
 def wait_mid_run(lab: Lab, flights: Sequence[Flight], share: float = MID_RUN_SHARE) -> None:
-    """Until every flight's run fetched ``share`` of its planned batches (or ended: the fault is late)."""
+    """Until every flight's run fetched ``share`` of its planned batches. A run that ended first would make the
+    fault hit nothing: that is an error (give the scenario more records)."""
 
     def ready() -> bool:
         lab.tick(flights)
         return all(lab.finished(f) or run_progress(f) >= share for f in flights)
 
     wait_until("the runs to get under way", ready, lab.left(600), POLL_S)
+    if ended := [f.dag_id for f in flights if lab.finished(f)]:
+        raise BenchError(f"{', '.join(ended)}: the run ended before the fault; use more records (--total)")
 
 
 def hold(lab: Lab, flights: Sequence[Flight], seconds: float) -> None:
@@ -147,7 +150,8 @@ def postgres_outage(lab: Lab, flights: Sequence[Flight], pg: PrivatePostgres, do
 
 def source_faults(lab: Lab, flights: Sequence[Flight]) -> str:
     """With 10 % of the source's answers 503 (set with the data sets), every ``BURST_EVERY_S`` a ``BURST_S`` burst
-    of 429 (Retry-After 1 s) on every list request, until the runs end; counts from the source's request log."""
+    of 429 (Retry-After 1 s) on every list request, until the runs end; each flight's list requests answered 5xx
+    and 429, from the source's request log."""
     latency, bursts = lab.settings.shape.latency_ms, 0
     while not all(lab.finished(f) for f in flights):
         hold(lab, flights, BURST_EVERY_S)
@@ -157,10 +161,11 @@ def source_faults(lab: Lab, flights: Sequence[Flight]) -> str:
         for flight in flights:
             lab.admin.set_faults(flight.task_id, latency_ms=latency, **source_errors())
         bursts += 1
-    statuses = [lab.admin.statuses(f.task_id) for f in flights]
-    errors = sum(n for s in statuses for code, n in s.items() if code >= 500)
-    limited = sum(s[429] for s in statuses)
-    return f"{errors} × 5xx, {limited} × 429 in {bursts} bursts (all flights)"
+    for flight in flights:
+        statuses = lab.admin.statuses(flight.task_id)
+        errors = sum(n for code, n in statuses.items() if code >= 500)
+        flight.injected = f"{errors} × 5xx, {statuses[429]} × 429 in {bursts} bursts"
+    return f"{SOURCE_ERROR_RATE:.0%} 503 answers, 429 bursts"
 
 
 def source_errors() -> dict[str, float | int]:

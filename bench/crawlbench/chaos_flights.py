@@ -3,6 +3,7 @@ demo-source data sets, their runs on the private Airflow, and what their topics 
 
 from __future__ import annotations
 
+import contextlib
 import time
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -48,6 +49,7 @@ class Flight:
     runs: list[str] = field(default_factory=list)
     states: list[str] = field(default_factory=list)
     kills: int = 0
+    injected: str = ""
     batches: BatchBounds = field(default_factory=BatchBounds)
 
     @property
@@ -96,12 +98,14 @@ def run_progress(flight: Flight) -> float:
     """Share of the current run's planned batches fetched so far (0 before its plan)."""
     if not flight.runs:
         return 0.0
-    with psycopg.connect(flight.pg_uri, connect_timeout=5) as conn:
+    # The first plan of a fresh database creates the schema.
+    with contextlib.suppress(psycopg.errors.UndefinedTable), psycopg.connect(flight.pg_uri, connect_timeout=5) as conn:
         row = conn.execute(
             "SELECT pages, planned FROM crawler_ops.crawl_run WHERE task_id = %s AND run_id = %s",
             (flight.task_id, flight.runs[-1]),
         ).fetchone()
-    return row[0] / row[1] if row and row[1] else 0.0
+        return row[0] / row[1] if row and row[1] else 0.0
+    return 0.0
 
 
 def run_refs(flight: Flight) -> list[datetime]:

@@ -128,4 +128,5 @@ class Lab:
 
         wait_until(f"the runs of {', '.join(f.dag_id for f in flights)} to finish", done, deadline, poll_s=1.0)
         for flight in flights:
-            flight.states.append(str(self.api().run_state(flight.dag_id, flight.runs[-1])))
+            if len(flight.states) < len(flight.runs):
+                flight.states.append(str(self.api().run_state(flight.dag_id, flight.runs[-1])))

@@ -46,7 +46,7 @@ class Row:
 
     def outcome(self) -> str:
         if self.skipped or self.error:
-            return self.skipped or f"ERROR: {self.error}"
+            return self.skipped or f"ERROR: {str(self.error).splitlines()[0]}"
         counts = Counter(self.states)
         runs = ", ".join(f"{n} {state}" for state, n in sorted(counts.items()))
         return f"{runs}; {self.failed_attempts} failed chunk tries"

@@ -159,7 +159,7 @@ def row_for(lab: Lab, scenario: Scenario, flight: Flight, injected: str) -> Row:
         scenario=scenario.name,
         mode=flight.mode,
         runs=len(flight.runs),
-        injected=f"{flight.kills} SIGKILLs" if scenario.kills else injected,
+        injected=f"{flight.kills} SIGKILLs" if scenario.kills else (flight.injected or injected),
         expected=expected,
         tallies=tallies,
         states=list(flight.states),
