@@ -29,7 +29,7 @@ class Shape:
     source latency per page (so a fault lands mid-run), chunks run in parallel."""
 
     total: int = 8_000
-    append: int = 3_000
+    append: int = 5_000
     batch: int = 100
     latency_ms: int = 250
     chunks: int = 2

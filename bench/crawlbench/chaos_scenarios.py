@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from crawlbench.chaos_faults import (
     ChunkKiller,
@@ -36,7 +36,10 @@ class Scenario:
     :param pg: ``stack`` or ``private`` (a private server, broken on purpose).
     :param rounds: runs per flight (records are appended before each later run).
     :param inject: breaks something during round ``n``; says what.
+    :param source_errors: the source answers 10 % of requests with 503 from the start.
+    :param scale: records of the data sets, in multiples of the shape's, for a fault that takes long to land.
     :param skipped: why the scenario cannot run here.
+    :param kills: the fault is chunk kills (the row shows each flight's count).
     """
 
     name: str
@@ -45,6 +48,7 @@ class Scenario:
     pg: str = "stack"
     rounds: int = 1
     source_errors: bool = False
+    scale: int = 1
     skipped: str | None = None
     kills: bool = False
 
@@ -89,7 +93,8 @@ def scenarios(kill_rounds: int) -> dict[str, Scenario]:
         Scenario("cluster_broker", inject_cluster, kafka="cluster"),
         Scenario("postgres_outage", inject_postgres, pg="private"),
         Scenario("source_faults", inject_source, source_errors=True),
-        Scenario("airflow_restart", inject_restart),
+        # Stopping the api-server and the scheduler takes 5-25 s: enough work left for the stop to land mid-chunk.
+        Scenario("airflow_restart", inject_restart, scale=3),
         Scenario("celery_worker", no_injection, skipped="skipped: no Celery stack"),
     ]
     return {s.name: s for s in listed}
@@ -133,7 +138,8 @@ def run_scenario(lab: Lab, scenario: Scenario, flights: Sequence[Flight]) -> lis
     with private_services(lab, scenario):
         shape = lab.settings.shape
         for flight in flights:
-            create_data(lab.admin, flight, shape, **(source_errors() if scenario.source_errors else {}))
+            errors = source_errors() if scenario.source_errors else {}
+            create_data(lab.admin, flight, replace(shape, total=shape.total * scenario.scale), **errors)
             lab.admin.clear_requests(flight.task_id)
         injected, round_no = "", 0
         while round_no < scenario.rounds or (scenario.kills and owed_kills(lab, flights, round_no)):
