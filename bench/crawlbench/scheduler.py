@@ -37,12 +37,16 @@ class Services:
     env: dict[str, str]
     pids: dict[str, int]
     log_dir: Path
+    port: int = 0
 
 
 @contextmanager
-def scheduler_services(stack: Stack, config_path: Path, log_dir: Path) -> Iterator[Services]:
+def scheduler_services(
+    stack: Stack, config_path: Path, log_dir: Path, extra_env: Mapping[str, str] | None = None
+) -> Iterator[Services]:
     """api-server + scheduler (LocalExecutor) + dag-processor on a quiesced private copy of the metadata DB,
-    parsing only the benchmark's config; all three are stopped (by pid) on exit, their task logs kept."""
+    parsing only the benchmark's config (``extra_env`` added to their environment); all three are stopped (by
+    pid) on exit, their task logs kept."""
     with airflow_env(stack, shared=False, quiesce=True) as env:
         port = devstack.free_port()
         env.update(
@@ -50,7 +54,8 @@ def scheduler_services(stack: Stack, config_path: Path, log_dir: Path) -> Iterat
             AIRFLOW__CORE__EXECUTION_API_SERVER_URL=f"http://127.0.0.1:{port}/execution/",
             AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL="5",
         )
-        services = Services(env, {}, log_dir)
+        env.update(extra_env or {})
+        services = Services(env, {}, log_dir, port)
         try:
             for service in SERVICES:
                 command = [devstack.airflow_cli(), *devstack.airflow_service_args(service, port)]
