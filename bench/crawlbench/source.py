@@ -66,10 +66,6 @@ class SourceAdmin:
         """(Re)create ``name`` with the demo source's own options (``total``, ``ref``, ``window_days``, ...)."""
         self._json("PUT", f"/admin/tasks/{name}", json=body)
 
-    def append(self, name: str, n: int) -> int:
-        """Append ``n`` newer records; the new total."""
-        return int(self._json("POST", f"/admin/tasks/{name}/append", json={"n": n})["total"])
-
     def set_faults(self, name: str, **faults: Any) -> None:
         """Replace the data set's injected faults (``error_rate``, ``latency_ms``, ``rate_limit_every``, ...)."""
         self._json("PUT", f"/admin/tasks/{name}/faults", json=faults)
@@ -90,7 +86,7 @@ class SourceAdmin:
     def set_latency(self, name: str, latency_ms: float) -> None:
         """Make every count and page request of ``name`` take ``latency_ms`` longer (the source's latency fault),
         as a remote source would; 0 clears it."""
-        self._json("PUT", f"/admin/tasks/{name}/faults", json={"latency_ms": latency_ms})
+        self.set_faults(name, latency_ms=latency_ms)
 
     def append(self, name: str, n: int) -> int:
         """Append ``n`` new records (dated after the data set's reference); returns the new total."""
