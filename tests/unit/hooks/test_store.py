@@ -36,6 +36,20 @@ def test_a_record_over_the_cap_is_stored_as_truncated_text_that_fits_the_cap(siz
     assert len(json.dumps(capped, ensure_ascii=False).encode()) <= DEAD_LETTER_MAX_BYTES
 
 
+@pytest.mark.parametrize(
+    "text",
+    ["𠀀" * DEAD_LETTER_MAX_BYTES, '"\\' * DEAD_LETTER_MAX_BYTES],
+    ids=["4-byte-characters", "quotes-and-backslashes"],
+)
+def test_a_capped_record_fits_the_cap_whatever_its_characters(text):
+    record = {"id": "r", "text": text}
+
+    capped = cap_record(record)
+
+    assert capped["truncated"] is True and json.dumps(record, ensure_ascii=False).startswith(capped["text"])
+    assert DEAD_LETTER_MAX_BYTES - 1024 < len(json.dumps(capped, ensure_ascii=False).encode()) <= DEAD_LETTER_MAX_BYTES
+
+
 def test_values_json_cannot_encode_are_stored_as_text():
     from datetime import date
 
