@@ -67,8 +67,9 @@ def latency_table(suites: Sequence[Suite]) -> str:
     """The project against the old loop and the limit at each source latency (suites of one total)."""
     rows = [
         "| latency ms | pages in flight | old loop rec/s | project crawl span rec/s | × old | limit rec/s "
-        "(measured) | × limit | binding | in flight × page / latency | dags test wall s | scheduler trigger→done s |",
-        "|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|---:|",
+        "(measured) | × limit | binding | source with the pages in flight rec/s | in flight × page / latency "
+        "| dags test wall s | scheduler trigger→done s |",
+        "|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|---:|---:|",
     ]
     for s in suites:
         old, span, wall = s.variant("old algorithm (no sleep"), s.variant("project: crawl"), s.variant("project: dags")
@@ -77,10 +78,11 @@ def latency_table(suites: Sequence[Suite]) -> str:
         limit, bound = s.limit()
         computed = s.in_flight * s.dataset["batch"] / (s.latency_ms / 1000) if s.latency_ms else math.inf
         scheduler = s.scheduler.get("run", {}).get("wall_s") if s.scheduler else None
+        flight = s.variant("source, ")
         rows.append(
             f"| {s.latency_ms:g} | {s.in_flight} | {fmt(old.rate)} | {fmt(span.rate)} | {fmt(span.rate / old.rate, 2)} "
-            f"| {fmt(limit)} | {fmt(span.rate / limit, 2)} | {bound} | {fmt(computed)} | {wall.wall_s:.2f} "
-            f"| {fmt(scheduler, 2)} |"
+            f"| {fmt(limit)} | {fmt(span.rate / limit, 2)} | {bound} | {fmt(flight.rate if flight else None)} "
+            f"| {fmt(computed)} | {wall.wall_s:.2f} | {fmt(scheduler, 2)} |"
         )
     return "\n".join(rows)
 
