@@ -41,7 +41,7 @@ def chunk_profile(path: Path, top: int = 15) -> dict[str, Any]:
     stacks = {s: n for s, n in read_stacks(path).items() if any(m in f for f in s for m in CHUNK_FRAMES)}
     total = sum(stacks.values())
     if not total:
-        return {"samples": 0, "self": [], "inclusive": []}
+        return {"samples": 0, "self": [], "inclusive": [], "run": run_shares(path)}
     own: Counter[str] = Counter()
     through: Counter[str] = Counter()
     for stack, count in stacks.items():
@@ -50,10 +50,31 @@ def chunk_profile(path: Path, top: int = 15) -> dict[str, Any]:
             through[frame] += count
     return {
         "samples": total,
+        "run": run_shares(path),
         "rate_hz": RATE_HZ,
         "self": [(name, n / total) for name, n in own.most_common(top)],
         "inclusive": [(name, n / total) for name, n in through.most_common(top)],
     }
+
+
+# Where a whole ``dags test`` run's samples go, by what their stack passes through (first match wins).
+RUN_PARTS = (
+    ("Airflow's in-process Execution API building its versioned routes (Cadwyn)", "cadwyn/"),
+    ("the crawl_chunk step", "crawler_ops/chunk.py"),
+    ("imports", "_find_and_load"),
+    ("the other steps (plan, commit) and the DAG's build", "crawler_ops/"),
+)
+
+
+def run_shares(path: Path) -> list[tuple[str, float]]:
+    """Shares of all the run's samples (every thread) by :data:`RUN_PARTS`, the rest as Airflow's other work."""
+    stacks = read_stacks(path)
+    total = sum(stacks.values()) or 1
+    shares: dict[str, int] = dict.fromkeys([name for name, _ in RUN_PARTS] + ["everything else"], 0)
+    for stack, count in stacks.items():
+        part = next((name for name, marker in RUN_PARTS if any(marker in f for f in stack)), "everything else")
+        shares[part] += count
+    return [(name, n / total) for name, n in shares.items()]
 
 
 def short(frame: str) -> str:

@@ -137,7 +137,10 @@ def profile_lines(profile: Mapping[str, Any] | None) -> list[str]:
     """The top of the chunk's py-spy profile (``--profile``)."""
     if not profile or not profile["samples"]:
         return []
+    shares = ", ".join(f"{name} {share * 100:.0f} %" for name, share in profile.get("run", []))
     lines = [
+        "",
+        f"All py-spy samples of the profiled `dags test` run (every thread): {shares}.",
         "",
         f"Top of the chunk's profile (py-spy, {profile['samples']} samples at {profile['rate_hz']} Hz of the "
         "threads running the chunk loop or its fetches; share of those samples):",
