@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import functools
+import logging
 import secrets
 import subprocess
 import sys
@@ -159,6 +160,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--concurrency", type=int, default=None, help="source.concurrency (default: its own)")
     parser.add_argument("--runs", type=int, default=3)
     args = parser.parse_args(argv)
+    logging.disable(logging.INFO)  # the chunk's progress lines would interleave with the table
     stack = load_stack()
     admin = SourceAdmin(stack.source_url)
     parts: PARTS = Counter()
