@@ -152,7 +152,7 @@ class ChunkCrawler:
     published and are simply fetched again). A batch is produced only while this worker still holds its
     claim, so a run cancelled in the UI, or a worker whose lease was taken over, stops instead of publishing.
 
-    A first crawl has two stops. The probed floor (``plan``: a binary search for the window's start, minus
+    A first crawl has two stops. The probed floor (``plan``: a search for the window's start, minus
     ``max_expired_batches`` batches of margin) bounds the plan: batches below it are never planned. The
     streak cutoff (:meth:`BatchFilter.cutoff_after`, shared by every chunk of the run through its run
     record) can only stop earlier: when ``max_expired_batches`` consecutive pages above the floor hold
