@@ -70,6 +70,17 @@ class DemoSource:
             params={"ref": ref.isoformat(), "days": days, "tolerance_s": tolerance_s},
         )
 
+    def ids_since(self, task: str, start: datetime) -> set[str]:
+        """The ground truth of the records dated at or after ``start`` (up to ten years later)."""
+        return set(self.truth(task, start, days=0, tolerance_s=10 * 365 * 86_400)["in_window_ids"])
+
+    def ids_between(self, task: str, start: datetime, end: datetime) -> set[str]:
+        """The ground truth of the records dated in the half-open interval ``[start, end)``: the closed interval's
+        truth without the records dated exactly at ``end`` (whole seconds both, so nothing is rounded)."""
+        closed = self.truth(task, start, days=0, tolerance_s=int((end - start).total_seconds()))["in_window_ids"]
+        at_end = self.truth(task, end, days=0, tolerance_s=0)["in_window_ids"]
+        return set(closed) - set(at_end)
+
 
 @dataclass(frozen=True)
 class Delivered:

@@ -173,7 +173,7 @@ def measure_components(
     from crawler_ops.hooks.source import SourceApiHook
 
     rule = filtering.DateRule()
-    window = filtering.Window.around(REF, WINDOW_DAYS, timedelta(seconds=TOLERANCE_S)).in_zone(rule.tz)
+    window = filtering.Window.since(REF, WINDOW_DAYS, REF, timedelta(seconds=TOLERANCE_S)).in_zone(rule.tz)
     source = SourceApiHook(SourceConfig(), "bench", ds.name, records.head_fields(rule.fields, "id"))
     headers = [("crawl_task", b"bench"), ("run_id", b"components")]
     topic = f"{ds.name}.components"

@@ -11,6 +11,8 @@ CREATE TABLE IF NOT EXISTS crawler_ops.progress (
     filtered_count    bigint NOT NULL DEFAULT 0,
     produced_count    bigint NOT NULL DEFAULT 0,
     last_run_id       text,
+    -- the newest reference time of a run whose commit moved (or kept) the watermark
+    last_ref_time     timestamptz,
     updated_at        timestamptz NOT NULL DEFAULT now()
 );
 
@@ -50,6 +52,8 @@ CREATE TABLE IF NOT EXISTS crawler_ops.crawl_run (
     dead_lettered  bigint NOT NULL DEFAULT 0,
     pages          bigint NOT NULL DEFAULT 0,
     errors         jsonb NOT NULL DEFAULT '[]'::jsonb,
+    -- what an operator should know about a run that is not an error (e.g. it re-ran an older reference time)
+    notes          jsonb NOT NULL DEFAULT '[]'::jsonb,
     expiry_cutoff  bigint NOT NULL DEFAULT 0,
     status         text NOT NULL DEFAULT 'running',
     started_at     timestamptz NOT NULL DEFAULT now(),
@@ -92,6 +96,14 @@ BEGIN
                       AND table_name = 'crawl_run' AND column_name = 'committed_kept') THEN
         ALTER TABLE crawler_ops.crawl_run ADD COLUMN committed_kept bigint NOT NULL DEFAULT 0,
                                           ADD COLUMN committed_published bigint NOT NULL DEFAULT 0;
+    END IF;
+    IF NOT EXISTS (SELECT 1 FROM information_schema.columns WHERE table_schema = 'crawler_ops'
+                      AND table_name = 'crawl_run' AND column_name = 'notes') THEN
+        ALTER TABLE crawler_ops.crawl_run ADD COLUMN notes jsonb NOT NULL DEFAULT '[]'::jsonb;
+    END IF;
+    IF NOT EXISTS (SELECT 1 FROM information_schema.columns WHERE table_schema = 'crawler_ops'
+                      AND table_name = 'progress' AND column_name = 'last_ref_time') THEN
+        ALTER TABLE crawler_ops.progress ADD COLUMN last_ref_time timestamptz;
     END IF;
     -- Before crawl_error, dead letters had their own table: move its rows over once, then drop it.
     IF to_regclass('crawler_ops.dead_letter') IS NOT NULL THEN

@@ -4,6 +4,6 @@ VALUES (%(task)s, %(run_id)s, %(mode)s, %(ref)s, %(total)s, %(watermark)s, %(pla
 ON CONFLICT (task_id, run_id) DO UPDATE
    SET mode = EXCLUDED.mode, ref_time = EXCLUDED.ref_time, total = EXCLUDED.total,
        old_watermark = EXCLUDED.old_watermark, planned = EXCLUDED.planned, fetched = 0, kept = 0,
-       published = 0, expired = 0, dead_lettered = 0, pages = 0, errors = '[]'::jsonb, expiry_cutoff = 0,
-       status = 'running', started_at = now(), finished_at = NULL, new_watermark = NULL, committed_kept = 0,
-       committed_published = 0
+       published = 0, expired = 0, dead_lettered = 0, pages = 0, errors = '[]'::jsonb, notes = '[]'::jsonb,
+       expiry_cutoff = 0, status = 'running', started_at = now(), finished_at = NULL, new_watermark = NULL,
+       committed_kept = 0, committed_published = 0

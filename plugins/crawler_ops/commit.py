@@ -110,6 +110,7 @@ def advance(
         run.run_id,
         new,
         record.get("total") or 0,
+        ref=run.ref,
         last_start=max((b.lo for b in planned), default=None),
         status="completed" if not unfinished else "incomplete",
         kept=record.get("kept", 0) - record.get("committed_kept", 0),
@@ -167,6 +168,7 @@ def run_summary(
         new_watermark=new,
         duration_s=round((datetime.now(UTC) - started).total_seconds(), 3) if started else None,
         unfinished=tuple(unfinished),
+        notes=tuple(record.get("notes") or ()),
     )
 
 

@@ -24,23 +24,49 @@ class Verdict(enum.Enum):
 
 @dataclass(frozen=True)
 class Window:
-    """The closed interval ``[start, end]`` of aware datetimes a kept record's date must lie in."""
+    """Which record dates a run keeps.
+
+    A closed window ``[start, end]`` belongs to a run that moves the watermark (or replays offsets): its start is
+    ``ref - days`` and its end the wall clock plus the future tolerance, so a record is never expired for being
+    newer than the run's reference time; a date after the end is no real date and is dead-lettered.
+    A half-open window ``[start, end)`` is a backfill run's data interval: a date exactly at ``end`` belongs to
+    the next interval, and every date outside is simply not this run's.
+    """
 
     start: datetime
     end: datetime
+    half_open: bool = False
 
     @classmethod
-    def around(cls, ref: datetime, days: float, tolerance: timedelta = timedelta(0)) -> Window:
-        if ref.tzinfo is None:
-            raise ValueError("the reference time must be timezone-aware")
-        return cls(ref - timedelta(days=days), ref + tolerance)
+    def since(cls, ref: datetime, days: float, now: datetime, tolerance: timedelta = timedelta(0)) -> Window:
+        """The window of a run that moves the watermark: from ``ref - days`` on, up to ``now`` (the wall clock) plus
+        ``tolerance``. A reference time ahead of the wall clock counts as the clock, so its own records are kept."""
+        if ref.tzinfo is None or now.tzinfo is None:
+            raise ValueError("the reference time and the wall clock must be timezone-aware")
+        return cls(ref - timedelta(days=days), max(ref, now) + tolerance)
+
+    @classmethod
+    def interval(cls, start: datetime, end: datetime) -> Window:
+        """A backfill run's data interval ``[start, end)``."""
+        if start.tzinfo is None or end.tzinfo is None:
+            raise ValueError("a data interval must be timezone-aware")
+        return cls(start, end, half_open=True)
 
     def in_zone(self, tz: tzinfo) -> Window:
         """The same window expressed in ``tz``: comparing datetimes that share a tzinfo is much cheaper."""
-        return Window(self.start.astimezone(tz), self.end.astimezone(tz))
+        return Window(self.start.astimezone(tz), self.end.astimezone(tz), self.half_open)
+
+    def verdict(self, moment: datetime) -> Verdict:
+        """KEEP inside; EXPIRED before the start (or anywhere outside a half-open window); BAD_DATE after the end
+        of a closed window."""
+        if moment < self.start:
+            return Verdict.EXPIRED
+        if moment < self.end or (moment == self.end and not self.half_open):
+            return Verdict.KEEP
+        return Verdict.EXPIRED if self.half_open else Verdict.BAD_DATE
 
     def contains(self, moment: datetime) -> bool:
-        return self.start <= moment <= self.end
+        return self.verdict(moment) is Verdict.KEEP
 
 
 @dataclass(frozen=True)
@@ -99,16 +125,23 @@ def classify(record: Mapping[str, object], rule: DateRule, window: Window, tz: t
     moment, detail = record_date(record, rule.fields, tz)
     if moment is None:
         return Verdict.BAD_DATE, detail
-    return (Verdict.KEEP if window.contains(moment) else Verdict.EXPIRED), detail
+    verdict = window.verdict(moment)
+    if verdict is Verdict.BAD_DATE:
+        return verdict, (
+            f"{detail}={str(record[detail])[:40]!r} is after {window.end.isoformat()}, the wall clock plus "
+            "filter.future_tolerance_hours: not a real date"
+        )
+    return verdict, detail
 
 
 class WindowTest:
     """:func:`classify` for the many records of one page, from their date values alone.
 
-    The common record, whose first date field is ISO text, costs one parse and two comparisons: a naive
-    date is compared with the window's bounds as wall times in ``tz`` when the window is expressed in that
-    very zone object, which is how Python compares two datetimes sharing a tzinfo anyway. Every other
-    record goes through :func:`classify`, so the decisions are the same.
+    The common record, whose first date field is ISO text inside the window, costs one parse and two
+    comparisons: a naive date is compared with the window's bounds as wall times in ``tz`` when the window is
+    expressed in that very zone object, which is how Python compares two datetimes sharing a tzinfo anyway.
+    Every other record, and every date after the window's end, goes through :func:`classify`, so the
+    decisions and reasons are the same.
 
     :param rule: the date fields, in order of preference.
     :param window: the run's window.
@@ -124,24 +157,31 @@ class WindowTest:
         """The verdict and detail (the field used, or why the date is bad) of each record, from its date
         values in ``rule.fields`` order (None when absent; values after those are ignored)."""
         keep, expired = (Verdict.KEEP, self.rule.fields[0]), (Verdict.EXPIRED, self.rule.fields[0])
-        start, end = self.wall or (self.window.start, self.window.end)
+        aware, wall = (self.window.start, self.window.end), self.wall
+        closed = not self.window.half_open
         parse, tz, out = datetime.fromisoformat, self.tz, []
         for values in rows:
             value = values[0]
-            if value.__class__ is str:
-                try:
-                    moment = parse(value.strip().replace("/", "-"))  # type: ignore[attr-defined]
-                except ValueError:
-                    out.append(self.slow(values))
-                    continue
-                if moment.tzinfo is None and self.wall is not None:
-                    out.append(keep if start <= moment <= end else expired)
-                    continue
+            if value.__class__ is not str:
+                out.append(self.slow(values))
+                continue
+            try:
+                moment = parse(value.strip().replace("/", "-"))  # type: ignore[attr-defined]
+            except ValueError:
+                out.append(self.slow(values))
+                continue
+            if moment.tzinfo is None and wall is not None:
+                start, end = wall
+            else:
+                start, end = aware
                 if moment.tzinfo is None:
                     moment = moment.replace(tzinfo=tz)
-                out.append(keep if self.window.contains(moment) else expired)
-            else:
-                out.append(self.slow(values))
+            if moment < start:
+                out.append(expired)
+            elif moment < end or (closed and moment == end):
+                out.append(keep)
+            else:  # after a closed window's end: the garbage reason comes from classify
+                out.append(self.slow(values) if closed else expired)
         return out
 
     def slow(self, values: Sequence[object]) -> tuple[Verdict, str]:

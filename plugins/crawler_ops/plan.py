@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import logging
 from concurrent.futures import ThreadPoolExecutor
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any
 
 import psycopg
@@ -161,7 +161,24 @@ def plan_locked(
             store.start_run(cur, run.run_id, mode, run.ref, total=total, watermark=watermark, planned=len(batches))
             if shrink_note:
                 store.add_run_error(cur, run.run_id, shrink_note)
+        note_older_reference(run, store, cur)
     return batches, "first" if first else "incremental", watermark, first
+
+
+def note_older_reference(run: RunContext, store: CrawlStoreHook, cur: Cursor) -> None:
+    """A run whose reference time is older than the last committed run's is allowed (its window still keeps
+    every newer record), but an operator should see that it happened: a note on its summary."""
+    last = store.last_ref_time(cur)
+    if last is None or run.ref >= last:
+        return
+    note = (
+        f"task {run.cfg.id}: reference time {run.ref.isoformat()} is older than the last committed run's "
+        f"({last.isoformat()}): an older run was re-executed (cleared, or triggered with a past logical date); "
+        f"its window keeps every record dated from {run.window.start.isoformat()} on"
+    )
+    log.warning("%s", note)
+    if not run.params.dry_run:
+        store.add_run_note(cur, run.run_id, note)
 
 
 def handle_shrink(
@@ -218,9 +235,9 @@ def range_to_read(run: RunContext, source: SourceApiHook, total: int) -> tuple[i
     window, margin = run.window, run.cfg.batch_size
     width = run.cfg.source.concurrency
     lo = probe_offset(source, total, run.cfg.filter.rule, window.start, width)
-    hi = probe_offset(source, total, run.cfg.filter.rule, window.end + timedelta(seconds=1), width)
+    hi = probe_offset(source, total, run.cfg.filter.rule, window.end, width)
     log.info(
-        "task %s: backfill of [%s, %s] reads offsets [%d, %d) of %d (probed, +/- %d)",
+        "task %s: backfill of [%s, %s) reads offsets [%d, %d) of %d (probed, +/- %d)",
         run.cfg.id,
         window.start,
         window.end,

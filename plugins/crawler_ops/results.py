@@ -92,6 +92,7 @@ class RunSummary:
     """The summary of a crawl run: returned by commit, logged, sent to the webhook, attached to the Asset event.
 
     :param unfinished: planned batches not done when the run ended; the run failed when there are any.
+    :param notes: what an operator should know that is no error (a re-run of an older reference time).
     """
 
     task: str
@@ -108,6 +109,7 @@ class RunSummary:
     new_watermark: int | None = None
     duration_s: float | None = None
     unfinished: tuple[Batch, ...] = ()
+    notes: tuple[str, ...] = ()
 
     @property
     def failed(self) -> bool:
@@ -127,6 +129,7 @@ class RunSummary:
             "pages": counts.pages,
             **{name: getattr(counts, name) for name in RECORD_COUNTERS},
             "errors": list(self.errors),
+            "notes": list(self.notes),
             "old_watermark": self.old_watermark,
             "new_watermark": self.new_watermark,
             "duration_s": self.duration_s,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, MutableMapping
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from airflow.sdk.exceptions import AirflowFailException
@@ -94,11 +94,14 @@ class RunContext:
 
     @property
     def window(self) -> Window:
-        """Backfill runs keep the records dated in their own data interval; others the configured window."""
+        """Backfill runs keep the records dated in their own data interval ``[start, end)``. The others keep every
+        record from ``ref - days`` on, however much newer than ``ref``: a run re-executed later (cleared, or
+        triggered with a past logical date) still publishes what arrived since. The wall clock bounds only what
+        counts as a real date."""
         if self.backfill_interval is not None:
-            return Window(*self.backfill_interval)
+            return Window.interval(*self.backfill_interval)
         days = self.params.filter_days if self.params.filter_days is not None else self.cfg.filter.days
-        return Window.around(self.ref, days, self.cfg.filter.tolerance)
+        return Window.since(self.ref, days, datetime.now(UTC), self.cfg.filter.tolerance)
 
     @property
     def uses_status_table(self) -> bool:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta, timezone
+from itertools import pairwise
 from zoneinfo import ZoneInfo
 
 import pytest
@@ -15,9 +16,13 @@ SHANGHAI = ZoneInfo("Asia/Shanghai")
 FIELDS = ("aae397", "Collect_time")
 RULE = DateRule(FIELDS, "Asia/Shanghai")
 REF = datetime(2026, 11, 20, 12, 0, tzinfo=UTC)
-WINDOW = Window.around(REF, days=7, tolerance=timedelta(hours=24))
+# The wall clock of these tests is the reference time itself, so the window ends 24 h after it.
+WINDOW = Window.since(REF, days=7, now=REF, tolerance=timedelta(hours=24))
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 PROPERTY = settings(max_examples=200, deadline=None)
+# References and dates across a century, so a filter that looked at the wall clock would disagree.
+seconds_since_2000 = st.integers(0, 100 * 365 * 86_400)
+BASE = datetime(2000, 1, 1, tzinfo=UTC)
 
 # --- parse_date ---------------------------------------------------------------------------------------------
 
@@ -167,37 +172,83 @@ def test_reason_truncates_long_values() -> None:
 # --- Window -------------------------------------------------------------------------------------------------------
 
 
-def test_window_around_spans_days_before_and_tolerance_after_the_reference() -> None:
-    window = Window.around(REF, days=7, tolerance=timedelta(hours=24))
+def test_a_watermark_window_starts_days_before_the_reference_and_ends_at_the_wall_clock_plus_tolerance() -> None:
+    now = REF + timedelta(days=3)
+    window = Window.since(REF, days=7, now=now, tolerance=timedelta(hours=24))
     assert window.start == datetime(2026, 11, 13, 12, tzinfo=UTC)
-    assert window.end == datetime(2026, 11, 21, 12, tzinfo=UTC)
+    assert window.end == datetime(2026, 11, 24, 12, tzinfo=UTC)
+    assert not window.half_open
+
+
+def test_a_reference_ahead_of_the_wall_clock_keeps_its_own_records() -> None:
+    window = Window.since(REF, days=7, now=REF - timedelta(days=2), tolerance=timedelta(hours=1))
+    assert window.end == REF + timedelta(hours=1)
 
 
 @pytest.mark.parametrize(
-    ("moment", "inside"),
+    ("moment", "verdict"),
     [
-        (datetime(2026, 11, 13, 12, tzinfo=UTC), True),
-        (datetime(2026, 11, 21, 12, tzinfo=UTC), True),
-        (datetime(2026, 11, 21, 20, tzinfo=SHANGHAI), True),
-        (datetime(2026, 11, 13, 11, 59, 59, 999_999, tzinfo=UTC), False),
-        (datetime(2026, 11, 21, 12, 0, 0, 1, tzinfo=UTC), False),
-        (datetime(2026, 11, 21, 20, 0, 1, tzinfo=SHANGHAI), False),
+        (datetime(2026, 11, 13, 12, tzinfo=UTC), Verdict.KEEP),
+        (datetime(2026, 11, 21, 12, tzinfo=UTC), Verdict.KEEP),
+        (datetime(2026, 11, 21, 20, tzinfo=SHANGHAI), Verdict.KEEP),
+        (datetime(2026, 11, 13, 11, 59, 59, 999_999, tzinfo=UTC), Verdict.EXPIRED),
+        (datetime(2026, 11, 21, 12, 0, 0, 1, tzinfo=UTC), Verdict.BAD_DATE),
+        (datetime(2026, 11, 21, 20, 0, 1, tzinfo=SHANGHAI), Verdict.BAD_DATE),
     ],
     ids=["start", "end", "end-in-other-zone", "just-before-start", "just-after-end", "after-end-in-other-zone"],
 )
-def test_window_bounds_are_inclusive(moment: datetime, inside: bool) -> None:
-    assert WINDOW.contains(moment) is inside
+def test_a_watermark_window_keeps_both_bounds_and_calls_later_dates_garbage(moment: datetime, verdict: Verdict) -> None:
+    assert WINDOW.verdict(moment) is verdict
+    assert WINDOW.contains(moment) is (verdict is Verdict.KEEP)
 
 
-def test_window_without_tolerance_ends_at_the_reference() -> None:
-    window = Window.around(REF, days=1)
-    assert window.end == REF
-    assert not window.contains(REF + timedelta(microseconds=1))
+def test_a_record_newer_than_the_reference_is_kept_when_the_run_executes_later() -> None:
+    # A run for REF re-executed ten days later: a record dated five days after REF is in its window.
+    window = Window.since(REF, days=7, now=REF + timedelta(days=10))
+    assert window.verdict(REF + timedelta(days=5)) is Verdict.KEEP
+    assert window.verdict(REF - timedelta(days=7, seconds=1)) is Verdict.EXPIRED
 
 
-def test_window_rejects_a_naive_reference_time() -> None:
+@pytest.mark.parametrize(
+    ("moment", "verdict"),
+    [
+        (datetime(2026, 11, 19, tzinfo=UTC), Verdict.KEEP),
+        (datetime(2026, 11, 19, 23, 59, 59, 999_999, tzinfo=UTC), Verdict.KEEP),
+        (datetime(2026, 11, 20, tzinfo=UTC), Verdict.EXPIRED),
+        (datetime(2026, 11, 18, 23, 59, 59, 999_999, tzinfo=UTC), Verdict.EXPIRED),
+        (datetime(2030, 1, 1, tzinfo=UTC), Verdict.EXPIRED),
+    ],
+    ids=["start-is-in", "last-instant-is-in", "end-is-the-next-interval", "before-start", "far-future-is-not-garbage"],
+)
+def test_a_backfill_interval_is_half_open(moment: datetime, verdict: Verdict) -> None:
+    window = Window.interval(datetime(2026, 11, 19, tzinfo=UTC), datetime(2026, 11, 20, tzinfo=UTC))
+    assert window.verdict(moment) is verdict
+    assert window.in_zone(SHANGHAI).verdict(moment) is verdict
+
+
+@PROPERTY
+@given(
+    start_s=seconds_since_2000,
+    lengths=st.lists(st.integers(1, 3 * 86_400), min_size=1, max_size=5),
+    probe_s=st.integers(-86_400, 16 * 86_400),
+)
+def test_adjacent_backfill_intervals_keep_every_instant_exactly_once(
+    start_s: int, lengths: list[int], probe_s: int
+) -> None:
+    edges = [BASE + timedelta(seconds=start_s)]
+    for length in lengths:
+        edges.append(edges[-1] + timedelta(seconds=length))
+    moment = edges[0] + timedelta(seconds=probe_s)
+    windows = [Window.interval(a, b) for a, b in pairwise(edges)]
+    keeping = sum(w.verdict(moment) is Verdict.KEEP for w in windows)
+    assert keeping == (1 if edges[0] <= moment < edges[-1] else 0)
+
+
+def test_windows_reject_naive_times() -> None:
     with pytest.raises(ValueError, match=r"timezone-aware"):
-        Window.around(datetime(2026, 11, 20, 12), days=7)
+        Window.since(datetime(2026, 11, 20, 12), days=7, now=REF)
+    with pytest.raises(ValueError, match=r"timezone-aware"):
+        Window.interval(datetime(2026, 11, 19), REF)
 
 
 # --- classify -----------------------------------------------------------------------------------------------------
@@ -209,10 +260,10 @@ def test_window_rejects_a_naive_reference_time() -> None:
         ({"aae397": "2026-11-20 10:00:00"}, Verdict.KEEP, "aae397"),
         ({"aae397": "garbage", "Collect_time": "2026-11-18T00:00:00Z"}, Verdict.KEEP, "Collect_time"),
         ({"aae397": "2026-11-01 10:00:00"}, Verdict.EXPIRED, "aae397"),
-        ({"aae397": "2026-11-23 10:00:00"}, Verdict.EXPIRED, "aae397"),
+        ({"aae397": "2026-11-23 10:00:00"}, Verdict.BAD_DATE, "aae397='2026-11-23 10:00:00' is after"),
         ({"aae397": "not-a-date"}, Verdict.BAD_DATE, "no usable date: aae397='not-a-date' unparseable"),
     ],
-    ids=["recent", "fallback-field", "too-old", "too-far-in-the-future", "bad-date"],
+    ids=["recent", "fallback-field", "too-old", "later-than-the-clock-plus-tolerance", "bad-date"],
 )
 def test_classify_gives_a_verdict_with_the_field_used_or_the_reason(
     record: dict[str, object], verdict: Verdict, detail: str
@@ -235,9 +286,6 @@ def _render(moment: datetime, style: str) -> object:
 
 
 RENDER_STYLES = ["iso-offset", "naive-shanghai", "slashes-shanghai", "epoch-seconds", "epoch-millis"]
-# References and dates across a century, so a filter that looked at the wall clock would disagree.
-seconds_since_2000 = st.integers(0, 100 * 365 * 86_400)
-BASE = datetime(2000, 1, 1, tzinfo=UTC)
 
 
 @PROPERTY
@@ -246,23 +294,33 @@ BASE = datetime(2000, 1, 1, tzinfo=UTC)
     offset_s=st.integers(-30 * 86_400, 30 * 86_400),
     days=st.integers(1, 30),
     tolerance_h=st.integers(0, 48),
+    late_s=st.integers(-86_400, 20 * 86_400),
     style=st.sampled_from(RENDER_STYLES),
     fallback=st.booleans(),
 )
-def test_verdict_depends_only_on_the_record_and_the_reference_time(
-    ref_s: int, offset_s: int, days: int, tolerance_h: int, style: str, fallback: bool
+def test_verdict_depends_only_on_the_record_the_reference_time_and_the_wall_clock_bound(
+    ref_s: int, offset_s: int, days: int, tolerance_h: int, late_s: int, style: str, fallback: bool
 ) -> None:
     ref = BASE + timedelta(seconds=ref_s)
+    now = ref + timedelta(seconds=late_s)  # the run executes this much after its reference time
     moment = ref + timedelta(seconds=offset_s)
     value = _render(moment, style)
     record = {"aae397": "garbage", "Collect_time": value} if fallback else {"aae397": value}
-    window = Window.around(ref, days=days, tolerance=timedelta(hours=tolerance_h))
+    tolerance = timedelta(hours=tolerance_h)
+    window = Window.since(ref, days, now, tolerance)
 
-    expected = ref - timedelta(days=days) <= moment <= ref + timedelta(hours=tolerance_h)
+    if moment < ref - timedelta(days=days):
+        expected = Verdict.EXPIRED
+    elif moment <= max(ref, now) + tolerance:
+        expected = Verdict.KEEP
+    else:
+        expected = Verdict.BAD_DATE
     first = classify(record, RULE, window, SHANGHAI)
-    assert first == classify(dict(record), RULE, Window.around(ref, days, timedelta(hours=tolerance_h)), SHANGHAI)
-    assert first[0] is (Verdict.KEEP if expected else Verdict.EXPIRED)
-    assert first[1] == ("Collect_time" if fallback else "aae397")
+    assert first == classify(dict(record), RULE, Window.since(ref, days, now, tolerance), SHANGHAI)
+    assert first[0] is expected
+    assert first[1].startswith("Collect_time" if fallback else "aae397")
+    if expected is Verdict.BAD_DATE:
+        assert "the wall clock plus filter.future_tolerance_hours" in first[1]
 
 
 @PROPERTY
@@ -278,7 +336,7 @@ def test_boundary_instants_are_kept_and_one_microsecond_beyond_is_not(
     zone = timezone(timedelta(hours=offset_h))
     ref = (BASE + timedelta(microseconds=ref_us)).astimezone(zone)
     tolerance = timedelta(seconds=tolerance_s)
-    window = Window.around(ref, days=days, tolerance=tolerance)
+    window = Window.since(ref, days=days, now=ref, tolerance=tolerance)
     oldest = ref - timedelta(days=days)
     newest = ref + tolerance
     tick = timedelta(microseconds=1)
@@ -289,4 +347,4 @@ def test_boundary_instants_are_kept_and_one_microsecond_beyond_is_not(
     assert verdict(oldest) is Verdict.KEEP
     assert verdict(newest) is Verdict.KEEP
     assert verdict(oldest - tick) is Verdict.EXPIRED
-    assert verdict(newest + tick) is Verdict.EXPIRED
+    assert verdict(newest + tick) is Verdict.BAD_DATE

@@ -22,9 +22,11 @@ HEADERS = [("crawl_task", b"t"), ("run_id", b"r")]
 PROPERTY = settings(max_examples=200, deadline=None)
 
 WINDOWS = [
-    Window.around(REF, days=7, tolerance=timedelta(hours=24)),
-    Window.around(REF, days=0.5),
+    Window.since(REF, days=7, now=REF, tolerance=timedelta(hours=24)),
+    Window.since(REF, days=0.5, now=REF),
     Window(datetime(2026, 11, 15, tzinfo=timezone(timedelta(hours=-5))), REF),
+    Window.interval(datetime(2026, 11, 19, tzinfo=UTC), datetime(2026, 11, 20, tzinfo=UTC)),
+    Window.interval(datetime(2026, 11, 18, 16, tzinfo=UTC), datetime(2026, 11, 19, 16, tzinfo=UTC)),
     # Ends inside New York's repeated hour (1:00-2:00 twice on 2026-11-01).
     Window(datetime(2026, 10, 31, 12, tzinfo=UTC), datetime(2026, 11, 1, 6, 10, tzinfo=UTC)),
 ]
@@ -85,7 +87,7 @@ def test_a_page_with_decoded_fields_gives_the_messages_of_its_raw_records(page: 
     raw = [msgspec.Raw(msgspec.json.encode(r)) for r in page]
     fields = head_fields(RULE.fields, key_field)
     heads = [tuple(r.get(f) for f in fields) for r in page]
-    window = Window.around(REF, days=7).in_zone(RULE.tz)
+    window = Window.since(REF, days=7, now=REF).in_zone(RULE.tz)
 
     plain = build_messages(raw, 100, RULE, window, key_field, HEADERS)
     fast = build_messages(Page(raw, fields, heads), 100, RULE, window, key_field, HEADERS)
@@ -112,4 +114,4 @@ def test_a_record_that_is_not_an_object_is_named_by_its_offset() -> None:
 
     assert page.heads is None
     with pytest.raises(ValueError, match="source offset 8 is not a JSON object"):
-        build_messages(page, 7, RULE, Window.around(REF, days=7), "id", HEADERS)
+        build_messages(page, 7, RULE, Window.since(REF, days=7, now=REF), "id", HEADERS)

@@ -23,7 +23,7 @@ from crawler_ops.records import build_messages, dead_letter_messages, record_key
 REPO = Path(__file__).resolve().parents[2]
 RULE = DateRule(("aae397", "Collect_time"), "Asia/Shanghai")
 REF = datetime(2026, 11, 20, 12, tzinfo=UTC)
-WINDOW = Window.around(REF, days=7, tolerance=timedelta(hours=24))
+WINDOW = Window.since(REF, days=7, now=REF, tolerance=timedelta(hours=24))
 HEADERS = [("crawl_task", b"jobs_beijing"), ("run_id", b"scheduled__2026-11-20T12:00:00+00:00")]
 
 json_leaf = st.one_of(st.none(), st.booleans(), st.integers(-(2**53), 2**53), st.text(max_size=8))
@@ -107,12 +107,14 @@ def test_a_page_is_split_into_kept_expired_and_dead_lettered_records() -> None:
 
     assert [m.key for m in result.messages] == [b"job-1000", b"job-1003"]
     assert result.kept == 2
-    assert result.expired == 2
-    [(offset, reason, record)] = result.dead_letters
+    assert result.expired == 1
+    [(offset, reason, record), (future_offset, future_reason, _)] = result.dead_letters
     assert offset == 1002
     assert record is records[2]
     assert "aae397='not-a-date' unparseable" in reason
     assert "Collect_time missing" in reason
+    assert future_offset == 1004
+    assert future_reason.startswith("aae397='2026-12-25 00:00:00' is after 2026-11-21T12:00:00+00:00")
 
 
 def test_every_message_carries_the_run_headers_and_its_source_offset() -> None:
@@ -185,7 +187,7 @@ def test_naive_dates_use_the_explicit_timezone_over_the_rule() -> None:
     record = _posting(1, "2026-11-21 19:00:00")
     assert build_messages([record], 0, RULE, WINDOW, "id", HEADERS).kept == 1
     in_utc = build_messages([record], 0, RULE, WINDOW, "id", HEADERS, tz=ZoneInfo("UTC"))
-    assert (in_utc.kept, in_utc.expired) == (0, 1)
+    assert (in_utc.kept, in_utc.expired, len(in_utc.dead_letters)) == (0, 0, 1)
 
 
 def test_an_empty_page_produces_nothing() -> None:

@@ -114,14 +114,19 @@ class CrawlStoreHook(CrawlerDbHook):
         row = cur.execute(read_sql("select_progress"), {"task": self.task_id}).fetchone()
         return None if row is None else int(row[0])
 
+    def last_ref_time(self, cur: Cursor) -> datetime | None:
+        """The newest reference time of the runs whose commit saved the task's progress."""
+        row = cur.execute(read_sql("select_last_ref"), {"task": self.task_id}).fetchone()
+        return None if row is None else row[0]
+
     def reset(self, cur: Cursor) -> None:
         """Forget the task's watermark and batch rows; the next plan is a first crawl."""
         self.batches.reset(cur)
         cur.execute(read_sql("reset_progress"), {"task": self.task_id})
 
     def save_progress(self, cur: Cursor, run_id: str, watermark: int, total: int, **fields: Any) -> None:
-        """Raise the watermark (never lower it) and add a commit's counts; ``fields``: ``last_start``,
-        ``status``, ``kept``, ``published``."""
+        """Raise the watermark (never lower it) and add a commit's counts; ``fields``: ``ref`` (the run's
+        reference time), ``last_start``, ``status``, ``kept``, ``published``."""
         params = {"task": self.task_id, "run_id": run_id, "watermark": watermark, "total": total, **fields}
         cur.execute(read_sql("save_progress"), params)
 
@@ -140,8 +145,12 @@ class CrawlStoreHook(CrawlerDbHook):
         return int(row[0]) if row else 0
 
     def add_run_error(self, cur: Cursor, run_id: str, error: str) -> None:
-        """A note on the run's summary (its ``errors`` list) without an error row."""
+        """An error on the run's summary (its ``errors`` list) without an error row."""
         cur.execute(read_sql("add_run_error"), {"task": self.task_id, "run_id": run_id, "error": error[:2000]})
+
+    def add_run_note(self, cur: Cursor, run_id: str, note: str) -> None:
+        """Something an operator should see on the run's summary (its ``notes`` list) that is not an error."""
+        cur.execute(read_sql("add_run_note"), {"task": self.task_id, "run_id": run_id, "note": note[:2000]})
 
     def record_error(
         self, cur: Cursor, run_id: str, error: str, kind: Literal["batch", "plan"], batch: Batch | None
