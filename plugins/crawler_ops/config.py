@@ -6,6 +6,7 @@ an error message per invalid task naming the task and the field.
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import re
 from collections.abc import Mapping
@@ -15,7 +16,9 @@ from typing import TYPE_CHECKING, Any, Literal, TypeVar
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from croniter import croniter
+from croniter.croniter import CroniterBadDateError, CroniterError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
 
 from crawler_ops.errors import ConfigError
 from crawler_ops.filtering import DateRule
@@ -149,9 +152,51 @@ def check_id(value: str) -> str:
     return value
 
 
-def check_dotted(value: str | None) -> str | None:
-    if value is not None and not DOTTED_PATH.match(value):
+def check_dotted(value: str | None, info: ValidationInfo | None = None) -> str | None:
+    """A dotted path ``package.module.function``; when the validation context asks (``check_imports``, at parse
+    time), its module must also be found on the Python path."""
+    if value is None:
+        return None
+    if not DOTTED_PATH.match(value):
         raise ValueError(f"{value!r} is not a dotted path like 'package.module.function'")
+    if info is not None and (info.context or {}).get("check_imports"):
+        check_module(value)
+    return value
+
+
+def check_module(path: str) -> None:
+    """The module of ``path`` can be found without importing it; its parent packages are imported to look."""
+    module = path.rpartition(".")[0]
+    try:
+        spec = importlib.util.find_spec(module)
+    except Exception as exc:  # a parent package that fails to import is this field's problem, reported with it
+        raise ValueError(f"module '{module}' of {path!r} cannot be found: {type(exc).__name__}: {exc}") from exc
+    if spec is None:
+        raise ValueError(
+            f"module '{module}' of {path!r} cannot be found on the Python path (dags/, plugins/, installed packages)"
+        )
+
+
+# Schedules Airflow takes besides cron expressions and cron presets.
+SPECIAL_SCHEDULES = ("@once", "@continuous")
+FIRST_FIRE_FROM = datetime(2026, 1, 1)
+
+
+def check_schedule(value: str | None) -> str | None:
+    """None, ``@once``, ``@continuous``, or a cron expression or preset of five fields that fires at all."""
+    if value is None or value in SPECIAL_SCHEDULES:
+        return value
+    hint = "a cron expression such as '0 * * * *' (minute hour day-of-month month day-of-week) or '@hourly'"
+    try:
+        fires = croniter(value, FIRST_FIRE_FROM)
+    except CroniterError as exc:
+        raise ValueError(f"{value!r} is not {hint}: {exc}") from exc
+    if len(fires.expanded) != 5:
+        raise ValueError(f"{value!r} has {len(fires.expanded)} fields; use {hint}")
+    try:
+        fires.get_next(datetime)
+    except CroniterBadDateError as exc:
+        raise ValueError(f"{value!r} never fires (no such date); use {hint}") from exc
     return value
 
 
@@ -179,6 +224,11 @@ class DagSettings(_Model):
     execution_timeout_min: int = Field(60, ge=1)
     paused: bool = False
     tags: tuple[str, ...] = ()
+
+    @field_validator("schedule")
+    @classmethod
+    def _valid_schedule(cls, value: str | None) -> str | None:
+        return check_schedule(value)
 
     @field_validator("start_date", mode="before")
     @classmethod
@@ -221,8 +271,8 @@ class CrawlTaskConfig(DagSettings):
 
     @field_validator("transform")
     @classmethod
-    def _dotted(cls, value: str | None) -> str | None:
-        return check_dotted(value)
+    def _dotted(cls, value: str | None, info: ValidationInfo) -> str | None:
+        return check_dotted(value, info)
 
     @property
     def dag_id(self) -> str:
@@ -291,8 +341,8 @@ class ExecutorTaskConfig(DagSettings):
 
     @field_validator("function")
     @classmethod
-    def _function_path(cls, value: str) -> str:
-        return check_dotted(value) or value
+    def _function_path(cls, value: str, info: ValidationInfo) -> str:
+        return check_dotted(value, info) or value
 
     @property
     def dag_id(self) -> str:
@@ -352,9 +402,16 @@ def describe(exc: ValidationError) -> str:
 
 
 def validate_entries(
-    entries: Any, model: type[M], key: str, defaults: Mapping[str, Any], kind: str, origin: str
+    entries: Any,
+    model: type[M],
+    key: str,
+    defaults: Mapping[str, Any],
+    kind: str,
+    origin: str,
+    check_imports: bool = False,
 ) -> tuple[list[M], dict[str, str]]:
-    """Validate each entry of a config list on its own; errors are keyed by the entry's ``key`` value."""
+    """Validate each entry of a config list on its own; errors are keyed by the entry's ``key`` value. With
+    ``check_imports``, the modules of transforms and functions must be found on the Python path."""
     if not isinstance(entries, list):
         raise ConfigError(f"{origin}: '{kind}s' must be a list")
     valid: list[M] = []
@@ -370,14 +427,15 @@ def validate_entries(
             errors[label] = f"{origin}: {kind} '{label}': must be a mapping"
             continue
         try:
-            valid.append(model.model_validate(deep_merge(defaults, raw)))
+            valid.append(model.model_validate(deep_merge(defaults, raw), context={"check_imports": check_imports}))
         except ValidationError as exc:
             errors[label] = f"{origin}: {kind} '{label}': {describe(exc)}"
     return valid, errors
 
 
-def parse_config(document: Any, origin: str = "<config>") -> LoadedConfig:
-    """Validate a parsed YAML document; per-entry problems go to ``errors`` / ``executor_errors``."""
+def parse_config(document: Any, origin: str = "<config>", check_imports: bool = False) -> LoadedConfig:
+    """Validate a parsed YAML document; per-entry problems go to ``errors`` / ``executor_errors``. With
+    ``check_imports`` (at DAG parse time), a transform or function whose module cannot be found is one."""
     expected = ("defaults", "tasks", "executors", "maintenance")
     if not isinstance(document, Mapping):
         raise ConfigError(f"{origin}: the top level must be a mapping with {', '.join(map(repr, expected))}")
@@ -387,9 +445,11 @@ def parse_config(document: Any, origin: str = "<config>") -> LoadedConfig:
     defaults = document.get("defaults") or {}
     if not isinstance(defaults, Mapping):
         raise ConfigError(f"{origin}: 'defaults' must be a mapping")
-    tasks, errors = validate_entries(document.get("tasks") or [], CrawlTaskConfig, "id", defaults, "task", origin)
+    tasks, errors = validate_entries(
+        document.get("tasks") or [], CrawlTaskConfig, "id", defaults, "task", origin, check_imports
+    )
     executors, executor_errors = validate_entries(
-        document.get("executors") or [], ExecutorTaskConfig, "name", {}, "executor", origin
+        document.get("executors") or [], ExecutorTaskConfig, "name", {}, "executor", origin, check_imports
     )
     maintenance, maintenance_error = parse_maintenance(document.get("maintenance"), defaults, origin)
     return LoadedConfig(
@@ -419,8 +479,9 @@ def parse_maintenance(
         return None, f"{origin}: maintenance: {describe(exc)}"
 
 
-def load_config(path: Path | None = None) -> LoadedConfig:
-    """Read and validate the YAML file at ``path`` (default: ``$CRAWLER_OPS_CONFIG`` or the repo sample)."""
+def load_config(path: Path | None = None, check_imports: bool = False) -> LoadedConfig:
+    """Read and validate the YAML file at ``path`` (default: ``$CRAWLER_OPS_CONFIG`` or the repo sample); with
+    ``check_imports`` (DAG parsing, the status page), also that each transform's and function's module exists."""
     path = path or config_path()
     try:
         document = yaml.safe_load(path.read_text(encoding="utf-8"))
@@ -430,7 +491,7 @@ def load_config(path: Path | None = None) -> LoadedConfig:
         raise ConfigError(f"{path} is not UTF-8 text ({exc}); save it as UTF-8") from exc
     except yaml.YAMLError as exc:
         raise ConfigError(f"{path} is not valid YAML: {exc}") from exc
-    return parse_config(document, str(path))
+    return parse_config(document, str(path), check_imports)
 
 
 def get_task(task_id: str, path: Path | None = None) -> CrawlTaskConfig:

@@ -53,7 +53,7 @@ def visible_report(user: Any, task: str | None, live: bool) -> dict[str, Any]:
         return get_auth_manager().is_authorized_dag(method="GET", details=DagDetails(id=dag_id), user=user)
 
     try:
-        loaded = load_config()
+        loaded = load_config(check_imports=True)
         visible = {
             "tasks": tuple(t for t in loaded.tasks if may_read(t.dag_id)),
             "errors": {k: v for k, v in loaded.errors.items() if may_read(broken_dag_id(k))},

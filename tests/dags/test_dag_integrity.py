@@ -337,3 +337,53 @@ def test_crawl_dag_announces_the_topic_asset_after_the_commit(monkeypatch):
     announce = dag.task_dict["announce"]
     assert [o.uri for o in announce.outlets] == ["kafka://kafka_default/jobs.beijing"]
     assert announce.upstream_task_ids == {"commit"} and not dag.task_dict["commit"].outlets
+
+
+def test_every_kind_of_bad_task_becomes_a_config_error_dag_naming_task_and_field(monkeypatch, tmp_path):
+    executor = {
+        "source_table": "source_data_table",
+        "status_table": "status_table",
+        "output_fields": ["id"],
+        "function": "crawler_ops.samples.full_address",
+    }
+    bad_tasks = {
+        "bad_cron": ({"schedule": "61 * * * *"}, "schedule", "out of range"),
+        "never_fires": ({"schedule": "0 0 30 2 *"}, "schedule", "never fires"),
+        "seconds_cron": ({"schedule": "*/5 * * * * 30"}, "schedule", "6 fields"),
+        "no_module": ({"transform": "nope.module.fn"}, "transform", "module 'nope.module'"),
+        "no_submodule": ({"transform": "crawler_ops.nope.fn"}, "transform", "module 'crawler_ops.nope'"),
+        "zero_batch": ({"batch_size": 0}, "batch_size", "greater than or equal to 1"),
+    }
+    config = write_config(
+        tmp_path,
+        {
+            "tasks": [
+                {"id": "good", "kafka": {"topic": "good.topic"}, "schedule": "0 9,18 * * *"},
+                {"id": "good_weekdays", "kafka": {"topic": "good.weekdays"}, "schedule": "0 9 * * 1-5"},
+                *({"id": name, "kafka": {"topic": f"{name}.topic"}, **bad} for name, (bad, _, _) in bad_tasks.items()),
+            ],
+            "executors": [
+                {**executor, "name": "rows"},
+                {**executor, "name": "no_function_module", "function": "nope.functions.fn"},
+                {**executor, "name": "bad_exec_cron", "schedule": "0 25 * * *"},
+            ],
+        },
+    )
+
+    bag = load_bag(monkeypatch, config)
+
+    assert bag.import_errors == {}
+    good = {"crawl_good", "crawl_good_weekdays", "exec_rows", "crawler_ops_maintenance"}
+    broken = {f"crawl_{name}" for name in bad_tasks} | {"exec_no_function_module", "exec_bad_exec_cron"}
+    assert set(bag.dag_ids) == good | broken
+    assert not any("config-error" in bag.dags[dag_id].tags for dag_id in good)
+    expected = {f"crawl_{name}": (f"task '{name}'", field, text) for name, (_, field, text) in bad_tasks.items()}
+    expected["exec_no_function_module"] = ("executor 'no_function_module'", "function", "module 'nope.functions'")
+    expected["exec_bad_exec_cron"] = ("executor 'bad_exec_cron'", "schedule", "out of range")
+    for dag_id, (who, field, text) in expected.items():
+        dag = bag.dags[dag_id]
+        assert "config-error" in dag.tags, dag_id
+        with pytest.raises(AirflowFailException) as failure:
+            dag.task_dict["config_error"].python_callable()
+        message = str(failure.value)
+        assert f"{config}: {who}: field '{field}'" in message and text in message, message

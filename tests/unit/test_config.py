@@ -386,3 +386,96 @@ def test_a_bad_delivery_setting_is_an_error_naming_the_task_and_field(kafka: dic
     loaded = parse_config(_crawl_task(**kafka), "tasks.yaml")
     assert not loaded.tasks
     assert re.search(message, loaded.errors["eo"]), loaded.errors["eo"]
+
+
+# --- schedules and importable modules, per task --------------------------------------------------------------
+
+EXECUTOR = {
+    "name": "rows",
+    "source_table": "source_data_table",
+    "status_table": "status_table",
+    "output_fields": ["id"],
+    "function": "crawler_ops.samples.full_address",
+}
+
+
+@pytest.mark.parametrize(
+    "schedule",
+    [None, "@once", "@continuous", "@hourly", "@daily", "0 */2 * * *", "0 9,18 * * *", "0 9 * * 1-5", "@midnight"],
+    ids=["manual", "once", "continuous", "hourly", "daily", "every-2h", "twice-a-day", "weekdays", "croniter-alias"],
+)
+def test_schedules_airflow_accepts_are_valid(schedule: str | None) -> None:
+    loaded = parse_config({"tasks": [{"id": "a", "kafka": {"topic": "t"}, "schedule": schedule}]})
+    assert dict(loaded.errors) == {}
+    assert loaded.tasks[0].schedule == schedule
+
+
+@pytest.mark.parametrize(
+    ("schedule", "message"),
+    [
+        ("61 * * * *", r"'61 \* \* \* \*' is not a cron expression .*out of range"),
+        ("* * *", r"is not a cron expression"),
+        ("@bogus", r"is not a cron expression"),
+        ("0 0 30 2 *", r"never fires"),
+        ("*/5 * * * * 30", r"has 6 fields"),
+    ],
+    ids=["minute-61", "three-fields", "unknown-preset", "february-30", "seconds-field"],
+)
+def test_an_invalid_schedule_is_reported_by_task_and_field(schedule: str, message: str) -> None:
+    document = {
+        "tasks": [
+            {"id": "good", "kafka": {"topic": "g"}},
+            {"id": "bad", "kafka": {"topic": "b"}, "schedule": schedule},
+        ],
+        "executors": [{**EXECUTOR, "schedule": schedule}],
+        "maintenance": {"schedule": schedule},
+    }
+    loaded = parse_config(document, "tasks.yaml")
+
+    assert [t.id for t in loaded.tasks] == ["good"]
+    assert loaded.errors["bad"].startswith("tasks.yaml: task 'bad': field 'schedule'")
+    assert re.search(message, loaded.errors["bad"]), loaded.errors["bad"]
+    assert "field 'schedule'" in loaded.executor_errors["rows"]
+    assert loaded.maintenance is None and "field 'schedule'" in (loaded.maintenance_error or "")
+
+
+@pytest.mark.parametrize(
+    ("path", "message"),
+    [
+        ("nope.module.fn", r"module 'nope.module' of 'nope.module.fn' cannot be found: ModuleNotFoundError"),
+        ("crawler_ops.nope.fn", r"module 'crawler_ops.nope' of 'crawler_ops.nope.fn' cannot be found on the"),
+        ("json.decoder.nope_fn.x", r"module 'json.decoder.nope_fn' .* cannot be found"),
+    ],
+    ids=["no-package", "no-module-in-a-package", "attribute-is-not-a-module"],
+)
+def test_a_transform_or_function_whose_module_is_missing_is_reported_when_imports_are_checked(
+    path: str, message: str
+) -> None:
+    document = {
+        "tasks": [{"id": "good", "kafka": {"topic": "g"}}, {"id": "bad", "kafka": {"topic": "b"}, "transform": path}],
+        "executors": [EXECUTOR, {**EXECUTOR, "name": "broken", "function": path}],
+    }
+
+    checked = parse_config(document, "tasks.yaml", check_imports=True)
+
+    assert [t.id for t in checked.tasks] == ["good"] and [e.name for e in checked.executors] == ["rows"]
+    assert checked.errors["bad"].startswith("tasks.yaml: task 'bad': field 'transform'")
+    assert re.search(message, checked.errors["bad"]), checked.errors["bad"]
+    assert checked.executor_errors["broken"].startswith("tasks.yaml: executor 'broken': field 'function'")
+    unchecked = parse_config(document, "tasks.yaml")
+    assert dict(unchecked.errors) == {} and dict(unchecked.executor_errors) == {}
+
+
+def test_a_module_that_exists_is_found_without_being_imported(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / "user_transforms.py").write_text("raise RuntimeError('imported at parse time')\n", encoding="utf-8")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    document = {"tasks": [{"id": "a", "kafka": {"topic": "t"}, "transform": "user_transforms.reshape"}]}
+
+    loaded = parse_config(document, check_imports=True)
+
+    assert dict(loaded.errors) == {} and loaded.tasks[0].transform == "user_transforms.reshape"
+
+
+def test_the_repo_config_passes_the_import_check() -> None:
+    loaded = load_config(REPO_CONFIG, check_imports=True)
+    assert dict(loaded.errors) == {} and dict(loaded.executor_errors) == {}

@@ -120,5 +120,5 @@ def build_crawl_dag(cfg: CrawlTaskConfig) -> DAG:
 
 def build_crawl_dags(loaded: LoadedConfig | None = None) -> dict[str, DAG]:
     """All crawl DAGs ``crawl_<id>`` of the config."""
-    loaded = loaded or load_config()
+    loaded = loaded or load_config(check_imports=True)
     return build_dags(loaded.tasks, loaded.errors, build_crawl_dag, "crawl_")

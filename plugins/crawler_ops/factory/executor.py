@@ -68,5 +68,5 @@ def build_executor_dag(cfg: ExecutorTaskConfig) -> DAG:
 
 def build_executor_dags(loaded: LoadedConfig | None = None) -> dict[str, DAG]:
     """All executor DAGs ``exec_<name>`` of the config."""
-    loaded = loaded or load_config()
+    loaded = loaded or load_config(check_imports=True)
     return build_dags(loaded.executors, loaded.executor_errors, build_executor_dag, "exec_")
