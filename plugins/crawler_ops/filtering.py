@@ -9,11 +9,12 @@ from __future__ import annotations
 import enum
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta, tzinfo
+from datetime import datetime, timedelta, tzinfo
 from zoneinfo import ZoneInfo
 
-# Numbers above this are epoch milliseconds, below it epoch seconds (year 5138 in seconds).
-_EPOCH_MS_THRESHOLD = 100_000_000_000
+from crawler_ops.dates import parse_date
+
+__all__ = ["DateRule", "Verdict", "Window", "WindowTest", "classify", "parse_date", "record_date"]
 
 
 class Verdict(enum.Enum):
@@ -81,28 +82,6 @@ class DateRule:
         return ZoneInfo(self.timezone)
 
 
-def parse_date(value: object, tz: tzinfo) -> datetime | None:
-    """An aware datetime from an ISO-8601 string (naive values in ``tz``) or an epoch number; else None."""
-    if isinstance(value, bool) or value is None:
-        return None
-    if isinstance(value, (int, float)):
-        seconds = value / 1000 if abs(value) >= _EPOCH_MS_THRESHOLD else value
-        try:
-            return datetime.fromtimestamp(seconds, UTC)
-        except (OverflowError, OSError, ValueError):
-            return None
-    if not isinstance(value, str):
-        return None
-    text = value.strip().replace("/", "-")
-    if not text:
-        return None
-    try:
-        moment = datetime.fromisoformat(text)
-    except ValueError:
-        return None
-    return moment if moment.tzinfo is not None else moment.replace(tzinfo=tz)
-
-
 def record_date(record: Mapping[str, object], fields: Sequence[str], tz: tzinfo) -> tuple[datetime | None, str]:
     """The first present, parseable date among ``fields`` and the field it came from.
 
@@ -137,11 +116,11 @@ def classify(record: Mapping[str, object], rule: DateRule, window: Window, tz: t
 class WindowTest:
     """:func:`classify` for the many records of one page, from their date values alone.
 
-    The common record, whose first date field is ISO text inside the window, costs one parse and two
-    comparisons: a naive date is compared with the window's bounds as wall times in ``tz`` when the window is
-    expressed in that very zone object, which is how Python compares two datetimes sharing a tzinfo anyway.
-    Every other record, and every date after the window's end, goes through :func:`classify`, so the
-    decisions and reasons are the same.
+    The common record, whose first date field is ISO text (``YYYY-MM-DD...`` or ``YYYY/MM/DD...``) inside the
+    window, costs one parse and two comparisons: a naive date is compared with the window's bounds as wall times
+    in ``tz`` when the window is expressed in that very zone object, which is how Python compares two datetimes
+    sharing a tzinfo anyway. Every other record, and every date after the window's end, goes through
+    :func:`classify`, so the decisions and reasons are the same.
 
     :param rule: the date fields, in order of preference.
     :param window: the run's window.
@@ -162,11 +141,12 @@ class WindowTest:
         parse, tz, out = datetime.fromisoformat, self.tz, []
         for values in rows:
             value = values[0]
-            if value.__class__ is not str:
+            text = value.strip().replace("/", "-") if value.__class__ is str else ""  # type: ignore[attr-defined]
+            if text[4:5] != "-":  # not ISO with separators: digits read as ISO may be epoch numbers
                 out.append(self.slow(values))
                 continue
             try:
-                moment = parse(value.strip().replace("/", "-"))  # type: ignore[attr-defined]
+                moment = parse(text)
             except ValueError:
                 out.append(self.slow(values))
                 continue

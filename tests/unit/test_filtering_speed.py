@@ -56,6 +56,13 @@ date_value = st.one_of(
     st.integers(1_790_000_000, 1_800_000_000),
     st.integers(1_790_000_000_000, 1_800_000_000_000),
     st.floats(1.79e9, 1.8e9),
+    # Digits as text: epoch numbers, compact dates, and digit strings Python's ISO parser would also accept.
+    st.integers(1_790_000_000, 1_800_000_000_000).map(str),
+    moments.map(lambda moment: moment.strftime("%Y%m%d")),
+    moments.map(lambda moment: moment.strftime("%Y%m%d%H%M%S")),
+    st.sampled_from(["1701011200000", "2026112001030", "20261120110"]),
+    moments.map(lambda moment: f"{moment.year}年{moment.month}月{moment.day}日 {moment:%H:%M:%S}"),
+    moments.map(lambda moment: moment.strftime("%Y.%m.%d %H:%M")),
     st.text(max_size=12),
 )
 
