@@ -164,19 +164,19 @@ def use_config(
 
 
 @pytest.fixture
-def run_dag(
-    use_config: Callable[[CrawlTaskConfig, str], Path], stack: dict[str, str]
-) -> Callable[[CrawlTaskConfig, Any, dict[str, Any] | None], str]:
+def run_dag(use_config: Callable[[CrawlTaskConfig, str], Path], stack: dict[str, str]) -> Callable[..., str]:
     """Run a task's crawl DAG once in-process with ``dag.test()``; returns the DagRun state.
 
     ``dag.test()`` serialises the DAGs of the dags folder, so the task is written to a config file that the
-    folder's DAG file reads; the tasks then run in this process.
+    folder's DAG file reads; the tasks then run in this process. The run id is ``manual__<run_after>``: a run
+    given the ``run_after`` and logical date of an earlier one replaces it, as clearing that run would.
     """
 
-    def run(cfg: CrawlTaskConfig, ref: Any, conf: dict[str, Any] | None = None) -> str:
+    def run(cfg: CrawlTaskConfig, ref: Any, conf: dict[str, Any] | None = None, run_after: Any = None) -> str:
         from crawler_ops.factory import build_crawl_dag
 
         use_config(cfg, "tasks")
-        return str(build_crawl_dag(cfg).test(logical_date=ref, run_conf=conf or {}).state)
+        dag = build_crawl_dag(cfg)
+        return str(dag.test(logical_date=ref, run_conf=conf or {}, run_after=run_after).state)
 
     return run

@@ -4,7 +4,9 @@ VALUES (%(task)s, %(watermark)s, %(total)s, %(last_start)s, %(status)s, %(kept)s
         %(ref)s, now())
 ON CONFLICT (task_id) DO UPDATE
    SET watermark = GREATEST(crawler_ops.progress.watermark, EXCLUDED.watermark), total = EXCLUDED.total,
-       last_start_offset = EXCLUDED.last_start_offset, status = EXCLUDED.status,
+       -- a run that planned nothing keeps the start offset of the last run that planned something
+       last_start_offset = coalesce(EXCLUDED.last_start_offset, crawler_ops.progress.last_start_offset),
+       status = EXCLUDED.status,
        filtered_count = crawler_ops.progress.filtered_count + EXCLUDED.filtered_count,
        produced_count = crawler_ops.progress.produced_count + EXCLUDED.produced_count,
        last_run_id = EXCLUDED.last_run_id,

@@ -95,10 +95,15 @@ def advance(
     record: Mapping[str, Any],
     planned: Sequence[Batch],
     old: int | None,
-) -> tuple[int, list[Batch]]:
+) -> tuple[int | None, list[Batch]]:
     """Raise the watermark over the done batches, save progress, prune the rows it covers, give back the
     run's claims. Returns the new watermark and the planned batches left undone."""
     done = store.batches.done(cur, above=0)
+    if old is None and not done:
+        # Nothing is done yet (an empty source, or every batch failed): without a watermark the next run is
+        # still a first crawl, which searches for the window instead of reading the whole history.
+        store.batches.release_run(cur, run.run_id)
+        return None, list(planned)
     new = advance_watermark(old or 0, done)
     # Rows below the watermark were pruned by an earlier commit: the watermark says they are done.
     done_set = set(done)

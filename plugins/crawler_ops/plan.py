@@ -136,6 +136,7 @@ def plan_locked(
         start = watermark or 0
         if not params.dry_run:
             store.batches.release_finished_claims(cur)
+            store.batches.clip(cur, total)
         rows = store.batches.read(cur, above=start)
         done = [r.batch for r in rows if r.status == DONE]
         pending = [r.batch for r in rows if r.status != DONE]

@@ -104,15 +104,16 @@ def plan_batches(
     :param batch_size: records per page.
     :param done: intervals the status table holds as done (or expired) at or above the watermark.
     :param pending: intervals the status table holds as not done; they are planned again with their
-        original boundaries, so status rows never overlap even when the total changed in between.
+        original boundaries, so status rows never overlap even when the total changed in between; one that
+        reaches past a shrunken total ends at it (its row is clipped the same way), one above it waits.
     :param floor: no new batches below this offset (a first crawl's expiry floor); pending rows below it
         are still planned.
     """
     if total <= watermark:
         return []
     start = watermark if floor is None else max(watermark, floor)
-    in_range = [b for b in pending if watermark <= b.lo < total]
-    new = fill_gaps(start, total, batch_size, [*done, *pending])
+    in_range = [b if b.hi <= total else Batch(b.lo, total) for b in pending if watermark <= b.lo < total]
+    new = fill_gaps(start, total, batch_size, [*done, *in_range])
     return sorted([*new, *in_range], key=lambda b: b.lo, reverse=True)
 
 

@@ -1,6 +1,6 @@
 """No record is lost whatever an operator does: re-runs of older runs, clear-and-rerun, manual triggers with past
 logical dates, reset, backfill, cancellation. Each scenario runs the DAG with ``dag.test()`` on the real stack (a
-re-run of a run is ``dag.test()`` with its logical date again: Airflow clears it and runs the same run id) and
+re-run of a run is ``dag.test()`` with its logical date and ``run_after`` again: the same run id, cleared) and
 compares what reached Kafka with the demo source's ground truth.
 
 The data sets end four days before the wall clock and grow by records an hour apart: records arrive days after
@@ -80,12 +80,15 @@ def test_clearing_and_rerunning_the_latest_run_publishes_what_arrived_since(
     first, latest = start - 3 * DAY, start - 2 * DAY
     assert run_dag(cfg, first) == "success"
     source.append(unique_id, 30)
-    assert run_dag(cfg, latest) == "success"
+    ran_at = now()
+    assert run_dag(cfg, latest, run_after=ran_at) == "success"
+    latest_run_id = run_record(pg_uri, unique_id)["run_id"]
     source.append(unique_id, 20)
 
-    assert run_dag(cfg, latest) == "success"  # cleared in the UI: the same run id again
+    assert run_dag(cfg, latest, run_after=ran_at) == "success"  # cleared in the UI: the same run again
 
     rerun = run_record(pg_uri, unique_id)
+    assert rerun["run_id"] == latest_run_id
     assert (rerun["published"], rerun["notes"]) == (20, []), "the latest run re-run is not an older one"
     assert run_dag(cfg, now()) == "success"
     assert watermark(pg_uri, unique_id) == INITIAL + 50
@@ -152,7 +155,9 @@ def test_a_cancelled_run_then_a_rerun_of_an_older_run_loses_nothing(
     from crawler_ops.run import RunContext, RunParams
 
     cfg = make_task(unique_id, batch_size=10, min_batches_per_chunk=1, max_chunks=5)
-    assert run_dag(cfg, start) == "success"
+    first_ran_at = now()
+    assert run_dag(cfg, start, run_after=first_ran_at) == "success"
+    first_run_id = run_record(pg_uri, unique_id)["run_id"]
     source.append(unique_id, 50)
 
     # A scheduled run crawls its newest chunk, then is marked failed in the UI before the others run.
@@ -165,9 +170,11 @@ def test_a_cancelled_run_then_a_rerun_of_an_older_run_loses_nothing(
     assert run_record(pg_uri, unique_id)["status"] == "failed"
     assert watermark(pg_uri, unique_id) == INITIAL
 
-    assert run_dag(cfg, start) == "success"  # the first run, cleared and run again
+    assert run_dag(cfg, start, run_after=first_ran_at) == "success"  # the first run, cleared and run again
 
-    assert run_record(pg_uri, unique_id)["published"] == 40, "the batch the cancelled run finished is not redone"
+    rerun = run_record(pg_uri, unique_id)
+    assert rerun["run_id"] == first_run_id
+    assert rerun["published"] == 40, "the batch the cancelled run finished is not redone"
     assert run_dag(cfg, now()) == "success"
     assert watermark(pg_uri, unique_id) == INITIAL + 50
     assert_nothing_lost(source, kafka_bootstrap, cfg, start - 7 * DAY)

@@ -186,6 +186,26 @@ def test_pending_rows_at_or_above_a_shrunken_total_are_not_planned() -> None:
     assert plan == [Batch(900, 1000), Batch(800, 900)]
 
 
+def test_a_pending_row_straddling_a_shrunken_total_is_planned_up_to_the_total() -> None:
+    plan = plan_batches(total=950, watermark=800, batch_size=100, pending=[Batch(900, 1000)])
+    assert plan == [Batch(900, 950), Batch(800, 900)]
+
+
+@PROPERTY
+@given(plan_inputs(), st.integers(0, 10**6))
+def test_after_the_source_shrinks_the_plan_still_covers_every_offset_once_and_stops_at_the_total(
+    case: tuple[int, int, int, list[Batch], list[Batch]], lost: int
+) -> None:
+    old_total, watermark, batch_size, done, pending = case
+    total = max(watermark, old_total - lost)  # shrank, not below the watermark (that is on_shrink's business)
+    plan = plan_batches(total, watermark, batch_size, done=done, pending=pending)
+
+    assert all(b.hi <= total for b in plan), "no batch reaches past the total: its page would be short"
+    done_below = [(b.lo, min(b.hi, total)) for b in done if b.lo < total]
+    assert _covered_exactly_once([*((b.lo, b.hi) for b in plan), *done_below], watermark, total)
+    assert {b.lo for b in pending if b.lo < total} <= {b.lo for b in plan}, "pending rows keep their start"
+
+
 def test_floor_stops_new_batches_but_keeps_pending_rows_below_it() -> None:
     plan = plan_batches(total=1000, watermark=0, batch_size=100, pending=[Batch(100, 200)], floor=750)
     assert plan == [Batch(900, 1000), Batch(800, 900), Batch(750, 800), Batch(100, 200)]

@@ -253,6 +253,10 @@ class BatchRows:
         """Rows the watermark covers are redundant: the watermark already says they are done."""
         cur.execute(read_sql("prune_batches"), {"task": self.task_id, "watermark": watermark})
 
+    def clip(self, cur: Cursor, total: int) -> None:
+        """Rows not done that reach past a shrunken ``total`` end at it (see :func:`plan_batches`)."""
+        cur.execute(read_sql("clip_batches"), {"task": self.task_id, "total": total})
+
     def release_finished_claims(self, cur: Cursor) -> None:
         """Claims of runs whose record is closed go back to pending now instead of after their lease."""
         cur.execute(read_sql("release_finished_claims"), {"task": self.task_id})
