@@ -49,7 +49,8 @@ def test_a_transform_that_cannot_be_imported_fails_the_run_and_publishes_nothing
 
     assert source.page_requests(unique_id) == [], "no page fetched for a chunk that cannot transform"
     assert read_topic(kafka_bootstrap, cfg.kafka.topic) == []
-    assert done_batches(pg_uri, unique_id) == {} and watermark(pg_uri, unique_id) == 0
+    # Nothing done: no watermark, so the next run is still a first crawl.
+    assert done_batches(pg_uri, unique_id) == {} and watermark(pg_uri, unique_id) is None
     assert run_record(pg_uri, unique_id)["status"] == "failed"
 
 
