@@ -1,4 +1,5 @@
-"""Command line: ``python -m crawler_ops status [--task ID] [--json] [--no-live]``.
+"""Command line: ``python -m crawler_ops status [--task ID] [--json] [--no-live]`` and
+``python -m crawler_ops skip-batch --task ID --offset O``.
 
 Run it where the DAGs run (same ``AIRFLOW_CONN_*`` connections, same ``CRAWLER_OPS_CONFIG``) with
 ``plugins/`` on ``PYTHONPATH``; ``make status`` does that for the local stack.
@@ -23,7 +24,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     status.add_argument("--task", help="only this crawl task id")
     status.add_argument("--json", action="store_true", help="print JSON instead of text")
     status.add_argument("--no-live", action="store_true", help="do not ask the sources and Kafka (PostgreSQL only)")
+    skip = commands.add_parser("skip-batch", help="let the watermark pass a parked batch (its records are lost)")
+    skip.add_argument("--task", required=True, help="the crawl task id")
+    skip.add_argument("--offset", type=int, required=True, help="the parked batch's start offset")
     args = parser.parse_args(argv)
+    if args.command == "skip-batch":
+        return skip_batch(args.task, args.offset)
 
     from crawler_ops.status import collect  # imports Airflow: after argument errors are reported
 
@@ -39,6 +45,33 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(json.dumps(report, ensure_ascii=False, indent=2, default=str))
     else:
         print(render_text(report))
+    return 0
+
+
+def skip_batch(task_id: str, offset: int) -> int:
+    """Mark the parked batch of ``task_id`` starting at ``offset`` done without its records, recorded as an error;
+    the next run's commit moves the watermark past it."""
+    from crawler_ops.config import get_task
+    from crawler_ops.hooks.store import CrawlStoreHook
+
+    try:
+        cfg = get_task(task_id)
+    except ConfigError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    store = CrawlStoreHook(cfg.postgres_conn_id, cfg.id)
+    try:
+        with store.transaction(lock=True) as cur:
+            skipped = store.batches.skip_parked(cur, lo=offset)
+            for parked in skipped:
+                message = f"task {cfg.id}: parked batch {parked.describe()} skipped by the operator (skip-batch)"
+                store.record_error(cur, "cli:skip-batch", message, "batch", parked.batch)
+    finally:
+        store.close()
+    if not skipped:
+        print(f"error: task {cfg.id} has no parked batch starting at offset {offset}; see its status", file=sys.stderr)
+        return 1
+    print(f"skipped {skipped[0].describe()}; the next run's commit moves the watermark past it")
     return 0
 
 
@@ -62,6 +95,8 @@ def render_text(report: Mapping[str, Any]) -> str:
                 lines.append(f"  {key.replace('_', ' ')}: {row[key]}")
         if row.get("batches"):
             lines.append("  batches " + "  ".join(f"{k} {v}" for k, v in sorted(row["batches"].items())))
+        for parked in row.get("parked") or ():
+            lines.append(f"  PARKED batch {parked}")
         run = row.get("last_run")
         if run:
             lines.append(

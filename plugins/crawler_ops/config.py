@@ -260,6 +260,9 @@ class CrawlTaskConfig(DagSettings):
     max_parallel_chunks: int = Field(4, ge=1)
     pool: str | None = None
     claim_lease_s: int = Field(900, ge=10, description="a claimed batch is re-claimable after this long")
+    max_attempts: int = Field(
+        5, ge=1, description="a batch failing this many times is parked until an operator skips it"
+    )
     on_shrink: Literal["warn", "fail", "reset"] = "warn"
     transform: str | None = Field(None, description="dotted path of a callable(record) -> published value")
     notify: NotifyConfig | None = None

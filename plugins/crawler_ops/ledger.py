@@ -137,11 +137,15 @@ class StatusTableLedger(RunRecordLedger):
     :param owner: the worker (``run_id|map_index``); a claim token starts with it.
     :param token: this attempt's claim token.
     :param lease_s: how long a claim holds without renewal.
+    :param max_attempts: a batch failing this often is parked: no run fetches it again, and the watermark stops
+        below it, until an operator skips it.
     """
 
-    def __init__(self, store: CrawlStoreHook, run_id: str, owner: str, token: str, lease_s: int) -> None:
+    def __init__(
+        self, store: CrawlStoreHook, run_id: str, owner: str, token: str, lease_s: int, max_attempts: int
+    ) -> None:
         super().__init__(store, run_id)
-        self.owner, self.token, self.lease_s = owner, token, lease_s
+        self.owner, self.token, self.lease_s, self.max_attempts = owner, token, lease_s, max_attempts
 
     def claim(self, batch: Batch) -> bool:
         with self.store.transaction() as cur:
@@ -163,7 +167,20 @@ class StatusTableLedger(RunRecordLedger):
 
     def give_back(self, cur: Cursor, in_flight: Sequence[Batch], error: str) -> None:
         for batch in in_flight:
-            self.store.batches.release(cur, batch, self.token, error)
+            if self.store.batches.release(cur, batch, self.token, error, self.max_attempts):
+                message = parked_message(self.store.task_id, batch, self.max_attempts, error)
+                log.error("%s", message)
+                self.store.record_error(cur, self.run_id, message, "batch", batch)
+
+
+def parked_message(task_id: str, batch: Batch, attempts: int, error: str) -> str:
+    """What a parked batch is and what an operator can do about it."""
+    return (
+        f"task {task_id}: batch [{batch.lo}, {batch.hi}) is parked after {attempts} failed attempts "
+        f"(last: {error}); the watermark stays below it and no run fetches it again. To let the watermark pass "
+        f'it (its records are not published), trigger the DAG with {{"skip_parked": true}} or run '
+        f"python -m crawler_ops skip-batch --task {task_id} --offset {batch.lo}"
+    )
 
 
 def ledger_for(run: RunContext, owner: str, token: str) -> Ledger:
@@ -172,5 +189,5 @@ def ledger_for(run: RunContext, owner: str, token: str) -> Ledger:
         return DryRunLedger()
     store = run.store()
     if run.uses_status_table:
-        return StatusTableLedger(store, run.run_id, owner, token, run.cfg.claim_lease_s)
+        return StatusTableLedger(store, run.run_id, owner, token, run.cfg.claim_lease_s, run.cfg.max_attempts)
     return RunRecordLedger(store, run.run_id)

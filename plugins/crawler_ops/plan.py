@@ -16,6 +16,7 @@ from crawler_ops.hooks.exactly_once import MARKER_TOPIC_CONFIG
 from crawler_ops.hooks.producer import IdempotentProducerHook, ensure_topic
 from crawler_ops.hooks.source import SourceApiHook
 from crawler_ops.hooks.store import CrawlStoreHook, Cursor
+from crawler_ops.ledger import parked_message
 from crawler_ops.planning import (
     Batch,
     Chunk,
@@ -28,7 +29,7 @@ from crawler_ops.planning import (
 )
 from crawler_ops.records import record_head
 from crawler_ops.run import RunContext
-from crawler_ops.status_table import DONE
+from crawler_ops.status_table import DONE, PARKED
 
 log = logging.getLogger(__name__)
 
@@ -138,8 +139,9 @@ def plan_locked(
             store.batches.release_finished_claims(cur)
             store.batches.clip(cur, total)
         rows = store.batches.read(cur, above=start)
-        done = [r.batch for r in rows if r.status == DONE]
-        pending = [r.batch for r in rows if r.status != DONE]
+        # Parked batches are neither fetched nor planned over: they hold the watermark until skipped.
+        done = [r.batch for r in rows if r.status in (DONE, PARKED)]
+        pending = [r.batch for r in rows if r.status not in (DONE, PARKED)]
         floor = start
         if first and total > 0:
             boundary = probe_window_start(source, total, run)
@@ -163,7 +165,22 @@ def plan_locked(
             if shrink_note:
                 store.add_run_error(cur, run.run_id, shrink_note)
         note_older_reference(run, store, cur)
+        if not params.dry_run:
+            handle_parked(run, store, cur)
     return batches, "first" if first else "incremental", watermark, first
+
+
+def handle_parked(run: RunContext, store: CrawlStoreHook, cur: Cursor) -> None:
+    """Skip the task's parked batches when the run says so (each an error of the run: its records are lost), or
+    note on the run's summary that they hold the watermark."""
+    if run.params.skip_parked:
+        for parked in store.batches.skip_parked(cur):
+            message = f"task {run.cfg.id}: parked batch {parked.describe()} skipped by the operator (skip_parked)"
+            log.warning("%s", message)
+            store.record_error(cur, run.run_id, message, "batch", parked.batch)
+        return
+    for parked in store.batches.parked(cur):
+        store.add_run_note(cur, run.run_id, parked_message(run.cfg.id, parked.batch, parked.attempts, parked.error))
 
 
 def note_older_reference(run: RunContext, store: CrawlStoreHook, cur: Cursor) -> None:

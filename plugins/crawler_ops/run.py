@@ -29,6 +29,7 @@ class RunParams:
     filter_days: float | None = None
     replay_from: int | None = None
     replay_to: int | None = None
+    skip_parked: bool = False
 
     @classmethod
     def from_params(cls, params: Mapping[str, Any], task_label: str) -> RunParams:
@@ -39,6 +40,7 @@ class RunParams:
             filter_days=params.get("filter_days"),
             replay_from=params.get("replay_from"),
             replay_to=params.get("replay_to"),
+            skip_parked=bool(params.get("skip_parked")),
         )
         if (run.replay_from is None) != (run.replay_to is None):
             raise ConfigError(f"task {task_label}: give both replay_from and replay_to, or neither")

@@ -106,6 +106,7 @@ def stored_status(cfg: CrawlTaskConfig) -> dict[str, Any]:
         "batches": {STATUS_NAMES.get(int(k), str(k)): int(v) for k, v in view["batches"].items()},
         "last_run": {k: iso(last_run[k]) for k in RUN_FIELDS} if last_run else None,
         "errors_24h": view["errors"] or {},
+        "parked": [parked.describe() for parked in view["parked"]],
     }
 
 

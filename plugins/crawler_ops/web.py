@@ -90,6 +90,7 @@ COLUMNS = (
     ("last update", lambda r: r.get("last_update")),
     ("last run", lambda r: run_cell(r.get("last_run"))),
     ("errors 24h", lambda r: errors_cell(r.get("errors_24h"))),
+    ("parked batches", lambda r: "<br>".join(escape(str(p)) for p in r.get("parked") or ()) or "0"),
     ("kafka", lambda r: kafka_cell(r.get("kafka"))),
 )
 
@@ -143,4 +144,4 @@ def render_html(report: dict[str, Any]) -> str:
 
 
 # Cells that build their own (escaped) HTML.
-RICH = {"task", "last run", "errors 24h", "kafka"}
+RICH = {"task", "last run", "errors 24h", "parked batches", "kafka"}

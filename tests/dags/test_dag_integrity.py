@@ -192,7 +192,15 @@ def test_crawl_dag_has_the_production_settings(monkeypatch, dag_id, timetable):
     assert dag.timetable == timetable, "a cron schedule's data interval is one period, for backfills"
     assert {"crawler_ops", "crawl"} <= set(dag.tags)
     assert dag.doc_md and "Params" in dag.doc_md
-    assert set(dag.params.keys()) == {"reset", "dry_run", "max_batches", "filter_days", "replay_from", "replay_to"}
+    assert set(dag.params.keys()) == {
+        "reset",
+        "dry_run",
+        "max_batches",
+        "filter_days",
+        "replay_from",
+        "replay_to",
+        "skip_parked",
+    }
     assert {t.task_id for t in dag.tasks} == {"plan", "crawl_chunk", "commit", "announce"}
     for t in dag.tasks:
         assert (t.retries, t.retry_delay, t.retry_exponential_backoff, t.max_retry_delay) == (

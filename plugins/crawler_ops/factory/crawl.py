@@ -35,6 +35,11 @@ PARAMS = {
         description="Replay offsets [replay_from, replay_to) without touching the watermark.",
     ),
     "replay_to": Param(None, type=["null", "integer"], minimum=1, description="End (exclusive) of the replay range."),
+    "skip_parked": Param(
+        False,
+        type="boolean",
+        description="Let the watermark pass batches parked after max_attempts failures (their records are lost).",
+    ),
 }
 
 
@@ -49,7 +54,7 @@ def doc_for(cfg: CrawlTaskConfig) -> str:
         f"{cfg.batch_size} records from the watermark up; **crawl_chunk** (mapped, labelled by offsets) fetches, "
         "filters, publishes and marks batches done; **commit** moves the watermark and stores the run summary; "
         f"**announce** emits the Asset `{cfg.kafka.asset_uri}` when new records were published.\n\n"
-        "Params: `reset`, `dry_run`, `max_batches`, `filter_days`, `replay_from`/`replay_to`."
+        "Params: `reset`, `dry_run`, `max_batches`, `filter_days`, `replay_from`/`replay_to`, `skip_parked`."
     )
 
 

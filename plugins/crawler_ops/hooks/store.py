@@ -27,7 +27,7 @@ from crawler_ops.errors import StatusTableError
 from crawler_ops.planning import Batch
 from crawler_ops.results import BatchOutcome, DeadLetter
 from crawler_ops.sqlfiles import read_sql
-from crawler_ops.status_table import DONE, PENDING, StatusTable
+from crawler_ops.status_table import DONE, PARKED, PENDING, StatusTable
 
 DEAD_LETTER_MAX_BYTES = 64 * 1024
 Cursor = psycopg.Cursor[Any]
@@ -205,6 +205,7 @@ class CrawlStoreHook(CrawlerDbHook):
             "batches": dict(cur.execute(read_sql("view/batch_counts"), task).fetchall()),
             "last_run": fetch_dict(cur, read_sql("view/last_run"), task),
             "errors": fetch_dict(cur, read_sql("view/recent_errors"), task),
+            "parked": self.batches.parked(cur),
         }
 
 
@@ -212,6 +213,18 @@ class CrawlStoreHook(CrawlerDbHook):
 class StatusRow:
     batch: Batch
     status: int
+
+
+@dataclass(frozen=True)
+class ParkedBatch:
+    """A batch that failed ``attempts`` times and waits for an operator, with its last error."""
+
+    batch: Batch
+    attempts: int
+    error: str
+
+    def describe(self) -> str:
+        return f"[{self.batch.lo}, {self.batch.hi}) after {self.attempts} failed attempts: {self.error}"
 
 
 @dataclass(frozen=True)
@@ -276,13 +289,27 @@ class BatchRows:
             cur.execute(read_sql("mark_expired"), {"task": self.task_id, "lo": batch.lo})
         return done
 
-    def release(self, cur: Cursor, batch: Batch, token: str, error: str) -> None:
-        """A failed batch goes back to pending with its error (fenced by the claim token)."""
-        self.table.release(cur, self.task_id, batch.lo, token, error, max_attempts=None)
+    def release(self, cur: Cursor, batch: Batch, token: str, error: str, max_attempts: int | None) -> bool:
+        """A failed batch goes back to pending with its error (fenced by the claim token), or is parked at its
+        ``max_attempts``-th failure; returns whether it was parked."""
+        return self.table.release(cur, self.task_id, batch.lo, token, error, max_attempts) == PARKED
+
+    def parked(self, cur: Cursor) -> list[ParkedBatch]:
+        return [parked_batch(row) for row in cur.execute(read_sql("select_parked"), {"task": self.task_id})]
+
+    def skip_parked(self, cur: Cursor, lo: int | None = None) -> list[ParkedBatch]:
+        """Mark parked batches done without their records (all, or the one starting at ``lo``)."""
+        rows = cur.execute(read_sql("skip_parked"), {"task": self.task_id, "lo": lo}).fetchall()
+        return [parked_batch(row) for row in rows]
 
     def release_run(self, cur: Cursor, run_id: str) -> int:
         """Claims the run made and did not finish go back to pending (after all its chunks ended)."""
         return self.table.release_owner(cur, self.task_id, run_id)
+
+
+def parked_batch(row: Sequence[Any]) -> ParkedBatch:
+    lo, hi, attempts, error = row
+    return ParkedBatch(Batch(int(lo), int(hi)), int(attempts), str(error or ""))
 
 
 def cap_record(record: Any) -> Any:
