@@ -29,9 +29,10 @@ from crawler_ops.filtering import Window
 from crawler_ops.hooks.exactly_once import MarkerLog, TransactionalPublisher, transactional_id
 from crawler_ops.hooks.producer import DryRunPublisher, IdempotentProducerHook, KafkaPublisher, Publisher
 from crawler_ops.hooks.source import SourceApiHook
+from crawler_ops.hooks.store import cap_record
 from crawler_ops.ledger import Ledger, ledger_for
 from crawler_ops.planning import Batch
-from crawler_ops.records import Message, Transform, build_messages, dead_letter_messages
+from crawler_ops.records import Message, Transform, build_messages, dead_letter_messages, full_record
 from crawler_ops.results import BatchOutcome, ChunkResult, DeadLetter, RunCounts
 from crawler_ops.run import RunContext
 
@@ -110,18 +111,20 @@ class BatchFilter:
             raise SourceError(
                 f"task {cfg.id}: {exc}; the source sent something that is not a record", retriable=False
             ) from exc
-        messages: list[Message] = page.messages
+        published, oversized = too_large(page.messages, records, batch.lo, cfg.kafka.max_message_bytes)
+        dead_letters = [*page.dead_letters, *oversized]
+        messages: list[Message] = published
         dlq = cfg.kafka.dead_letter_topic
-        if dlq is not None and page.dead_letters:
-            dead = dead_letter_messages(page.dead_letters, dlq, cfg.id, self.run_id, cfg.kafka.key_field, self.headers)
-            messages = [*messages, *dead]
+        if dlq is not None and dead_letters:
+            dead = dead_letter_messages(dead_letters, dlq, cfg.id, self.run_id, cfg.kafka.key_field, self.headers)
+            messages = [*published, *dead]
         return FilteredBatch(
             batch,
             messages,
             fetched=len(records),
-            kept=page.kept,
+            kept=len(published),
             expired=page.expired,
-            dead_letters=tuple(page.dead_letters),
+            dead_letters=tuple(dead_letters),
             cutoff=self.cutoff_after(batch, page.kept),
         )
 
@@ -285,6 +288,26 @@ class ChunkCrawler:
                 "before publishing it"
             )
         self.publisher.send(ready.batch, ready.messages, ready.outcome(published=ready.kept).counts)
+
+
+def too_large(
+    messages: list[Message], records: Sequence[Any], first_offset: int, limit: int
+) -> tuple[list[Message], list[DeadLetter]]:
+    """Split off the messages Kafka would refuse (key and value over ``limit`` bytes): dead letters with their
+    size, the record stored cut to the dead-letter size cap, instead of a batch that fails at every attempt."""
+    if all(len(m.value) + len(m.key) <= limit for m in messages):
+        return messages, []
+    kept: list[Message] = []
+    dead: list[DeadLetter] = []
+    for message in messages:
+        size = len(message.value) + len(message.key)
+        if size <= limit:
+            kept.append(message)
+            continue
+        offset = int(dict(message.headers)["source_offset"])
+        reason = f"message of {size} bytes is larger than kafka.max_message_bytes ({limit}); not published"
+        dead.append(DeadLetter(offset, reason, cap_record(full_record(records[offset - first_offset]))))
+    return kept, dead
 
 
 def log_progress(crawler: ChunkCrawler, batch: Batch, started: float) -> None:

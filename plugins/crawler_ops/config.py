@@ -99,6 +99,12 @@ class KafkaConfig(_Model):
     partitions: int = Field(3, ge=1)
     replication_factor: int = Field(1, ge=1)
     create_topic: bool = True
+    max_message_bytes: int = Field(
+        1_000_000,
+        ge=1024,
+        description="a kept record whose message is larger (key and value) is dead-lettered with its size; at most "
+        "the producer's and the topic's message.max.bytes (librdkafka's default is 1000000)",
+    )
     dead_letter_topic: str | None = Field(
         None,
         pattern=r"^[A-Za-z0-9._-]{1,249}$",

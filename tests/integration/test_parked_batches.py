@@ -115,3 +115,27 @@ def test_the_cli_skips_one_parked_batch_and_names_a_wrong_offset(
     assert run_dag(cfg, REF) == "success"
     assert watermark(pg_uri, unique_id) == 300
     assert published_offsets(kafka_bootstrap, cfg.kafka.topic) == set(range(200))
+
+
+def test_a_record_larger_than_kafka_accepts_is_dead_lettered_with_its_size_and_its_batch_finishes(
+    source, kafka_bootstrap, pg_uri, unique_id, run_dag
+):
+    from tests.integration.crawl_transforms import oversized
+
+    source.create(unique_id, total=400, ref=REF, in_window_share=1.0)
+    cfg = make_task(unique_id, transform="tests.integration.crawl_transforms.inflate_some")
+    truth = set(source.truth(unique_id, REF, days=7, tolerance_s=24 * 3600)["in_window_ids"])
+    big = {key for key in truth if oversized(key)}
+    assert big, "the data set has records the transform blows up"
+
+    assert run_dag(cfg, REF) == "success"
+
+    assert {m.key for m in read_topic(kafka_bootstrap, cfg.kafka.topic)} == truth - big
+    assert watermark(pg_uri, unique_id) == 400
+    rows = query(
+        pg_uri,
+        "SELECT reason, record->>'id' FROM crawler_ops.crawl_error WHERE task_id = %s AND kind = 'record'",
+        unique_id,
+    )
+    assert {key for _, key in rows} == big
+    assert all("bytes is larger than kafka.max_message_bytes (1000000)" in reason for reason, _ in rows)
