@@ -97,7 +97,12 @@ class KafkaConfig(_Model):
     topic: str = Field(pattern=r"^[A-Za-z0-9._-]{1,249}$")
     key_field: str | None = "id"
     partitions: int = Field(3, ge=1)
-    replication_factor: int = Field(1, ge=1)
+    replication_factor: int | None = Field(
+        None,
+        ge=1,
+        description="replicas of a topic crawler_ops creates; default min(3, brokers), with min.insync.replicas one "
+        "less (at least 1) so acks=all survives a broker",
+    )
     create_topic: bool = True
     max_message_bytes: int = Field(
         1_000_000,

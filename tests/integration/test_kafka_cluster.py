@@ -120,3 +120,38 @@ def test_two_brokers_down_fail_the_chunk_clearly_and_the_retry_after_they_return
     assert commit_run(run, [chunk], [result]).status == "success"
     seen = [m.key for m in read_topic(cluster.bootstrap, cfg.kafka.topic)]
     assert set(seen) == in_window(source, unique_id)
+
+
+def topic_layout(bootstrap: str, topic: str) -> tuple[int, str]:
+    """Replicas per partition (the fewest) and min.insync.replicas of ``topic``."""
+    from confluent_kafka.admin import ConfigResource
+
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    partitions = admin.list_topics(topic, timeout=10).topics[topic].partitions.values()
+    resource = ConfigResource(ConfigResource.Type.TOPIC, topic)
+    configs = admin.describe_configs([resource])[resource].result(timeout=10)
+    return min(len(p.replicas) for p in partitions), configs["min.insync.replicas"].value
+
+
+def test_topics_get_three_replicas_and_min_insync_two_on_a_cluster_by_default(
+    source, cluster, cluster_conn, unique_id, caplog
+):
+    source.create(unique_id, total=200, ref=REF, in_window_share=1.0)
+    cfg = make_task(unique_id, kafka={"conn_id": cluster_conn, "dead_letter_topic": f"test.{unique_id}.dead"})
+    assert cfg.kafka.replication_factor is None
+
+    plan_run(RunContext(cfg=cfg, run_id="topics", ref=REF, params=RunParams()))
+
+    assert topic_layout(cluster.bootstrap, cfg.kafka.topic) == (3, "2")
+    assert topic_layout(cluster.bootstrap, f"test.{unique_id}.dead") == (3, "2")
+    assert "single replica" not in caplog.text
+
+
+def test_a_single_broker_gets_one_replica_and_a_warning(source, kafka_bootstrap, unique_id, caplog):
+    source.create(unique_id, total=200, ref=REF, in_window_share=1.0)
+    cfg = make_task(unique_id)
+
+    plan_run(RunContext(cfg=cfg, run_id="topics", ref=REF, params=RunParams()))
+
+    assert topic_layout(kafka_bootstrap, cfg.kafka.topic) == (1, "1")
+    assert f"Kafka topic '{cfg.kafka.topic}' has a single replica" in caplog.text

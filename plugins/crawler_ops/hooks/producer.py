@@ -3,6 +3,7 @@ one for dry runs that publishes nothing."""
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 from typing import Any, Protocol
 
@@ -15,6 +16,7 @@ from crawler_ops.planning import Batch
 from crawler_ops.records import Message
 from crawler_ops.results import RunCounts
 
+log = logging.getLogger(__name__)
 # Settings the crawl's guarantees rest on; they override the connection's extra.
 REQUIRED_SETTINGS = {"enable.idempotence": True, "acks": "all"}
 # Defaults the connection's extra may override.
@@ -48,27 +50,37 @@ def ensure_topic(
     admin: AdminClient,
     topic: str,
     partitions: int,
-    replication: int,
+    replication: int | None,
     create: bool,
     task_label: str,
     timeout: float = 15.0,
     config: dict[str, str] | None = None,
 ) -> bool:
-    """Make sure ``topic`` exists; create it (with the topic ``config``) when allowed. Returns True when created."""
+    """Make sure ``topic`` exists; create it (with the topic ``config``) when allowed. Returns True when created.
+
+    ``replication`` None means min(3, brokers); a created topic gets ``min.insync.replicas`` one below its
+    replication (at least 1) unless ``config`` sets it. A topic with one replica is logged as a warning: the
+    producer's ``acks=all`` then waits for a single broker, whose loss loses the topic.
+    """
     try:
         metadata = admin.list_topics(topic=topic, timeout=timeout)
     except KafkaException as exc:
         raise DeliveryError(f"task {task_label}: Kafka is unreachable while checking topic '{topic}': {exc}") from exc
     info = metadata.topics.get(topic)
     if info is not None and info.error is None:
+        replicas = min((len(p.replicas) for p in info.partitions.values()), default=0)
+        warn_single_replica(task_label, topic, replicas)
         return False
     if not create:
         raise DeliveryError(
             f"task {task_label}: Kafka topic '{topic}' does not exist and kafka.create_topic is "
             "false; create it or enable create_topic"
         )
+    replication = replication or max(1, min(3, len(metadata.brokers)))
+    config = {"min.insync.replicas": str(max(1, replication - 1)), **(config or {})}
+    warn_single_replica(task_label, topic, replication)
     future = admin.create_topics(
-        [NewTopic(topic, num_partitions=partitions, replication_factor=replication, config=config or {})],
+        [NewTopic(topic, num_partitions=partitions, replication_factor=replication, config=config)],
         operation_timeout=timeout,
     )[topic]
     try:
@@ -82,6 +94,16 @@ def ensure_topic(
             f"({partitions} partitions, replication {replication}): {exc}"
         ) from exc
     return True
+
+
+def warn_single_replica(task_label: str, topic: str, replicas: int) -> None:
+    if replicas == 1:
+        log.warning(
+            "task %s: Kafka topic '%s' has a single replica: acks=all waits for one broker, and losing it loses the "
+            "topic; on a cluster, set kafka.replication_factor (default min(3, brokers)) or add replicas",
+            task_label,
+            topic,
+        )
 
 
 class Publisher(Protocol):
