@@ -34,6 +34,8 @@ import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
+import celery_stack
+
 REPO = Path(__file__).resolve().parent.parent
 STACK = Path(os.environ.get("CRAWLER_OPS_STACK_DIR", REPO / ".stack")).resolve()
 LOGS = STACK / "logs"
@@ -171,6 +173,18 @@ def spawn(
     return proc.pid
 
 
+def log_size(name: str) -> int:
+    path = LOGS / f"{name}.log"
+    return path.stat().st_size if path.exists() else 0
+
+
+def logged_since(name: str, offset: int, text: str) -> bool:
+    """Whether ``name``'s log holds ``text`` after byte ``offset``."""
+    with (LOGS / f"{name}.log").open("rb") as log:
+        log.seek(offset)
+        return text.encode() in log.read()
+
+
 def log_tail(name: str, lines: int = 25, logs: Path | None = None) -> str:
     path = (logs or LOGS) / f"{name}.log"
     if not path.exists():
@@ -195,7 +209,7 @@ def wait_until(name: str, pid: int | None, ready, timeout: float, logs: Path | N
 
 def choose_port(service: str, taken: list[int]) -> int:
     """The preferred port if free, else any free port (reported)."""
-    default = DEFAULT_PORTS.get(service, AIRFLOW_PORT)
+    default = {**DEFAULT_PORTS, "airflow": AIRFLOW_PORT, "redis": celery_stack.REDIS_PORT}[service]
     preferred = int(os.environ.get(f"CRAWLER_OPS_{service.upper()}_PORT", default))
     if not port_open(preferred) and preferred not in taken:
         return preferred
@@ -618,14 +632,20 @@ def airflow_healthy(url: str) -> bool:
     return http_ok(f"{url}/api/v2/monitor/health")
 
 
-def airflow_up() -> None:
-    """api-server, scheduler, dag-processor and triggerer (LocalExecutor) on the running stack."""
+def airflow_up(executor: str = "local", workers: int = 2) -> None:
+    """api-server, scheduler, dag-processor and triggerer on the running stack, with LocalExecutor; or with
+    ``executor`` "celery": CeleryExecutor, a Redis broker and ``workers`` Celery workers. A running Airflow
+    with the other executor (or another number of workers) is stopped first."""
     state = load_state()
     if not state:
         raise StackError("the stack is not up: run `python dev/stack.py up` first")
+    if executor not in celery_stack.EXECUTORS:
+        raise StackError(f"unknown executor {executor!r}: one of {', '.join(celery_stack.EXECUTORS)}")
+    workers = workers if executor == "celery" else 0
     RUN.mkdir(parents=True, exist_ok=True)
-    previous = own_port("airflow")
-    port = previous or choose_port("airflow", [])
+    if (executor, workers) != running_executor(state):
+        airflow_down()
+    port = own_port("airflow") or choose_port("airflow", [])
     url = f"http://127.0.0.1:{port}"
     env = {
         **state["env"],
@@ -635,27 +655,66 @@ def airflow_up() -> None:
         "AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL": "10",
         "AIRFLOW__SCHEDULER__SCHEDULER_HEARTBEAT_SEC": "2",
     }
-    for service in AIRFLOW_SERVICES:
-        name = f"airflow-{service}"
+    if executor == "celery":
+        env.update(celery_stack.celery_env(start_redis(), env["AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"]))
+    services = [(f"airflow-{s}", [airflow_cli(), *airflow_service_args(s, port)], env) for s in AIRFLOW_SERVICES]
+    services += [
+        (f"airflow-worker-{i}", celery_stack.worker_command(airflow_cli(), i), {**env, **celery_stack.worker_env(i)})
+        for i in range(1, workers + 1)
+    ]
+    started: dict[str, int] = {}  # where each started service's log began
+    for name, command, service_env in services:
         if running_pid(name) is not None:
             log(f"{name}: already running")
             continue
-        spawn(name, [airflow_cli(), *airflow_service_args(service, port)], env=env)
+        started[name] = log_size(name)
+        spawn(name, command, env=service_env)
     (RUN / "airflow.ports").write_text(json.dumps({"airflow": port}))
-    wait_until(
-        "airflow-api-server",
-        running_pid("airflow-api-server"),
-        lambda: airflow_healthy(url),
-        timeout=120,
-    )
-    state["airflow"] = {"url": url, "login": list(AIRFLOW_LOGIN), "config": env["CRAWLER_OPS_CONFIG"]}
+    wait_until("airflow-api-server", running_pid("airflow-api-server"), lambda: airflow_healthy(url), timeout=120)
+    for name in (n for n in started if n.startswith("airflow-worker-")):
+        wait_until(name, running_pid(name), lambda name=name: logged_since(name, started[name], " ready."), 180)
+    state["airflow"] = {
+        "url": url,
+        "login": list(AIRFLOW_LOGIN),
+        "config": env["CRAWLER_OPS_CONFIG"],
+        "executor": executor,
+        "workers": [celery_stack.worker_name(i) for i in range(1, workers + 1)],
+    }
     STATE_FILE.write_text(json.dumps(state, indent=2))
     log(f"airflow: UI and REST API on {url} (login {AIRFLOW_LOGIN[0]} / {AIRFLOW_LOGIN[1]}); logs in {LOGS}")
+    if workers:
+        log(f"airflow: CeleryExecutor with {workers} workers ({', '.join(state['airflow']['workers'])})")
+
+
+def running_executor(state: dict) -> tuple[str, int] | None:
+    """The executor and worker count of the Airflow that runs on this stack, if one does."""
+    running = state.get("airflow")
+    if not running or running_pid("airflow-scheduler") is None:
+        return None
+    return running.get("executor", "local"), len(running.get("workers", []))
+
+
+def start_redis() -> int:
+    """The Celery broker: a private Redis (installed first when missing); its port."""
+    port = own_port("redis")
+    if port is not None:
+        return port
+    port = choose_port("redis", [])
+    try:
+        binary = celery_stack.redis_server(log)
+    except celery_stack.RedisMissing as exc:
+        raise StackError(str(exc)) from exc
+    pid = spawn("redis", celery_stack.redis_command(binary, port, STACK / "redis"))
+    (RUN / "redis.ports").write_text(json.dumps({"redis": port}))
+    wait_until("redis", pid, lambda: port_open(port), timeout=30)
+    log(f"redis: started (pid {pid}) on 127.0.0.1:{port}")
+    return port
 
 
 def airflow_down() -> None:
-    for service in AIRFLOW_SERVICES:
-        name = f"airflow-{service}"
+    """Stop Airflow's services, its Celery workers and their broker."""
+    workers = sorted(path.stem for path in RUN.glob("airflow-worker-*.pid")) if RUN.exists() else []
+    for name in [f"airflow-{service}" for service in AIRFLOW_SERVICES] + workers + ["redis"]:
         pid = running_pid(name)
         if pid is not None:
             stop_pid(name, pid)
@@ -805,6 +864,10 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("command", choices=["up", "down", "status", "env", "airflow-up", "airflow-down"])
     parser.add_argument(
+        "--executor", choices=celery_stack.EXECUTORS, default="local", help="airflow-up: LocalExecutor or Celery"
+    )
+    parser.add_argument("--workers", type=int, default=2, help="airflow-up --executor celery: Celery workers")
+    parser.add_argument(
         "--kafka-brokers", type=int, default=None, help="up: nodes of the Kafka cluster (default: as last time, else 1)"
     )
     args = parser.parse_args(argv)
@@ -815,7 +878,7 @@ def main(argv: list[str] | None = None) -> int:
             airflow_down()
             down()
         elif args.command == "airflow-up":
-            airflow_up()
+            airflow_up(args.executor, args.workers)
         elif args.command == "airflow-down":
             airflow_down()
         elif args.command == "status":
