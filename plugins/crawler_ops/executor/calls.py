@@ -1,0 +1,145 @@
+"""Where the user function runs: in the worker's runner thread, or in a child process (``isolation: process``).
+
+The runner thread takes rows from the :class:`~crawler_ops.executor.leases.LeaseBook` one at a time and
+calls the function through a caller. A call that outlives ``timeout_s`` is abandoned by the coordinator: a
+thread cannot be stopped, so it runs on unobserved; a child process is killed.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import pickle
+import subprocess
+import sys
+from typing import IO, Protocol
+
+from crawler_ops import udf
+from crawler_ops.executor.leases import LeaseBook
+from crawler_ops.status_table import ClaimedRow
+from crawler_ops.udf_child import read_frame, write_frame
+
+log = logging.getLogger(__name__)
+
+
+class Caller(Protocol):
+    def call(self, row: ClaimedRow) -> str | None: ...
+
+    def abort(self) -> None: ...
+
+    def close(self) -> None: ...
+
+
+class ThreadCaller:
+    """Calls the function in the calling thread.
+
+    :param function: the user function.
+    :param style: ``dict`` or ``legacy``.
+    :param names: the output field names, in order.
+    """
+
+    def __init__(self, function: udf.UserFunction, style: udf.Style, names: tuple[str, ...]) -> None:
+        self.function, self.style, self.names = function, style, names
+
+    def call(self, row: ClaimedRow) -> str | None:
+        return udf.call(self.function, self.style, self.names, row.values, row.id)
+
+    def abort(self) -> None:
+        """Nothing to stop: an abandoned thread finishes its call unobserved."""
+
+    def close(self) -> None:
+        pass
+
+
+class ProcessCaller:
+    """Calls the function in a child process (``crawler_ops.udf_child``), one call at a time.
+
+    The child starts on the first call (or :meth:`start`) and again after it died or was killed.
+
+    :param path: dotted path of the function.
+    :param style: ``dict`` or ``legacy``.
+    :param names: the output field names, in order.
+    """
+
+    def __init__(self, path: str, style: udf.Style, names: tuple[str, ...]) -> None:
+        self.path, self.style, self.names = path, style, names
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.outbox: IO[bytes] | None = None
+        self.inbox: IO[bytes] | None = None
+
+    def start(self) -> None:
+        """Start the child and wait until it loaded the function.
+
+        :raises udf.FunctionLoadError: the child could not import the function.
+        """
+        to_child, from_parent = os.pipe()
+        to_parent, from_child = os.pipe()
+        search_path = os.pathsep.join(p or os.getcwd() for p in sys.path)
+        args = [sys.executable, "-m", "crawler_ops.udf_child", self.path, self.style, json.dumps(self.names)]
+        self.proc = subprocess.Popen(
+            [*args, str(to_child), str(from_child)],
+            pass_fds=(to_child, from_child),
+            env={**os.environ, "PYTHONPATH": search_path},
+            stdin=subprocess.DEVNULL,
+        )
+        os.close(to_child)
+        os.close(from_child)
+        self.outbox, self.inbox = os.fdopen(from_parent, "wb"), os.fdopen(to_parent, "rb")
+        try:
+            problem = read_frame(self.inbox)
+        except EOFError:
+            problem = f"the child process for '{self.path}' exited with code {self.proc.wait()} while starting"
+        if problem is not None:
+            self.stop()
+            raise udf.FunctionLoadError(problem)
+
+    def call(self, row: ClaimedRow) -> str | None:
+        try:
+            if self.proc is None:
+                self.start()
+            assert self.outbox is not None and self.inbox is not None
+            write_frame(self.outbox, (row.values, row.id))
+            return read_frame(self.inbox)  # type: ignore[no-any-return]
+        except udf.FunctionLoadError as exc:
+            return str(exc)
+        except (EOFError, OSError, pickle.PickleError) as exc:
+            code = self.stop()
+            return (
+                f"the child process running the function ended during the call ({type(exc).__name__}, exit code {code})"
+            )
+
+    def abort(self) -> None:
+        """Kill the child (its call outlived the timeout or lost its lease)."""
+        if self.proc is not None:
+            self.proc.kill()
+
+    def close(self) -> None:
+        self.stop()
+
+    def stop(self) -> int | None:
+        """Stop the child; returns its exit code."""
+        proc, self.proc = self.proc, None
+        for stream in (self.outbox, self.inbox):
+            if stream is not None:
+                try:
+                    stream.close()
+                except OSError:
+                    log.debug("closing a pipe of a child that already exited")
+        self.outbox = self.inbox = None
+        if proc is None:
+            return None
+        if proc.poll() is None:
+            proc.kill()
+        return proc.wait()
+
+
+def run_calls(book: LeaseBook, generation: int, caller: Caller) -> None:
+    """The runner thread: call the function on each row the book hands out, until stopped or abandoned."""
+    try:
+        while (row := book.next_row(generation)) is not None:
+            error = caller.call(row) if row.exists else f"source row {row.id} no longer exists"
+            if not book.finish(generation, row, error):
+                return
+    except BaseException as exc:  # noqa: BLE001 - handed to the coordinator, which fails the worker with it
+        book.crashed(exc)
