@@ -214,10 +214,14 @@ class ExecutorRows:
         return cur.execute(statement, {"task": self.task, "category": category}).rowcount
 
     def rank(self, cur: psycopg.Cursor[Any], parts: SourceParts, category: str | None) -> int:
-        """Number the open rows in claim order (``seq``); returns how many changed."""
+        """Number the open rows in claim order (``seq``) and refresh the table's statistics; returns how many
+        rows changed."""
         names = ("source", "source_id", "order_by", "category_check", "group")
         statement = self.table.statement("rank", **{name: getattr(parts, name) for name in names})
-        return cur.execute(statement, {"task": self.task, "category": category}).rowcount
+        changed = cur.execute(statement, {"task": self.task, "category": category}).rowcount
+        if changed:
+            cur.execute(self.table.statement("analyze"))
+        return changed
 
     def claim(
         self, cur: psycopg.Cursor[Any], parts: SourceParts, run_id: str, token: str, limit: int, lease: tuple[int, int]
@@ -245,10 +249,8 @@ class ExecutorRows:
         self, cur: psycopg.Cursor[Any], run_id: str, ids: Sequence[int], token: str, retry_s: int
     ) -> list[int]:
         """Claimed rows this worker will not start: pending at once, and no longer counted against the quota."""
-        params = {"task": self.task, "ids": list(ids), "token": token, "retry_s": retry_s}
-        given = [int(r[0]) for r in cur.execute(self.table.statement("give_back"), params).fetchall()]
-        self.uncount(cur, run_id, len(given))
-        return given
+        params = {"task": self.task, "run_id": run_id, "ids": list(ids), "token": token, "retry_s": retry_s}
+        return [int(r[0]) for r in cur.execute(self.table.statement("give_back"), params).fetchall()]
 
     def release_owner(self, cur: psycopg.Cursor[Any], run_id: str, owner: str) -> int:
         """Claims of tokens starting with ``owner`` go back to pending and no longer count against the quota."""

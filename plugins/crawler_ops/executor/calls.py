@@ -21,6 +21,7 @@ from crawler_ops.status_table import ClaimedRow
 from crawler_ops.udf_child import read_frame, write_frame
 
 log = logging.getLogger(__name__)
+STOP_WAIT_S = 2.0
 
 
 class Caller(Protocol):
@@ -80,7 +81,7 @@ class ProcessCaller:
         self.proc = subprocess.Popen(
             [*args, str(to_child), str(from_child)],
             pass_fds=(to_child, from_child),
-            env={**os.environ, "PYTHONPATH": search_path},
+            env={**os.environ, "PYTHONPATH": search_path, "PYTHONUNBUFFERED": "1"},
             stdin=subprocess.DEVNULL,
         )
         os.close(to_child)
@@ -118,7 +119,8 @@ class ProcessCaller:
         self.stop()
 
     def stop(self) -> int | None:
-        """Stop the child; returns its exit code."""
+        """Close the child's pipes, so it exits on its own (killed if it does not within a moment); returns
+        its exit code."""
         proc, self.proc = self.proc, None
         for stream in (self.outbox, self.inbox):
             if stream is not None:
@@ -129,9 +131,11 @@ class ProcessCaller:
         self.outbox = self.inbox = None
         if proc is None:
             return None
-        if proc.poll() is None:
+        try:
+            return proc.wait(timeout=STOP_WAIT_S)
+        except subprocess.TimeoutExpired:
             proc.kill()
-        return proc.wait()
+            return proc.wait()
 
 
 def run_calls(book: LeaseBook, generation: int, caller: Caller) -> None:

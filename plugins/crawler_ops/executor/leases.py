@@ -233,8 +233,13 @@ class LeaseBook:
             return ahead - len(self.queue) if 2 * len(self.queue) < ahead else 0
 
     def ahead(self) -> int:
-        """Rows that may wait unstarted: what the function gets through within the horizon (slow start)."""
-        fits = self.claim_batch if not self.pace else int(self.times.horizon / self.pace)
+        """Rows that may wait unstarted: what the function gets through within the horizon at its pace (slow
+        start). A call running longer than the pace says counts as the pace, so nothing is claimed ahead behind
+        a call that is taking long."""
+        pace = self.pace or 0.0
+        if self.running is not None:
+            pace = max(pace, self.clock() - self.running[1])
+        fits = int(self.times.horizon / pace) if pace > 0 else self.claim_batch
         return min(self.claim_batch, self.ramp, fits)
 
     def idle(self) -> bool:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
+from datetime import datetime
 from typing import Any
 
 from crawler_ops.config import ExecutorTaskConfig
@@ -14,6 +15,10 @@ from crawler_ops.status_table import STATUS_NAMES
 
 log = logging.getLogger(__name__)
 PARKED_SHOWN = 20
+
+
+def iso(value: Any) -> Any:
+    return value.isoformat() if isinstance(value, datetime) else value
 
 
 def summarize(cfg: ExecutorTaskConfig, run_id: str, results: Sequence[Mapping[str, int]]) -> dict[str, Any]:
@@ -50,14 +55,14 @@ def unpark(cfg: ExecutorTaskConfig, ids: Sequence[int] | None = None) -> Unparke
     try:
         with hook.transaction(lock=True) as cur:
             rows = resolve_tables(cur, cfg).rows(cfg.name)
-            done = rows.unpark(cur, ids)
-            others = rows.statuses(cur, [i for i in ids or () if i not in set(done)])
+            unparked = rows.unpark(cur, ids)
+            others = [i for i in ids or () if i not in set(unparked)]
+            statuses = rows.statuses(cur, others)
     finally:
         hook.close()
-    not_parked = {i: STATUS_NAMES.get(others[i], str(others[i])) if i in others else "missing" for i in ids or ()}
-    result = Unparked(done, {i: s for i, s in not_parked.items() if i not in set(done)})
-    log.info("executor %s: unparked %d rows %s", cfg.name, len(done), done[:50])
-    return result
+    log.info("executor %s: unparked %d rows %s", cfg.name, len(unparked), unparked[:50])
+    not_parked = {i: STATUS_NAMES.get(statuses[i], str(statuses[i])) if i in statuses else "missing" for i in others}
+    return Unparked(unparked, not_parked)
 
 
 def executor_status(cfg: ExecutorTaskConfig, limit: int = PARKED_SHOWN) -> dict[str, Any]:
@@ -68,7 +73,7 @@ def executor_status(cfg: ExecutorTaskConfig, limit: int = PARKED_SHOWN) -> dict[
         with hook.transaction() as cur:
             rows = resolve_tables(cur, cfg).rows(cfg.name)
             row["rows"] = rows.counts(cur)
-            row["parked"] = rows.parked(cur, limit)
+            row["parked"] = [{**p, "failed_at": iso(p["failed_at"])} for p in rows.parked(cur, limit)]
     except Exception as exc:  # noqa: BLE001 - one executor's database problem must not hide the others
         row["db_error"] = f"{type(exc).__name__}: {exc}"
     finally:

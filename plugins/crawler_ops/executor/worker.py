@@ -13,13 +13,15 @@ import logging
 import threading
 import time
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from typing import Any
 
 import psycopg
 
 from crawler_ops.config import ExecutorTaskConfig
-from crawler_ops.errors import ConfigError, CrawlerError
+from crawler_ops.errors import ConfigError, CrawlerError, StatusTableError
 from crawler_ops.executor.calls import Caller, ProcessCaller, ThreadCaller, run_calls
 from crawler_ops.executor.leases import LeaseBook, LeaseTimes, Outcomes
 from crawler_ops.executor.tables import Tables, executor_hook, resolve_tables
@@ -69,6 +71,7 @@ class ExecutorWorker:
             self.rows, self.parts = self.tables.rows(self.cfg.name), self.tables.parts()
             self.rows.open_run(cur, self.run_id, self.cfg.cycle_index)
             earlier = self.rows.release_owner(cur, self.run_id, self.owner)
+        self.hook.db.autocommit = True
         if earlier:
             log.info("executor %s: gave back %d rows an earlier try of this worker held", self.cfg.name, earlier)
         started = last_log = time.monotonic()
@@ -82,7 +85,6 @@ class ExecutorWorker:
         finally:
             self.book.stop()
             for caller in self.callers:
-                caller.abort()
                 caller.close()
         self.log_progress(started)
         return asdict(self.counts)
@@ -129,7 +131,7 @@ class ExecutorWorker:
         if not (outcomes or stale or due or want):
             return False
         leased = time.monotonic()
-        with self.hook.transaction() as cur:
+        with self.statements() as cur:
             given = (
                 self.rows.give_back(cur, self.run_id, stale, self.token, self.cfg.row_retry_delay_s) if stale else []
             )
@@ -145,6 +147,16 @@ class ExecutorWorker:
             log.warning("executor %s: rows %s were taken over by another worker while in progress", self.cfg.name, lost)
         self.dry = bool(want) and not claimed
         return self.dry and idle
+
+    @contextmanager
+    def statements(self) -> Iterator[psycopg.Cursor[Any]]:
+        """A cursor whose statements each commit on their own: a claim holds the run's quota row only while it
+        runs in the server, never across a round trip to this process."""
+        try:
+            with self.hook.db.cursor() as cur:
+                yield cur
+        except psycopg.OperationalError as exc:
+            raise StatusTableError(f"executor {self.cfg.name}: PostgreSQL failed: {exc}") from exc
 
     @property
     def lease(self) -> tuple[int, int]:
