@@ -32,12 +32,11 @@ def _log_end(n: int) -> None:
 
 
 def timed_call(row: dict[str, Any]) -> None:
-    """Logs the call, sleeps EXECUTOR_TEST_SLEEP_S when the row's id is in EXECUTOR_TEST_SLOW_IDS (comma
-    separated; ``*``: every row), logs its end."""
+    """Logs the call, sleeps as EXECUTOR_TEST_SLEEPS says for the row's id (``id=seconds,...``; ``*`` for every
+    row), logs its end."""
     n = _log_start(row["id"])
-    slow = os.environ.get("EXECUTOR_TEST_SLOW_IDS", "")
-    if slow == "*" or str(row["id"]) in slow.split(","):
-        time.sleep(float(os.environ.get("EXECUTOR_TEST_SLEEP_S", "0")))
+    sleeps = dict(item.split("=") for item in os.environ.get("EXECUTOR_TEST_SLEEPS", "").split(",") if item)
+    time.sleep(float(sleeps.get(str(row["id"]), sleeps.get("*", 0))))
     _log_end(n)
 
 

@@ -38,7 +38,7 @@ def test_a_function_slower_than_the_lease_runs_once_per_row_with_three_workers(p
     cfg = executor(pg_schema, unique_id, period=2, workers=3)
     sync_rows(cfg)
 
-    results = run_together(cfg, "run-1", 3, tmp_path, EXECUTOR_TEST_SLOW_IDS="*", EXECUTOR_TEST_SLEEP_S="3")
+    results = run_together(cfg, "run-1", 3, tmp_path, EXECUTOR_TEST_SLEEPS="*=3")
 
     assert call_counts(pg_uri, pg_schema) == {i: 1 for i in range(1, 7)}, "each row called exactly once"
     assert sum(r["done"] for r in results) == 6 and sum(r["fenced"] for r in results) == 0
@@ -50,7 +50,7 @@ def test_rows_waiting_behind_a_slow_call_are_given_back_and_run_by_another_worke
     make_source(pg_uri, pg_schema, ["A"] * 40)
     cfg = executor(pg_schema, unique_id, period=4, claim_batch=8)
     sync_rows(cfg)
-    slow = spawn(cfg, "run-A", 0, EXECUTOR_TEST_SLOW_IDS="10", EXECUTOR_TEST_SLEEP_S="9")
+    slow = spawn(cfg, "run-A", 0, EXECUTOR_TEST_SLEEPS="10=9")
     wait_for(lambda: 10 in call_counts(pg_uri, pg_schema), 120, "the slow call on row 10")
     held = wait_for(
         lambda: [i for i, (status, token) in rows(pg_uri, pg_schema, unique_id).items() if status == 1 and i != 10],
@@ -79,7 +79,7 @@ def test_a_killed_worker_keeps_its_row_until_the_lease_lapses_then_it_runs_again
     make_source(pg_uri, pg_schema, ["A"] * 3)
     cfg = executor(pg_schema, unique_id, period=2, isolation=isolation)
     sync_rows(cfg)
-    worker = spawn(cfg, "run-1", 0, EXECUTOR_TEST_SLOW_IDS="*", EXECUTOR_TEST_SLEEP_S="60")
+    worker = spawn(cfg, "run-1", 0, EXECUTOR_TEST_SLEEPS="*=60")
     ((row_id, caller_pid, _, _),) = wait_for(lambda: calls(pg_uri, pg_schema), 120, "the first call")
     old_token = rows(pg_uri, pg_schema, unique_id)[row_id][1]
 
@@ -118,7 +118,7 @@ def test_a_run_processes_at_most_cycle_index_rows_over_all_its_workers(
     cfg = executor(pg_schema, unique_id, cycle_index=cycle_index, workers=workers)
     sync_rows(cfg)
 
-    results = run_together(cfg, "run-1", workers, tmp_path, EXECUTOR_TEST_SLOW_IDS="*", EXECUTOR_TEST_SLEEP_S="0.2")
+    results = run_together(cfg, "run-1", workers, tmp_path, EXECUTOR_TEST_SLEEPS="*=0.2")
 
     assert sum(r["done"] for r in results) == cycle_index
     assert sum(call_counts(pg_uri, pg_schema).values()) == cycle_index
@@ -152,21 +152,20 @@ def test_rows_given_back_unstarted_no_longer_count_against_the_run_quota(pg_sche
 
 def test_a_call_past_its_timeout_is_killed_with_isolation_process(pg_schema, pg_uri, unique_id):
     make_source(pg_uri, pg_schema, ["A"] * 2)
-    cfg = executor(pg_schema, unique_id, isolation="process", timeout_s=1, max_attempts=1)
+    cfg = executor(pg_schema, unique_id, isolation="process", timeout_s=2, max_attempts=1)
     sync_rows(cfg)
-    os.environ.update(EXECUTOR_TEST_SLOW_IDS="1", EXECUTOR_TEST_SLEEP_S="30")
-    try:
-        result = run_worker(cfg, "run-1", 0)
-    finally:
-        del os.environ["EXECUTOR_TEST_SLOW_IDS"], os.environ["EXECUTOR_TEST_SLEEP_S"]
+    worker = spawn(cfg, "run-1", 0, EXECUTOR_TEST_SLEEPS="1=30,2=1.5")
 
+    stuck, second = wait_for(lambda: len(found := calls(pg_uri, pg_schema)) == 2 and found, 120, "the second call")
+    assert process_gone(stuck[1]), "the timed-out call was killed before the next call started"
+    result = json.loads(worker.communicate(timeout=60)[0].strip().splitlines()[-1])
     assert (result["done"], result["parked"]) == (1, 1)
+
     stuck, second = calls(pg_uri, pg_schema)
-    assert stuck[0] == 1 and stuck[3] is None and second[0] == 2
-    assert stuck[1] != os.getpid() and second[1] != stuck[1], "each in a child; a new child after the kill"
-    assert wait_for(lambda: process_gone(stuck[1]), 5, "the timed-out call's process to be killed")
+    assert (stuck[0], second[0]) == (1, 2) and stuck[3] is None and second[3] is not None
+    assert len({worker.pid, stuck[1], second[1]}) == 3, "each call in a child; a new child after the kill"
     error = query(pg_uri, f'SELECT status, last_error FROM "{pg_schema}".status_table WHERE id = 1')
-    assert error == [(3, "timed out after 1s")]
+    assert error == [(3, "timed out after 2s")]
 
 
 def test_the_executor_dag_keeps_to_cycle_index_over_its_mapped_workers(pg_schema, pg_uri, unique_id, tmp_path):

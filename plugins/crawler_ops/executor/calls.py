@@ -25,6 +25,8 @@ STOP_WAIT_S = 2.0
 
 
 class Caller(Protocol):
+    def prepare(self) -> None: ...
+
     def call(self, row: ClaimedRow) -> str | None: ...
 
     def abort(self) -> None: ...
@@ -42,6 +44,9 @@ class ThreadCaller:
 
     def __init__(self, function: udf.UserFunction, style: udf.Style, names: tuple[str, ...]) -> None:
         self.function, self.style, self.names = function, style, names
+
+    def prepare(self) -> None:
+        """Nothing to set up."""
 
     def call(self, row: ClaimedRow) -> str | None:
         return udf.call(self.function, self.style, self.names, row.values, row.id)
@@ -95,6 +100,15 @@ class ProcessCaller:
             self.stop()
             raise udf.FunctionLoadError(problem)
 
+    def prepare(self) -> None:
+        """Start the child before a row is taken, so its start-up does not count against the row's timeout (a
+        child that cannot start is reported on the next row instead)."""
+        if self.proc is None:
+            try:
+                self.start()
+            except udf.FunctionLoadError as exc:
+                log.warning("the child process for '%s' did not start: %s", self.path, exc)
+
     def call(self, row: ClaimedRow) -> str | None:
         try:
             if self.proc is None:
@@ -141,7 +155,11 @@ class ProcessCaller:
 def run_calls(book: LeaseBook, generation: int, caller: Caller) -> None:
     """The runner thread: call the function on each row the book hands out, until stopped or abandoned."""
     try:
-        while (row := book.next_row(generation)) is not None:
+        while True:
+            caller.prepare()
+            row = book.next_row(generation)
+            if row is None:
+                return
             error = caller.call(row) if row.exists else f"source row {row.id} no longer exists"
             if not book.finish(generation, row, error):
                 return
