@@ -52,14 +52,16 @@ def test_rows_waiting_behind_a_slow_call_are_given_back_and_run_by_another_worke
     sync_rows(cfg)
     slow = spawn(cfg, "run-A", 0, EXECUTOR_TEST_SLEEPS="10=9")
     wait_for(lambda: 10 in call_counts(pg_uri, pg_schema), 120, "the slow call on row 10")
-    held = wait_for(
-        lambda: [i for i, (status, token) in rows(pg_uri, pg_schema, unique_id).items() if status == 1 and i != 10],
-        3,
-        "rows claimed ahead behind the slow call",
-    )
 
-    others = set(range(1, 41)) - {10}
+    def waiting() -> list[int]:
+        claimed = [i for i, (status, _) in rows(pg_uri, pg_schema, unique_id).items() if status == 1]
+        return sorted(set(claimed) - set(call_counts(pg_uri, pg_schema)))
+
+    held = wait_for(waiting, 3, "rows claimed, not started, behind the slow call")
+
+    others, deadline = set(range(1, 41)) - {10}, time.monotonic() + 8
     while {i for i, (status, _) in rows(pg_uri, pg_schema, unique_id).items() if status == 2} != others:
+        assert time.monotonic() < deadline, "the held rows stayed locked away while the slow call ran"
         run_worker(cfg, "run-B", 0)  # this process: no slow row
         time.sleep(0.2)
     slow_call = [c for c in calls(pg_uri, pg_schema) if c[0] == 10]
