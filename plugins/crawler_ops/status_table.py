@@ -2,12 +2,14 @@
 
 Layout, compatible with existing status tables: ``(id, status, start_time, end_time, task_name)`` with
 ``unique(id, task_name)``; status 0 pending, 1 claimed (a lease from ``start_time``), 2 done, 3 parked.
-crawler_ops adds ``attempts``, ``last_error`` and ``claim_token`` (idempotently, to existing tables too).
-Time columns may be ``timestamptz`` or INT epoch seconds (existing tables); the statements adapt.
+crawler_ops adds ``attempts``, ``last_error``, ``claim_token`` and ``seq`` (idempotently, to existing tables
+too). Time columns may be ``timestamptz`` or INT epoch seconds (existing tables); the statements adapt.
 
 Statements live in ``include/sql/status/*.sql`` with ``{placeholders}`` for identifiers and time
-expressions only (composed with :mod:`psycopg.sql`); every value is a bound parameter. Completion and
-failure are fenced by the claim token, so a worker whose lease was taken over cannot overwrite the new claim.
+expressions only (composed with :mod:`psycopg.sql`); every value is a bound parameter. Completion, failure,
+renewal and giving back are fenced by the claim token, so a worker whose lease was taken over cannot overwrite
+the new claim. :class:`StatusTable` is the protocol both kinds of rows share; :class:`ExecutorRows` adds what
+executors need (ranked claims of several rows within a run's quota, their output fields, un-parking).
 """
 
 from __future__ import annotations

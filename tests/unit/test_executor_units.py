@@ -184,8 +184,8 @@ def test_claims_start_small_and_grow_while_the_function_is_fast():
 )
 def test_a_worker_claims_ahead_only_what_starts_within_the_horizon(call_s, period, ahead):
     lease, _ = book(period=period, claim_batch=100)
-    lease.ramp = 100
-    lease.pace = call_s
+    lease.pace.ramp = 100
+    lease.pace.seconds = call_s
 
     assert lease.ahead() == ahead
     lease.waiting = True
@@ -268,7 +268,7 @@ def test_category_star_means_every_category():
 
 def test_nothing_is_claimed_ahead_behind_a_call_that_is_taking_long():
     lease, clock = book(period=4, claim_batch=8)  # horizon 1 s
-    lease.ramp, lease.pace = 8, 0.001
+    lease.pace.ramp, lease.pace.seconds = 8, 0.001
     lease.add(rows(1), clock.now)
     assert lease.next_row(0) is not None
     assert lease.claim_size() == 8

@@ -61,7 +61,8 @@ class ThreadCaller:
 class ProcessCaller:
     """Calls the function in a child process (``crawler_ops.udf_child``), one call at a time.
 
-    The child starts on the first call (or :meth:`start`) and again after it died or was killed.
+    The child is started by :meth:`start` or :meth:`prepare`, and again after it died or was killed; it loads
+    the function once and calls it for each row it is sent.
 
     :param path: dotted path of the function.
     :param style: ``dict`` or ``legacy``.
@@ -79,19 +80,19 @@ class ProcessCaller:
 
         :raises udf.FunctionLoadError: the child could not import the function.
         """
-        to_child, from_parent = os.pipe()
-        to_parent, from_child = os.pipe()
+        child_reads, parent_writes = os.pipe()
+        parent_reads, child_writes = os.pipe()
         search_path = os.pathsep.join(p or os.getcwd() for p in sys.path)
         args = [sys.executable, "-m", "crawler_ops.udf_child", self.path, self.style, json.dumps(self.names)]
         self.proc = subprocess.Popen(
-            [*args, str(to_child), str(from_child)],
-            pass_fds=(to_child, from_child),
+            [*args, str(child_reads), str(child_writes)],
+            pass_fds=(child_reads, child_writes),
             env={**os.environ, "PYTHONPATH": search_path, "PYTHONUNBUFFERED": "1"},
             stdin=subprocess.DEVNULL,
         )
-        os.close(to_child)
-        os.close(from_child)
-        self.outbox, self.inbox = os.fdopen(from_parent, "wb"), os.fdopen(to_parent, "rb")
+        os.close(child_reads)
+        os.close(child_writes)
+        self.outbox, self.inbox = os.fdopen(parent_writes, "wb"), os.fdopen(parent_reads, "rb")
         try:
             problem = read_frame(self.inbox)
         except EOFError:
@@ -164,4 +165,4 @@ def run_calls(book: LeaseBook, generation: int, caller: Caller) -> None:
             if not book.finish(generation, row, error):
                 return
     except BaseException as exc:  # noqa: BLE001 - handed to the coordinator, which fails the worker with it
-        book.crashed(exc)
+        book.handoff.crashed(exc)

@@ -51,7 +51,7 @@ class LeaseTimes:
 
 @dataclass
 class Outcomes:
-    """Outcomes waiting to be recorded: rows done, and rows failed with their error."""
+    """Outcomes waiting to be recorded: rows done, and rows failed with their error, since the first of them."""
 
     done: list[int] = field(default_factory=list)
     failed: dict[int, str] = field(default_factory=dict)
@@ -59,6 +59,119 @@ class Outcomes:
 
     def __len__(self) -> int:
         return len(self.done) + len(self.failed)
+
+    def add(self, row_id: int, error: str | None, now: float) -> None:
+        if error is None:
+            self.done.append(row_id)
+        else:
+            self.failed[row_id] = error
+        if self.since is None:
+            self.since = now
+
+    def drop(self, row_id: int) -> None:
+        """Forget a row's outcome (another worker took the row over)."""
+        if self.failed.pop(row_id, None) is None and row_id in self.done:
+            self.done.remove(row_id)
+
+
+@dataclass
+class Pace:
+    """How many rows a worker claims ahead: what the function gets through within ``horizon`` seconds at its
+    measured pace, starting with one row and at most doubling per claim.
+
+    :param claim_batch: most rows claimed ahead.
+    :param horizon: seconds within which the rows claimed ahead should start.
+    """
+
+    claim_batch: int
+    horizon: float
+    ramp: int = 1
+    seconds: float | None = None  # per call, moving average
+
+    def observe(self, elapsed: float) -> None:
+        self.seconds = elapsed if self.seconds is None else 0.8 * self.seconds + 0.2 * elapsed
+
+    def grow(self) -> None:
+        self.ramp = min(self.claim_batch, 2 * self.ramp)
+
+    def ahead(self, running_for: float) -> int:
+        """A call running longer than the pace says counts as the pace, so nothing is claimed ahead behind a
+        call that is taking long."""
+        pace = max(self.seconds or 0.0, running_for)
+        fits = int(self.horizon / pace) if pace > 0 else self.claim_batch
+        return min(self.claim_batch, self.ramp, fits)
+
+
+class Waiting:
+    """Claimed rows not started yet, in claim order, each with when it was claimed.
+
+    :param hold_limit: seconds after its claim a row may still start.
+    """
+
+    def __init__(self, hold_limit: float) -> None:
+        self.hold_limit = hold_limit
+        self.rows: deque[tuple[ClaimedRow, float]] = deque()
+        self.skipped: list[int] = []
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def add(self, rows: list[ClaimedRow], leased: float) -> None:
+        self.rows.extend((row, leased) for row in rows)
+
+    def take(self, now: float) -> tuple[ClaimedRow, float] | None:
+        """The next row young enough to start, and when it was claimed; older ones are set aside."""
+        while self.rows:
+            row, leased = self.rows.popleft()
+            if now - leased < self.hold_limit:
+                return row, leased
+            self.skipped.append(row.id)
+        return None
+
+    def stale(self, now: float) -> list[int]:
+        """Rows set aside, and rows that grew too old to start meanwhile, taken out."""
+        stale, self.skipped = self.skipped, []
+        while self.rows and now - self.rows[0][1] >= self.hold_limit:
+            stale.append(self.rows.popleft()[0].id)
+        return stale
+
+
+class Handoff:
+    """How the two threads wake each other: the runner nudges the coordinator (which otherwise wakes once a
+    tick), the coordinator notifies the runner of new rows; stopping, and a runner failure, are seen by both.
+
+    :param tick: longest the coordinator sleeps.
+    """
+
+    def __init__(self, tick: float) -> None:
+        self.tick = tick
+        self.cond = threading.Condition()
+        self.nudged = False
+        self.stopping = False
+        self.crash: BaseException | None = None
+
+    def wait(self) -> None:
+        """Until the runner asks for attention (or one tick); a request made meanwhile is not missed."""
+        with self.cond:
+            if not self.nudged:
+                self.cond.wait(self.tick)
+            self.nudged = False
+
+    def nudge(self) -> None:
+        """Wake the coordinator (the caller holds ``cond``)."""
+        self.nudged = True
+        self.cond.notify_all()
+
+    def stop(self) -> None:
+        with self.cond:
+            self.stopping = True
+            self.cond.notify_all()
+
+    def crashed(self, exc: BaseException) -> None:
+        """The runner thread failed outside the user function (which it never lets raise)."""
+        with self.cond:
+            self.crash = exc
+            self.nudge()
 
 
 class LeaseBook:
@@ -73,19 +186,15 @@ class LeaseBook:
         self.times = times
         self.claim_batch = claim_batch
         self.clock = clock
-        self.cond = threading.Condition()
-        self.queue: deque[tuple[ClaimedRow, float]] = deque()
+        self.handoff = Handoff(times.tick)
+        self.cond = self.handoff.cond
+        self.queue = Waiting(times.hold_limit)
         self.running: tuple[ClaimedRow, float] | None = None
         self.leases: dict[int, float] = {}  # started rows not yet recorded -> when their lease was last set
         self.outcomes = Outcomes()
         self.generation = 0
-        self.stopping = False
         self.waiting = False  # the runner waits for rows
-        self.skipped: list[int] = []  # queued rows the runner passed over as too old to start
-        self.ramp = 1
-        self.pace: float | None = None  # seconds per call, moving average
-        self.crash: BaseException | None = None
-        self.nudged = False
+        self.pace = Pace(claim_batch, times.horizon)
 
     # ----------------------------------------------------------------- runner side
 
@@ -95,19 +204,15 @@ class LeaseBook:
         A queued row past the hold limit is skipped (the coordinator gives it back), never started.
         """
         with self.cond:
-            while generation == self.generation and not self.stopping:
+            while generation == self.generation and not self.handoff.stopping:
                 now = self.clock()
-                while self.queue:
-                    row, leased = self.queue.popleft()
-                    if now - leased >= self.times.hold_limit:
-                        self.skipped.append(row.id)
-                        continue
-                    self.running = (row, now)
-                    self.leases[row.id] = leased
-                    self.waiting = False
+                taken = self.queue.take(now)
+                if taken is not None:
+                    row, self.leases[taken[0].id] = taken
+                    self.running, self.waiting = (row, now), False
                     return row
                 self.waiting = True
-                self.nudge()
+                self.handoff.nudge()
                 self.cond.wait()
             return None
 
@@ -119,43 +224,24 @@ class LeaseBook:
             now = self.clock()
             started = self.running[1] if self.running else now
             self.running = None
-            self.add_outcome(row.id, error, now)
+            self.outcomes.add(row.id, error, now)
             elapsed = now - started
-            self.pace = elapsed if self.pace is None else 0.8 * self.pace + 0.2 * elapsed
+            self.pace.observe(elapsed)
             if (
                 len(self.outcomes) >= self.claim_batch
                 or elapsed >= self.times.flush_after
                 or 2 * len(self.queue) <= self.ahead()
             ):
-                self.nudge()
+                self.handoff.nudge()
             return True
-
-    def add_outcome(self, row_id: int, error: str | None, now: float) -> None:
-        if error is None:
-            self.outcomes.done.append(row_id)
-        else:
-            self.outcomes.failed[row_id] = error
-        if self.outcomes.since is None:
-            self.outcomes.since = now
 
     # ----------------------------------------------------------------- coordinator side
 
-    def wait(self) -> None:
-        """Until the runner asks for attention (or one tick); a request made meanwhile is not missed."""
-        with self.cond:
-            if not self.nudged:
-                self.cond.wait(self.times.tick)
-            self.nudged = False
-
-    def nudge(self) -> None:
-        self.nudged = True
-        self.cond.notify_all()
-
     def add(self, rows: list[ClaimedRow], leased: float) -> None:
         with self.cond:
-            self.queue.extend((row, leased) for row in rows)
+            self.queue.add(rows, leased)
             if rows:
-                self.ramp = min(self.claim_batch, 2 * self.ramp)
+                self.pace.grow()
             self.cond.notify_all()
 
     def overdue(self, timeout_s: float) -> ClaimedRow | None:
@@ -165,8 +251,8 @@ class LeaseBook:
                 return None
             row = self.running[0]
             self.abandon()
-            self.pace = timeout_s if self.pace is None else 0.8 * self.pace + 0.2 * timeout_s
-            self.add_outcome(row.id, TIMED_OUT.format(timeout_s), self.clock())
+            self.pace.observe(timeout_s)
+            self.outcomes.add(row.id, TIMED_OUT.format(timeout_s), self.clock())
             return row
 
     def abandon(self) -> None:
@@ -179,11 +265,7 @@ class LeaseBook:
     def stale(self) -> list[int]:
         """Queued rows too old to start, taken out of the queue (to be given back)."""
         with self.cond:
-            now, stale = self.clock(), self.skipped
-            self.skipped = []
-            while self.queue and now - self.queue[0][1] >= self.times.hold_limit:
-                stale.append(self.queue.popleft()[0].id)
-            return stale
+            return self.queue.stale(self.clock())
 
     def due(self) -> list[int]:
         """Started rows not yet recorded whose lease is due for renewal."""
@@ -202,10 +284,7 @@ class LeaseBook:
                 self.leases.pop(row_id, None)
                 if self.running is not None and self.running[0].id == row_id:
                     self.abandon()
-                if row_id in self.outcomes.failed:
-                    del self.outcomes.failed[row_id]
-                elif row_id in self.outcomes.done:
-                    self.outcomes.done.remove(row_id)
+                self.outcomes.drop(row_id)
             return lost
 
     def take_outcomes(self, force: bool = False) -> Outcomes:
@@ -233,25 +312,8 @@ class LeaseBook:
             return ahead - len(self.queue) if 2 * len(self.queue) < ahead else 0
 
     def ahead(self) -> int:
-        """Rows that may wait unstarted: what the function gets through within the horizon at its pace (slow
-        start). A call running longer than the pace says counts as the pace, so nothing is claimed ahead behind
-        a call that is taking long."""
-        pace = self.pace or 0.0
-        if self.running is not None:
-            pace = max(pace, self.clock() - self.running[1])
-        fits = int(self.times.horizon / pace) if pace > 0 else self.claim_batch
-        return min(self.claim_batch, self.ramp, fits)
+        """Rows that may wait unstarted now (see :class:`Pace`)."""
+        return self.pace.ahead(self.clock() - self.running[1] if self.running else 0.0)
 
     def idle(self) -> bool:
         return self.waiting and not self.queue and self.running is None
-
-    def stop(self) -> None:
-        with self.cond:
-            self.stopping = True
-            self.cond.notify_all()
-
-    def crashed(self, exc: BaseException) -> None:
-        """The runner thread failed outside the user function (which it never lets raise)."""
-        with self.cond:
-            self.crash = exc
-            self.nudge()

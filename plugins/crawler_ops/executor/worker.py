@@ -1,10 +1,10 @@
 """One worker of an executor run: a coordinator (this thread) and a runner thread that calls the function.
 
-The coordinator owns the database connection. Each step it does, in one transaction, whatever is due: give
-back queued rows too old to start, renew the leases of rows in progress, record finished outcomes set-wise
-(one UPDATE for the rows done, one for the failed ones, each fenced by the claim token), and claim the next
-rows within the run's shared quota. It also abandons a call that outlives ``timeout_s``. The runner never
-waits for the database, and the database work never waits for the function.
+The coordinator owns the database connection. Each step it does whatever is due, one statement each, each
+its own transaction: give back queued rows too old to start, renew the leases of rows in progress, record
+finished outcomes set-wise (one UPDATE for the rows done, one for the failed ones, each fenced by the claim
+token), and claim the next rows within the run's shared quota. It also abandons a call that outlives
+``timeout_s``. The runner never waits for the database, and the database work never waits for the function.
 """
 
 from __future__ import annotations
@@ -45,6 +45,23 @@ class WorkerCounts:
     fenced: int = 0
     given_back: int = 0
 
+    def describe(self, quota: int, seconds: float) -> str:
+        return (
+            f"{self.claimed}/{quota} rows ({self.done} done, {self.failed} failed, {self.parked} parked, "
+            f"{self.fenced} fenced, {self.given_back} given back), {self.claimed / max(seconds, 1e-6):.1f} rows/s"
+        )
+
+
+@contextmanager
+def statements(hook: CrawlerDbHook) -> Iterator[psycopg.Cursor[Any]]:
+    """A cursor on the hook's connection, which is in autocommit: each statement is its own transaction, so a
+    claim holds the run's quota row only while it runs in the server, never across a round trip."""
+    try:
+        with hook.db.cursor() as cur:
+            yield cur
+    except psycopg.OperationalError as exc:
+        raise StatusTableError(f"executor {hook.task_id}: PostgreSQL failed: {exc}") from exc
+
 
 class ExecutorWorker:
     """One worker of an executor run.
@@ -78,12 +95,12 @@ class ExecutorWorker:
         try:
             self.start_runner(self.first_caller(self.tables))
             while not self.step():
-                self.book.wait()
+                self.book.handoff.wait()
                 if time.monotonic() - last_log >= PROGRESS_EVERY_S:
                     self.log_progress(started)
                     last_log = time.monotonic()
         finally:
-            self.book.stop()
+            self.book.handoff.stop()
             for caller in self.callers:
                 caller.close()
         self.log_progress(started)
@@ -117,9 +134,9 @@ class ExecutorWorker:
             self.start_runner(ThreadCaller(previous.function, previous.style, previous.names))
 
     def step(self) -> bool:
-        """Do what is due in one transaction; True when the worker is finished."""
-        if self.book.crash is not None:
-            raise CrawlerError(f"executor {self.cfg.name}: the runner thread failed") from self.book.crash
+        """Do what is due; True when the worker is finished (its runner idle, and nothing more to claim)."""
+        if self.book.handoff.crash is not None:
+            raise CrawlerError(f"executor {self.cfg.name}: the runner thread failed") from self.book.handoff.crash
         overdue = self.book.overdue(self.cfg.timeout_s)
         if overdue is not None:
             log.warning("executor %s: row %s timed out after %ss", self.cfg.name, overdue.id, self.cfg.timeout_s)
@@ -131,7 +148,7 @@ class ExecutorWorker:
         if not (outcomes or stale or due or want):
             return False
         leased = time.monotonic()
-        with self.statements() as cur:
+        with statements(self.hook) as cur:
             given = (
                 self.rows.give_back(cur, self.run_id, stale, self.token, self.cfg.row_retry_delay_s) if stale else []
             )
@@ -145,18 +162,15 @@ class ExecutorWorker:
         self.counts.fenced += len(lost)
         if lost:
             log.warning("executor %s: rows %s were taken over by another worker while in progress", self.cfg.name, lost)
+        if given:
+            log.info(
+                "executor %s: gave back %d rows that could not start within %ss",
+                self.cfg.name,
+                len(given),
+                self.cfg.period / 2,
+            )
         self.dry = bool(want) and not claimed
         return self.dry and idle
-
-    @contextmanager
-    def statements(self) -> Iterator[psycopg.Cursor[Any]]:
-        """A cursor whose statements each commit on their own: a claim holds the run's quota row only while it
-        runs in the server, never across a round trip to this process."""
-        try:
-            with self.hook.db.cursor() as cur:
-                yield cur
-        except psycopg.OperationalError as exc:
-            raise StatusTableError(f"executor {self.cfg.name}: PostgreSQL failed: {exc}") from exc
 
     @property
     def lease(self) -> tuple[int, int]:
@@ -182,20 +196,9 @@ class ExecutorWorker:
             )
 
     def log_progress(self, started: float) -> None:
-        c = self.counts
-        log.info(
-            "executor %s %s: %d/%d rows (%d done, %d failed, %d parked, %d fenced, %d given back), %.1f rows/s",
-            self.cfg.name,
-            self.owner.rsplit("|", 1)[-1],
-            c.claimed,
-            self.cfg.cycle_index,
-            c.done,
-            c.failed,
-            c.parked,
-            c.fenced,
-            c.given_back,
-            c.claimed / max(time.monotonic() - started, 1e-6),
-        )
+        worker = self.owner.rsplit("|", 1)[-1]
+        progress = self.counts.describe(self.cfg.cycle_index, time.monotonic() - started)
+        log.info("executor %s %s: %s", self.cfg.name, worker, progress)
 
 
 def run_worker(cfg: ExecutorTaskConfig, run_id: str, index: int, hook: CrawlerDbHook | None = None) -> dict[str, int]:
