@@ -277,3 +277,48 @@ def test_nothing_is_claimed_ahead_behind_a_call_that_is_taking_long():
     assert lease.claim_size() == 2
     clock.now += 1
     assert lease.claim_size() == 0, "rows claimed now would wait behind the call, locked away from other workers"
+
+
+# --------------------------------------------------------------------------- the status view
+
+
+def status_report() -> dict[str, Any]:
+    parked = [{"id": 7, "attempts": 3, "last_error": "ValueError: <bad> row", "failed_at": "2026-12-01T00:00:00+00:00"}]
+    return {
+        "generated_at": "2026-12-01T00:00:01+00:00",
+        "tasks": [],
+        "invalid_tasks": [],
+        "executors": [
+            {
+                "name": "areas",
+                "dag_id": "exec_areas",
+                "status_table": "public.status_table_case",
+                "rows": {"pending": 5, "claimed": 0, "done": 10, "parked": 1},
+                "parked": parked,
+            },
+            {"name": "gone", "dag_id": "exec_gone", "status_table": "public.gone", "db_error": "StatusTableError: x"},
+        ],
+        "invalid_executors": [{"name": "bad", "error": "field 'period': must be >= 1"}],
+    }
+
+
+def test_the_status_text_lists_each_executor_with_its_parked_rows_and_how_to_unpark_them():
+    from crawler_ops.__main__ import render_text
+
+    text = render_text(status_report())
+
+    assert "executor areas  dag exec_areas  status table public.status_table_case" in text
+    assert "  rows pending 5  claimed 0  done 10  parked 1" in text
+    assert "  parked row 7 after 3 attempts at 2026-12-01T00:00:00+00:00: ValueError: <bad> row" in text
+    assert "python -m crawler_ops unpark --executor areas" in text
+    assert "  db error: StatusTableError: x" in text and "executor bad: INVALID CONFIG" in text
+
+
+def test_the_status_page_has_an_executors_table_with_parked_rows_escaped():
+    from crawler_ops.web import render_html
+
+    page = render_html(status_report())
+
+    assert "<h3>Executors</h3>" in page and "exec_areas" in page
+    assert "7 (3 attempts, 2026-12-01T00:00:00+00:00): ValueError: &lt;bad&gt; row" in page
+    assert "<bad>" not in page and "executor bad</b>" in page
