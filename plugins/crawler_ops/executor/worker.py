@@ -76,6 +76,7 @@ class ExecutorWorker:
         self.owner = f"{run_id}|w{index}"
         self.token = f"{self.owner}|{uuid.uuid4().hex[:12]}"
         self.hook = hook or executor_hook(cfg)
+        self.owns_hook = hook is None
         self.counts = WorkerCounts()
         self.book = LeaseBook(LeaseTimes.for_period(cfg.period), cfg.claim_batch)
         self.generation = -1
@@ -83,17 +84,9 @@ class ExecutorWorker:
         self.dry = False  # the last claim found nothing while the runner was busy
 
     def run(self) -> dict[str, int]:
-        with self.hook.transaction() as cur:
-            self.tables = resolve_tables(cur, self.cfg)
-            self.rows, self.parts = self.tables.rows(self.cfg.name), self.tables.parts()
-            self.rows.open_run(cur, self.run_id, self.cfg.cycle_index)
-            earlier = self.rows.release_owner(cur, self.run_id, self.owner)
-        self.hook.db.autocommit = True
-        if earlier:
-            log.info("executor %s: gave back %d rows an earlier try of this worker held", self.cfg.name, earlier)
         started = last_log = time.monotonic()
         try:
-            self.start_runner(self.first_caller(self.tables))
+            self.start_runner(self.open())
             while not self.step():
                 self.book.handoff.wait()
                 if time.monotonic() - last_log >= PROGRESS_EVERY_S:
@@ -103,8 +96,23 @@ class ExecutorWorker:
             self.book.handoff.stop()
             for caller in self.callers:
                 caller.close()
+            if self.owns_hook:
+                self.hook.close()
         self.log_progress(started)
         return asdict(self.counts)
+
+    def open(self) -> Caller:
+        """Resolve the tables, join the run's quota, give back what an earlier try of this worker held, and load
+        the function; every statement after this commits on its own."""
+        with self.hook.transaction() as cur:
+            self.tables = resolve_tables(cur, self.cfg)
+            self.rows, self.parts = self.tables.rows(self.cfg.name), self.tables.parts()
+            self.rows.open_run(cur, self.run_id, self.cfg.cycle_index)
+            earlier = self.rows.release_owner(cur, self.run_id, self.owner)
+        self.hook.db.autocommit = True
+        if earlier:
+            log.info("executor %s: gave back %d rows an earlier try of this worker held", self.cfg.name, earlier)
+        return self.first_caller(self.tables)
 
     def first_caller(self, tables: Tables) -> Caller:
         """The caller of the configured isolation; the function must load, or the worker fails at once."""
