@@ -35,10 +35,10 @@ pytestmark = pytest.mark.integration
 
 def test_a_function_slower_than_the_lease_runs_once_per_row_with_three_workers(pg_schema, pg_uri, unique_id, tmp_path):
     make_source(pg_uri, pg_schema, ["A"] * 6)
-    cfg = executor(pg_schema, unique_id, period=2, workers=3)
+    cfg = executor(pg_schema, unique_id, period=3, workers=3)
     sync_rows(cfg)
 
-    results = run_together(cfg, "run-1", 3, tmp_path, EXECUTOR_TEST_SLEEPS="*=3")
+    results = run_together(cfg, "run-1", 3, tmp_path, EXECUTOR_TEST_SLEEPS="*=4.5")
 
     assert call_counts(pg_uri, pg_schema) == {i: 1 for i in range(1, 7)}, "each row called exactly once"
     assert sum(r["done"] for r in results) == 6 and sum(r["fenced"] for r in results) == 0
@@ -79,13 +79,13 @@ def test_a_killed_worker_keeps_its_row_until_the_lease_lapses_then_it_runs_again
     pg_schema, pg_uri, unique_id, isolation
 ):
     make_source(pg_uri, pg_schema, ["A"] * 3)
-    cfg = executor(pg_schema, unique_id, period=2, isolation=isolation)
+    cfg = executor(pg_schema, unique_id, period=3, isolation=isolation)
     sync_rows(cfg)
     worker = spawn(cfg, "run-1", 0, EXECUTOR_TEST_SLEEPS="*=60")
     ((row_id, caller_pid, _, _),) = wait_for(lambda: calls(pg_uri, pg_schema), 120, "the first call")
     old_token = rows(pg_uri, pg_schema, unique_id)[row_id][1]
 
-    time.sleep(3)  # longer than the lease: only renewal keeps the row
+    time.sleep(4)  # longer than the lease: only renewal keeps the row
     assert run_worker(cfg, "run-2", 0)["done"] == 2, "the other rows, not the one in progress"
     assert rows(pg_uri, pg_schema, unique_id)[row_id] == (1, old_token)
 
@@ -152,11 +152,26 @@ def test_rows_given_back_unstarted_no_longer_count_against_the_run_quota(pg_sche
         assert claim("run-1|w2|c", 100) == [9, 10]
 
 
+def test_a_retried_worker_takes_back_at_once_what_its_earlier_try_held(pg_schema, pg_uri, unique_id):
+    make_source(pg_uri, pg_schema, ["A"] * 3)
+    cfg = executor(pg_schema, unique_id)
+    sync_rows(cfg)
+    with psycopg.connect(pg_uri, autocommit=True) as conn, conn.cursor() as cur:
+        tables = resolve_tables(cur, cfg)
+        earlier = tables.rows(unique_id)
+        earlier.open_run(cur, "run-1", cfg.cycle_index)
+        assert [r.id for r in earlier.claim(cur, tables.parts(), "run-1", "run-1|w0|gone", 2, (600, 300))] == [1, 2]
+
+    assert run_worker(cfg, "run-1", 1)["done"] == 1, "another worker leaves the held rows to their lease"
+    assert run_worker(cfg, "run-1", 0)["done"] == 2, "the same worker's next try takes them back at once"
+    assert call_counts(pg_uri, pg_schema) == {1: 1, 2: 1, 3: 1}
+
+
 def test_a_call_past_its_timeout_is_killed_with_isolation_process(pg_schema, pg_uri, unique_id):
     make_source(pg_uri, pg_schema, ["A"] * 2)
     cfg = executor(pg_schema, unique_id, isolation="process", timeout_s=2, max_attempts=1)
     sync_rows(cfg)
-    worker = spawn(cfg, "run-1", 0, EXECUTOR_TEST_SLEEPS="1=30,2=1.5")
+    worker = spawn(cfg, "run-1", 0, EXECUTOR_TEST_SLEEPS="1=30,2=1")
 
     stuck, second = wait_for(lambda: len(found := calls(pg_uri, pg_schema)) == 2 and found, 120, "the second call")
     assert process_gone(stuck[1]), "the timed-out call was killed before the next call started"
