@@ -51,18 +51,18 @@ class Tables:
         def src(column: str) -> sql.Composable:
             return sql.SQL("src.{}").format(sql.Identifier(column))
 
-        checked = self.category_column is not None and not self.round_robin
+        category = self.category_column
         return SourceParts(
             source=sql.Identifier(self.source_schema, self.source_table),
             source_id=sql.Identifier(self.id_column),
             columns=sql.SQL(", ").join(src(column) for _, column in self.output),
             order_by=sql.SQL(", ").join([*(src(c) for c in self.sort), src(self.id_column)]),
             category_check=(
-                sql.SQL("AND {} = %(category)s").format(src(self.category_column))  # type: ignore[arg-type]
-                if checked
+                sql.SQL("AND {} = %(category)s").format(src(category))
+                if category is not None and not self.round_robin
                 else sql.SQL("")
             ),
-            group=src(self.category_column) if self.round_robin and self.category_column else sql.SQL("0"),
+            group=src(category) if category is not None and self.round_robin else sql.SQL("0"),
         )
 
 
