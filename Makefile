@@ -7,11 +7,11 @@ STAMP := $(VENV)/.installed
 
 .PHONY: demo test test-unit stack-up stack-down stack-status airflow-up airflow-down status lint fmt bench clean
 
-$(STAMP): requirements.txt
+$(STAMP): requirements.txt requirements-dev.txt
 	@command -v $(PY) >/dev/null || { echo "Python 3.11 is required ($(PY) not found): apt-get install python3.11 python3.11-venv"; exit 1; }
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q -r requirements.txt
+	$(BIN)/pip install -q -r requirements-dev.txt
 	touch $(STAMP)
 
 stack-up: $(STAMP)
@@ -50,8 +50,13 @@ fmt: $(STAMP)
 	$(BIN)/ruff format .
 	$(BIN)/ruff check --fix .
 
+# Every figure of the README's Performance section (about 20 minutes on 2 cores); BENCH_ARGS to change.
+BENCH_ARGS ?= --total 200000 --latencies 0,20,50,200 --totals 10000,100000,1000000 --skip-old-sleep \
+	--scheduler --scheduler-latency 50 --profile
 bench: stack-up
-	$(BIN)/python bench/crawl_bench.py
+	$(BIN)/python bench/crawl_bench.py $(BENCH_ARGS)
+	$(BIN)/python bench/chunk_parts.py --latency 0
+	$(BIN)/python bench/chunk_parts.py --latency 50
 
 clean: stack-down
 	rm -rf .stack

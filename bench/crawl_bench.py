@@ -37,15 +37,22 @@ import argparse
 import os
 import sys
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from crawlbench.common import REF, RESULTS_DIR, SOURCE_MAX_LIMIT, BenchError
 from crawlbench.environment import Stack, load_stack
-from crawlbench.limits import fetch_window_pages, measure_components, measure_drain, measure_sink
+from crawlbench.limits import (
+    fetch_window_pages,
+    measure_components,
+    measure_drain,
+    measure_in_flight,
+    measure_sink,
+)
 from crawlbench.old_algorithm import OLD_SLEEP_S, measure_old
-from crawlbench.project import run_project
+from crawlbench.project import in_flight, run_project
 from crawlbench.report import header_text, render, write_json
 from crawlbench.results import Suite, Variant, crawl_span_variant
 from crawlbench.scheduler import run_scheduler_variant
@@ -70,16 +77,53 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         action="store_true",
         help="run dags test on the stack's own SQLite metadata DB instead of a private copy of it",
     )
+    parser.add_argument(
+        "--latencies",
+        default="0",
+        help="comma-separated ms the source adds to every request, one suite each for --total (default 0)",
+    )
+    parser.add_argument(
+        "--profile",
+        action="store_true",
+        help="run each dags test under py-spy and report the top of the chunk's profile",
+    )
     parser.add_argument("--scheduler", action="store_true", help="also run the DAG under a real scheduler (optional)")
+    parser.add_argument(
+        "--scheduler-latency", type=float, default=None, help="latency of the scheduler variant (default: the first)"
+    )
+    parser.add_argument(
+        "--incremental-records",
+        type=int,
+        default=1000,
+        help="with --scheduler: records appended for a second, incremental run (0: none; default 1000)",
+    )
     args = parser.parse_args(argv)
     if not 1 <= args.batch_size <= SOURCE_MAX_LIMIT:
         parser.error(f"--batch-size must be within [1, {SOURCE_MAX_LIMIT}] (the demo source's page limit)")
     if not 0.0 < args.share <= 1.0:
         parser.error("--share must be within (0, 1]")
-    args.total_list = parse_totals(parser, args.totals) if args.totals else [args.total]
+    args.latency_list = parse_latencies(parser, args.latencies)
+    args.total_list = (
+        [args.total, *(t for t in parse_totals(parser, args.totals) if t != args.total)]
+        if args.totals
+        else [args.total]
+    )
     if any(t < args.batch_size for t in args.total_list):
         parser.error("every total must be at least --batch-size")
+    if args.scheduler_latency is None:
+        args.scheduler_latency = args.latency_list[0]
     return args
+
+
+def parse_latencies(parser: argparse.ArgumentParser, text: str) -> list[float]:
+    """``0,50`` -> ``[0.0, 50.0]``: milliseconds, at most a minute (the demo source's limit)."""
+    try:
+        latencies = [float(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        parser.error(f"--latencies takes comma-separated milliseconds, got {text!r}")
+    if not latencies or not all(0 <= ms <= 60_000 for ms in latencies):
+        parser.error("--latencies needs milliseconds within [0, 60000]")
+    return latencies
 
 
 def parse_totals(parser: argparse.ArgumentParser, text: str) -> list[int]:
@@ -93,14 +137,41 @@ def parse_totals(parser: argparse.ArgumentParser, text: str) -> list[int]:
     return totals
 
 
-def run_suite(stack: Stack, args: argparse.Namespace, total: int, out_dir: Path, say: Callable[[str], None]) -> Suite:
-    """All variants for one total, in a fixed order, on one fresh data set."""
+def plan_suites(args: argparse.Namespace) -> list[tuple[int, float]]:
+    """(total, latency) of each suite: ``--total`` at each of ``--latencies``, then the other ``--totals`` at the
+    first latency (how the figures grow with the total)."""
+    first = args.latency_list[0]
+    return [(args.total, ms) for ms in args.latency_list] + [(t, first) for t in args.total_list[1:]]
+
+
+def run_suite(
+    stack: Stack,
+    args: argparse.Namespace,
+    total: int,
+    latency_ms: float,
+    base: Suite | None,
+    out_dir: Path,
+    say: Callable[[str], None],
+) -> Suite:
+    """All variants for one total and one source latency, in a fixed order, on one fresh data set.
+
+    The source drain, the sink limit and the per-page costs do not depend on the latency: a suite with a
+    ``base`` (the same total at the first latency) reuses them instead of measuring them again.
+    """
     admin = SourceAdmin(stack.source_url)
     ds = admin.create(dataset_name(), total, args.share, args.batch_size)
-    say(f"data set {ds.name}: total={total} in_window={ds.in_window} batch={ds.batch}")
+    say(f"data set {ds.name}: total={total} in_window={ds.in_window} batch={ds.batch} latency={latency_ms:g} ms")
+    if latency_ms:
+        admin.set_latency(ds.name, latency_ms)
     scratch = f"{ds.name}.warmup"
     create_topic(stack.bootstrap, scratch)
-    variants, components = limit_variants(stack, ds, args, scratch, say)
+    if base is None:
+        variants, components = limit_variants(stack, ds, args, scratch, say)
+    else:
+        variants, components = reused_limits(base), base.components
+    flight = in_flight(args)
+    say(f"source with {flight} pages in flight ...")
+    variants.append(measure_in_flight(stack.source_url, ds, flight))
     say("old algorithm, no sleep ...")
     variants.append(measure_old(stack, admin, ds, 0.0, scratch))
     if not args.skip_old_sleep:
@@ -109,10 +180,16 @@ def run_suite(stack: Stack, args: argparse.Namespace, total: int, out_dir: Path,
     say("project: airflow dags test ...")
     project = run_project(stack, admin, ds, args, out_dir)
     variants += [project, crawl_span_variant(project)]
+    if args.profile and base is None and total == args.total:
+        say("project under py-spy (a second first crawl, on a copy of the data set; timed figures come from above) ...")
+        twin = admin.create(dataset_name(), total, args.share, args.batch_size)
+        if latency_ms:
+            admin.set_latency(twin.name, latency_ms)
+        project.details["profile"] = run_project(stack, admin, twin, args, out_dir, profile=True).details["profile"]
     scheduler: dict[str, Any] = {}
-    if args.scheduler:
+    if args.scheduler and total == args.total and latency_ms == args.scheduler_latency:
         say("project: real scheduler + LocalExecutor (api-server, scheduler, dag-processor on a private DB) ...")
-        variant = run_scheduler_variant(stack, args, total, out_dir)
+        variant = run_scheduler_variant(stack, args, total, out_dir, latency_ms)
         variants += [variant, crawl_span_variant(variant, "project: scheduler crawl span (PG)")]
         scheduler = variant.details
     return Suite(
@@ -122,13 +199,21 @@ def run_suite(stack: Stack, args: argparse.Namespace, total: int, out_dir: Path,
         components=components,
         problems=check_suite(ds, variants, project),
         scheduler=scheduler,
+        latency_ms=latency_ms,
+        in_flight=flight,
     )
+
+
+def reused_limits(base: Suite) -> list[Variant]:
+    """The base suite's source drain and sink limit, named as measured there."""
+    note = f" [{base.latency_ms:g} ms suite]"
+    return [replace(v, name=v.name + note) for v in base.variants if v.name.startswith(("source drain", "sink limit"))]
 
 
 def limit_variants(
     stack: Stack, ds: Dataset, args: argparse.Namespace, scratch: str, say: Callable[[str], None]
 ) -> tuple[list[Variant], dict[str, float]]:
-    """The source drain and the sink limit, and the per-page costs measured on the sink's pages."""
+    """The source drain, the sink limit, and the per-page costs measured on the sink's pages."""
     say("source drain ...")
     drain = measure_drain(stack.source_url, ds, args.drain_passes)
     say("sink limit ...")
@@ -177,7 +262,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         load_before = os.getloadavg()
         stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
         out_dir = RESULTS_DIR / stamp
-        suites = [run_suite(stack, args, total, out_dir, say) for total in args.total_list]
+        suites: list[Suite] = []
+        for total, latency_ms in plan_suites(args):
+            base = next((x for x in suites if x.dataset["total"] == total), None)
+            suites.append(run_suite(stack, args, total, latency_ms, base, out_dir, say))
     except BenchError as exc:
         print(f"crawl_bench: error: {exc}", file=sys.stderr)
         return 2

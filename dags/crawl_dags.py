@@ -6,6 +6,6 @@ network or database access at parse time.
 
 from __future__ import annotations
 
-from crawler_ops.factory import build_crawl_dags
+from crawler_ops.factory.crawl import build_crawl_dags
 
 globals().update(build_crawl_dags())

@@ -6,6 +6,6 @@ Thin on purpose: no network or database access at parse time.
 
 from __future__ import annotations
 
-from crawler_ops.factory import build_executor_dags
+from crawler_ops.factory.executor import build_executor_dags
 
 globals().update(build_executor_dags())

@@ -5,6 +5,6 @@ Thin on purpose: the pruning lives in ``crawler_ops.maintenance``; no database a
 
 from __future__ import annotations
 
-from crawler_ops.factory import build_maintenance_dags
+from crawler_ops.factory.maintenance import build_maintenance_dags
 
 globals().update(build_maintenance_dags())

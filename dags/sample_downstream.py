@@ -14,13 +14,14 @@ import logging
 import os
 import time
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from airflow.providers.apache.kafka.hooks.consume import KafkaConsumerHook
 from airflow.sdk import dag, get_parsing_context, task
-from confluent_kafka import Consumer, KafkaError
 
 from crawler_ops.config import load_config
+
+if TYPE_CHECKING:
+    from airflow.providers.apache.kafka.hooks.consume import KafkaConsumerHook
 
 log = logging.getLogger(__name__)
 # The crawl task followed; the tests point it at their own task.
@@ -29,16 +30,26 @@ GROUP = f"{SOURCE_TASK}.downstream_sample"
 DAG_ID = f"sample_{SOURCE_TASK}_downstream"
 
 
-class GroupConsumerHook(KafkaConsumerHook):
-    """A consumer of the connection's cluster in a fixed consumer group, committing offsets explicitly."""
+def group_consumer_hook(topics: list[str], conn_id: str) -> KafkaConsumerHook:
+    """A consumer of the connection's cluster in the fixed consumer group, committing offsets explicitly.
 
-    def _get_client(self, config: dict[str, Any]) -> Consumer:
-        group = {"group.id": GROUP, "enable.auto.commit": False, "auto.offset.reset": "earliest"}
-        return super()._get_client({**config, **group, "enable.partition.eof": True})
+    The Kafka client is imported here, when the task runs, so parsing this file stays cheap.
+    """
+    from airflow.providers.apache.kafka.hooks.consume import KafkaConsumerHook
+    from confluent_kafka import Consumer
+
+    class GroupConsumerHook(KafkaConsumerHook):
+        def _get_client(self, config: dict[str, Any]) -> Consumer:
+            group = {"group.id": GROUP, "enable.auto.commit": False, "auto.offset.reset": "earliest"}
+            return super()._get_client({**config, **group, "enable.partition.eof": True})
+
+    return GroupConsumerHook(topics, conn_id)
 
 
-def read_new_messages(hook: GroupConsumerHook, idle_s: float = 5.0, join_s: float = 60.0) -> int:
+def read_new_messages(hook: KafkaConsumerHook, idle_s: float = 5.0, join_s: float = 60.0) -> int:
     """Consume until every assigned partition reached its end, then commit; returns the messages read."""
+    from confluent_kafka import KafkaError
+
     consumer = hook.get_consumer()
     read, at_end = 0, set()
     joined_by = time.monotonic() + join_s
@@ -86,7 +97,7 @@ if cfg is not None and get_parsing_context().dag_id in (None, DAG_ID):
             summaries = [e.extra for e in context["triggering_asset_events"].get(asset, [])]
             for summary in summaries:
                 log.info("crawl run %s published %s records", summary.get("run_id"), summary.get("published"))
-            read = read_new_messages(GroupConsumerHook([cfg.kafka.topic], cfg.kafka.conn_id))
+            read = read_new_messages(group_consumer_hook([cfg.kafka.topic], cfg.kafka.conn_id))
             log.info("consumer group %s read %d new messages from %s", GROUP, read, cfg.kafka.topic)
             return {"events": len(summaries), "published": sum(s.get("published", 0) for s in summaries), "read": read}
 

@@ -3,6 +3,7 @@
 Usage (from the repo root, with the project venv)::
 
     python dev/stack.py up        # idempotent: reuses what already runs, recovers stale pid files
+    python dev/stack.py up --kafka-brokers 3   # a 3-node KRaft cluster instead of the single broker
     python dev/stack.py status
     python dev/stack.py env       # shell exports for AIRFLOW_HOME, AIRFLOW_CONN_* ...
     python dev/stack.py down
@@ -236,16 +237,64 @@ def java_cmd() -> str:
     return java
 
 
-def kafka_ready(port: int) -> bool:
-    if not port_open(port):
+def kafka_ready(port: int | str) -> bool:
+    """Whether the broker on ``port`` (or a cluster's bootstrap servers) serves metadata."""
+    bootstrap = port if isinstance(port, str) else f"127.0.0.1:{port}"
+    if isinstance(port, int) and not port_open(port):
         return False
     from confluent_kafka.admin import AdminClient
 
     try:
-        AdminClient({"bootstrap.servers": f"127.0.0.1:{port}"}).list_topics(timeout=2)
+        AdminClient({"bootstrap.servers": bootstrap, "log_level": 0}).list_topics(timeout=2)
     except Exception:  # noqa: BLE001 - any error means "not ready yet" during start-up polling
         return False
     return True
+
+
+def write_kafka_properties(
+    props: Path, node_id: int, port: int, controller_port: int, data: Path, voters: str | None, replicas: int
+) -> Path:
+    """A KRaft node's server.properties: broker and controller; ``voters`` the quorum (default: this node
+    alone); internal topics replicated ``replicas`` times with ``min.insync.replicas`` one less (at least 1)."""
+    data.mkdir(parents=True, exist_ok=True)
+    template = (KAFKA_DIR / "server.properties.in").read_text()
+    values = {
+        "@NODE_ID@": str(node_id),
+        "@VOTERS@": voters or f"{node_id}@127.0.0.1:{controller_port}",
+        "@PORT@": str(port),
+        "@CONTROLLER_PORT@": str(controller_port),
+        "@DATA_DIR@": str(data),
+        "@AUTO_CREATE@": os.environ.get("CRAWLER_OPS_KAFKA_AUTO_CREATE", "false"),
+        "@REPLICATION@": str(replicas),
+        "@MIN_ISR@": str(max(1, replicas - 1)),
+    }
+    for key, value in values.items():
+        template = template.replace(key, value)
+    props.write_text(template)
+    return props
+
+
+def kafka_jvm(java: str, classpath: str) -> list[str]:
+    return [
+        java,
+        "-Xmx384m",
+        "-Xms64m",
+        "-XX:+UseSerialGC",
+        "-XX:TieredStopAtLevel=1",
+        f"-Dlog4j2.configurationFile={KAFKA_DIR / 'log4j2.properties'}",
+        "-cp",
+        classpath,
+    ]
+
+
+def format_kafka_storage(jvm: list[str], data: Path, props: Path, cluster_id: str) -> None:
+    """Format a node's log directory once (every node of a cluster with the same ``cluster_id``)."""
+    if (data / "meta.properties").exists():
+        return
+    command = [*jvm, "kafka.tools.StorageTool", "format", "-t", cluster_id, "-c", str(props)]
+    result = subprocess.run(command, capture_output=True, text=True)
+    if result.returncode != 0:
+        raise StackError(f"kafka storage format failed:\n{result.stdout}{result.stderr}")
 
 
 def start_kafka(ports: Ports) -> None:
@@ -258,45 +307,11 @@ def start_kafka(ports: Ports) -> None:
         stop_pid("kafka", pid)
     java, classpath = java_cmd(), kafka_classpath()
     data = STACK / "kafka" / "data"
-    data.mkdir(parents=True, exist_ok=True)
-    props = STACK / "kafka" / "server.properties"
-    template = (KAFKA_DIR / "server.properties.in").read_text()
-    values = {
-        "@PORT@": str(ports.kafka),
-        "@CONTROLLER_PORT@": str(ports.kafka_controller),
-        "@DATA_DIR@": str(data),
-        "@AUTO_CREATE@": os.environ.get("CRAWLER_OPS_KAFKA_AUTO_CREATE", "false"),
-    }
-    for key, value in values.items():
-        template = template.replace(key, value)
-    props.write_text(template)
-    jvm = [
-        java,
-        "-Xmx384m",
-        "-Xms64m",
-        "-XX:+UseSerialGC",
-        "-XX:TieredStopAtLevel=1",
-        f"-Dlog4j2.configurationFile={KAFKA_DIR / 'log4j2.properties'}",
-        "-cp",
-        classpath,
-    ]
-    if not (data / "meta.properties").exists():
-        cluster_id = new_cluster_id()
-        result = subprocess.run(
-            [
-                *jvm,
-                "kafka.tools.StorageTool",
-                "format",
-                "-t",
-                cluster_id,
-                "-c",
-                str(props),
-            ],
-            capture_output=True,
-            text=True,
-        )
-        if result.returncode != 0:
-            raise StackError(f"kafka storage format failed:\n{result.stdout}{result.stderr}")
+    props = write_kafka_properties(
+        STACK / "kafka" / "server.properties", 1, ports.kafka, ports.kafka_controller, data, voters=None, replicas=1
+    )
+    jvm = kafka_jvm(java, classpath)
+    format_kafka_storage(jvm, data, props, new_cluster_id())
     started = time.monotonic()
     pid = spawn("kafka", [*jvm, "kafka.Kafka", str(props)])
     wait_until("kafka", pid, lambda: kafka_ready(ports.kafka), timeout=90)
@@ -508,7 +523,7 @@ def start_source(ports: Ports) -> None:
 # --------------------------------------------------------------------------- Airflow
 
 
-def stack_env(ports: Ports, postgres_uri: str) -> dict[str, str]:
+def stack_env(ports: Ports, postgres_uri: str, bootstrap: str | None = None) -> dict[str, str]:
     """Environment for Airflow and the tests: where Airflow lives and the connections to the stack."""
     return {
         "AIRFLOW_HOME": str(STACK / "airflow"),
@@ -522,7 +537,7 @@ def stack_env(ports: Ports, postgres_uri: str) -> dict[str, str]:
         "AIRFLOW_CONN_KAFKA_DEFAULT": json.dumps(
             {
                 "conn_type": "kafka",
-                "extra": {"bootstrap.servers": f"127.0.0.1:{ports.kafka}"},
+                "extra": {"bootstrap.servers": bootstrap or f"127.0.0.1:{ports.kafka}"},
             }
         ),
         "AIRFLOW_CONN_DEMO_SOURCE": json.dumps(
@@ -540,7 +555,7 @@ def stack_env(ports: Ports, postgres_uri: str) -> dict[str, str]:
         "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE": str(passwords_file()),
         "CRAWLER_OPS_CONFIG": os.environ.get("CRAWLER_OPS_CONFIG", str(REPO / "include" / "crawler_tasks.yaml")),
         "CRAWLER_OPS_SOURCE_URL": f"http://127.0.0.1:{ports.source}",
-        "CRAWLER_OPS_KAFKA_BOOTSTRAP": f"127.0.0.1:{ports.kafka}",
+        "CRAWLER_OPS_KAFKA_BOOTSTRAP": bootstrap or f"127.0.0.1:{ports.kafka}",
         "CRAWLER_OPS_PG_URI": postgres_uri,
     }
 
@@ -675,15 +690,24 @@ def resolve_ports() -> Ports:
     return ports
 
 
-def up() -> dict[str, str]:
+def up(kafka_brokers: int | None = None) -> dict[str, str]:
+    """Start what is not running. ``kafka_brokers`` > 1: a KRaft cluster of that many nodes instead of the single
+    broker (default: what the stack ran last time, else 1)."""
     for folder in (LOGS, RUN):
         folder.mkdir(parents=True, exist_ok=True)
+    brokers = kafka_brokers or int(load_state().get("kafka_brokers", 1))
     ports = resolve_ports()
     postgres_uri = start_postgres(ports)
     start_source(ports)
-    start_kafka(ports)
-    env = stack_env(ports, postgres_uri)
-    STATE_FILE.write_text(json.dumps({"ports": ports.__dict__, "env": env}, indent=2))
+    bootstrap = start_kafka_cluster(brokers) if brokers > 1 else None
+    if bootstrap is None:
+        stop_kafka_cluster()
+        start_kafka(ports)
+    elif (pid := running_pid("kafka")) is not None:
+        stop_pid("kafka", pid)
+    env = stack_env(ports, postgres_uri, bootstrap)
+    state = {"ports": ports.__dict__, "env": env, "kafka_brokers": brokers}
+    STATE_FILE.write_text(json.dumps(state, indent=2))
     write_env_file(env)
     migrate_airflow(env)
     log(f"ready; environment in {STACK / 'env.sh'} (source it to use the airflow CLI)")
@@ -700,7 +724,26 @@ def shell_quote(value: str) -> str:
     return "'" + value.replace("'", "'\"'\"'") + "'"
 
 
+def start_kafka_cluster(nodes: int) -> str:
+    """A local KRaft cluster of ``nodes`` nodes in ``.stack/kafka-cluster``; returns its bootstrap servers."""
+    from kafka_cluster import KafkaCluster
+
+    started = time.monotonic()
+    cluster = KafkaCluster(STACK / "kafka-cluster", nodes)
+    bootstrap = cluster.up()
+    log(f"kafka: cluster of {len(cluster.nodes)} nodes on {bootstrap} ({time.monotonic() - started:.1f}s)")
+    return bootstrap
+
+
+def stop_kafka_cluster() -> None:
+    if (STACK / "kafka-cluster" / "nodes.json").exists():
+        from kafka_cluster import KafkaCluster
+
+        KafkaCluster(STACK / "kafka-cluster").down()
+
+
 def down() -> None:
+    stop_kafka_cluster()
     for name in ("kafka", "source"):
         pid = running_pid(name)
         if pid is not None:
@@ -715,7 +758,9 @@ def health(state: dict) -> dict[str, bool]:
     ports, env = state["ports"], state["env"]
     return {
         "postgres": pg_ready(env["CRAWLER_OPS_PG_URI"]),
-        "kafka": kafka_ready(ports["kafka"]),
+        "kafka": kafka_ready(
+            env["CRAWLER_OPS_KAFKA_BOOTSTRAP"] if state.get("kafka_brokers", 1) > 1 else ports["kafka"]
+        ),
         "source": http_ok(f"http://127.0.0.1:{ports['source']}/healthz"),
     }
 
@@ -734,10 +779,13 @@ def status() -> int:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("command", choices=["up", "down", "status", "env", "airflow-up", "airflow-down"])
+    parser.add_argument(
+        "--kafka-brokers", type=int, default=None, help="up: nodes of the Kafka cluster (default: as last time, else 1)"
+    )
     args = parser.parse_args(argv)
     try:
         if args.command == "up":
-            up()
+            up(args.kafka_brokers)
         elif args.command == "down":
             airflow_down()
             down()

@@ -6,16 +6,39 @@ not import its files a second time as top-level modules; only this file is a plu
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable, MutableMapping
+from typing import Any
+
 from airflow.plugins_manager import AirflowPlugin
 
 from crawler_ops import listener
-from crawler_ops.web import URL_PREFIX, app
+
+URL_PREFIX = "/crawler-ops"
+
+
+class StatusApp:
+    """The status view (:mod:`crawler_ops.web`), imported on its first request.
+
+    Every Airflow process loads plugins, each task process included, and only the api-server serves this
+    app: importing FastAPI and the view's Kafka, PostgreSQL and source clients up front would cost every
+    task start about half a second.
+    """
+
+    async def __call__(
+        self,
+        scope: MutableMapping[str, Any],
+        receive: Callable[[], Awaitable[MutableMapping[str, Any]]],
+        send: Callable[[MutableMapping[str, Any]], Awaitable[None]],
+    ) -> None:
+        from crawler_ops.web import app
+
+        await app(scope, receive, send)
 
 
 class CrawlerOpsPlugin(AirflowPlugin):
     name = "crawler_ops"
     # Airflow's plugin interface: class attributes.
-    fastapi_apps = [{"app": app, "url_prefix": URL_PREFIX, "name": "crawler_ops status"}]  # noqa: RUF012
+    fastapi_apps = [{"app": StatusApp(), "url_prefix": URL_PREFIX, "name": "crawler_ops status"}]  # noqa: RUF012
     listeners = [listener]  # noqa: RUF012
     external_views = [  # noqa: RUF012
         {

@@ -1,27 +1,43 @@
 """Test harness: point Airflow and the tests at the local stack (started by dev/stack.py when needed).
 
-The environment is loaded before Airflow is imported anywhere, so AIRFLOW_HOME and the AIRFLOW_CONN_*
-connections of the stack apply. Unit tests never start a service; the ``stack`` fixture does, once.
+The environment is chosen in ``pytest_configure``, before any test module imports Airflow:
+
+- a session that collects only service-free tests (``tests/unit``, ``tests/dev``, ``tests/dags``) gets a private,
+  empty Airflow home and none of the stack's connections, so it needs no stack and cannot touch one;
+- any other session loads the stack's environment (AIRFLOW_HOME, the AIRFLOW_CONN_* connections).
+
+Either way the process environment is restored when the session ends. The ``stack`` fixture starts the stack
+(idempotently) the first time an integration test needs it.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
 if TYPE_CHECKING:
-    from tests.support import DemoSource
+    from crawler_ops.config import CrawlTaskConfig, ExecutorTaskConfig
+    from tests.support import DemoSource, SourceProxy
 
 REPO = Path(__file__).resolve().parent.parent
-STATE_FILE = Path(os.environ.get("CRAWLER_OPS_STACK_DIR", REPO / ".stack")) / "stack.json"
+STACK_DIR = Path(os.environ.get("CRAWLER_OPS_STACK_DIR", REPO / ".stack")).resolve()
+STATE_FILE = STACK_DIR / "stack.json"
+SERVICE_FREE = ("unit", "dev", "dags")
+# What a developer's shell may carry over from the stack's env.sh; service-free sessions drop it.
+STACK_VARIABLE_PREFIXES = ("AIRFLOW_CONN_", "AIRFLOW__", "CRAWLER_OPS_")
+
+_saved_environ: dict[str, str] = {}
+_private_home: str | None = None
 
 
 def load_stack_env() -> bool:
@@ -33,7 +49,33 @@ def load_stack_env() -> bool:
     return True
 
 
-load_stack_env()
+def needs_stack(args: list[str]) -> bool:
+    """Whether any test path of the session lies outside the service-free folders."""
+    service_free = [REPO / "tests" / name for name in SERVICE_FREE]
+    for arg in args or ["tests"]:
+        path = Path(arg.split("::")[0]).resolve()
+        if not any(path == root or root in path.parents for root in service_free):
+            return True
+    return False
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    global _private_home
+    _saved_environ.update(os.environ)
+    if needs_stack(list(config.args)):
+        load_stack_env()
+        return
+    for name in [n for n in os.environ if n.startswith(STACK_VARIABLE_PREFIXES)]:
+        del os.environ[name]
+    _private_home = tempfile.mkdtemp(prefix="crawler-ops-airflow-home-")
+    os.environ.update({"AIRFLOW_HOME": _private_home, "AIRFLOW__CORE__LOAD_EXAMPLES": "False"})
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    os.environ.clear()
+    os.environ.update(_saved_environ)
+    if _private_home is not None:
+        shutil.rmtree(_private_home, ignore_errors=True)
 
 
 @pytest.fixture(scope="session")
@@ -44,6 +86,12 @@ def stack() -> dict[str, str]:
         subprocess.run([sys.executable, str(REPO / "dev" / "stack.py"), "up"], check=True)
     assert load_stack_env(), f"dev/stack.py up did not write {STATE_FILE}"
     return json.loads(STATE_FILE.read_text())["env"]
+
+
+@pytest.fixture(scope="session")
+def stack_state(stack: dict[str, str]) -> dict[str, Any]:
+    """The whole state file of the running stack (ports, env, and Airflow's URL once it is up)."""
+    return json.loads(STATE_FILE.read_text())
 
 
 @pytest.fixture
@@ -76,6 +124,17 @@ def source(source_url: str) -> DemoSource:
 
 
 @pytest.fixture
+def source_proxy(source_url: str, monkeypatch: pytest.MonkeyPatch, unique_id: str) -> Iterator[SourceProxy]:
+    """A :class:`tests.support.SourceProxy` in front of the demo source, as the connection ``proxy_<unique id>``."""
+    from tests.support import SourceProxy
+
+    proxy = SourceProxy(source_url, f"proxy_{unique_id}")
+    monkeypatch.setenv(f"AIRFLOW_CONN_{proxy.conn_id.upper()}", proxy.connection())
+    yield proxy
+    proxy.close()
+
+
+@pytest.fixture
 def pg_schema(pg_uri: str, unique_id: str) -> Iterator[str]:
     """A fresh PostgreSQL schema for one test, dropped afterwards."""
     import psycopg
@@ -86,3 +145,38 @@ def pg_schema(pg_uri: str, unique_id: str) -> Iterator[str]:
     yield name
     with psycopg.connect(pg_uri, autocommit=True) as conn:
         conn.execute(f'DROP SCHEMA "{name}" CASCADE')
+
+
+@pytest.fixture
+def use_config(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> Callable[[CrawlTaskConfig | ExecutorTaskConfig, str], Path]:
+    """Write a task as the only entry of a YAML config section and point $CRAWLER_OPS_CONFIG at it (restored
+    after the test)."""
+    from tests.support import write_config
+
+    def use(cfg: CrawlTaskConfig | ExecutorTaskConfig, section: str = "tasks") -> Path:
+        path = write_config(cfg, tmp_path, section)
+        monkeypatch.setenv("CRAWLER_OPS_CONFIG", str(path))
+        return path
+
+    return use
+
+
+@pytest.fixture
+def run_dag(
+    use_config: Callable[[CrawlTaskConfig, str], Path], stack: dict[str, str]
+) -> Callable[[CrawlTaskConfig, Any, dict[str, Any] | None], str]:
+    """Run a task's crawl DAG once in-process with ``dag.test()``; returns the DagRun state.
+
+    ``dag.test()`` serialises the DAGs of the dags folder, so the task is written to a config file that the
+    folder's DAG file reads; the tasks then run in this process.
+    """
+
+    def run(cfg: CrawlTaskConfig, ref: Any, conf: dict[str, Any] | None = None) -> str:
+        from crawler_ops.factory import build_crawl_dag
+
+        use_config(cfg, "tasks")
+        return str(build_crawl_dag(cfg).test(logical_date=ref, run_conf=conf or {}).state)
+
+    return run

@@ -6,14 +6,17 @@ import hashlib
 import hmac
 import json
 import os
-import tempfile
+import subprocess
+import sys
 import threading
+import time
 from collections import Counter
 from dataclasses import dataclass
 from datetime import datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
+from urllib.parse import parse_qsl
 
 import httpx
 import psycopg
@@ -56,6 +59,10 @@ class DemoSource:
     def clear_requests(self, task: str) -> None:
         self._json("DELETE", f"/admin/tasks/{task}/requests")
 
+    def records(self, task: str, offset: int, limit: int) -> list[dict[str, Any]]:
+        """Records ``[offset, offset + limit)`` as the source serves them (logged like any page request)."""
+        return list(self._json("GET", f"/api/{task}/list", params={"offset": offset, "limit": limit})["data"]["data"])
+
     def truth(self, task: str, ref: datetime, days: float, tolerance_s: int = 0) -> dict[str, Any]:
         return self._json(
             "GET",
@@ -71,9 +78,33 @@ class Delivered:
     headers: dict[str, str]
 
 
+class MissingTopic(AssertionError):
+    """The topic a test reads does not exist: a misnamed topic must not pass for an empty one."""
+
+
+def topic_exists(bootstrap: str, topic: str, timeout: float = 20.0) -> bool:
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"reader-{topic}"})
+    try:
+        info = consumer.list_topics(topic, timeout=timeout).topics.get(topic)
+        return info is not None and info.error is None and bool(info.partitions)
+    finally:
+        consumer.close()
+
+
+def create_topic(bootstrap: str, topic: str, partitions: int = 2) -> None:
+    """Create ``topic`` (for tests that check that a run published nothing to it)."""
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin.create_topics([NewTopic(topic, partitions, 1)])[topic].result(30)
+
+
 def read_topic(bootstrap: str, topic: str, timeout: float = 20.0, isolation: str = "read_committed") -> list[Delivered]:
     """Every message in ``topic`` from the beginning to the current end of each partition; ``isolation``
-    ``read_uncommitted`` also returns records of aborted or open Kafka transactions."""
+    ``read_uncommitted`` also returns records of aborted or open Kafka transactions.
+
+    :raises MissingTopic: when the topic does not exist (an empty list always means "exists and is empty").
+    """
     consumer = Consumer(
         {
             "bootstrap.servers": bootstrap,
@@ -86,11 +117,11 @@ def read_topic(bootstrap: str, topic: str, timeout: float = 20.0, isolation: str
     )
     try:
         metadata = consumer.list_topics(topic, timeout=timeout)
-        partitions = metadata.topics[topic].partitions if topic in metadata.topics else {}
-        if not partitions or metadata.topics[topic].error is not None:
-            return []
+        info = metadata.topics.get(topic)
+        if info is None or info.error is not None or not info.partitions:
+            raise MissingTopic(f"Kafka topic {topic!r} does not exist ({info.error if info else 'not listed'})")
         ends = {}
-        for p in partitions:
+        for p in info.partitions:
             low, high = consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=timeout)
             if high > low:
                 ends[p] = high
@@ -116,6 +147,49 @@ def read_topic(bootstrap: str, topic: str, timeout: float = 20.0, isolation: str
         return messages
     finally:
         consumer.close()
+
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def spawn_runner(script: str, spec: dict[str, Any], **env: str) -> subprocess.Popen[str]:
+    """Run ``tests/integration/<script>`` with ``spec`` in its own process, as an Airflow task process would, so a
+    test can run several at once or SIGKILL one; its result is the last line of its stdout."""
+    return subprocess.Popen(
+        [sys.executable, str(REPO / "tests" / "integration" / script), json.dumps(spec)],
+        env={**os.environ, **env, "PYTHONPATH": os.pathsep.join([str(REPO / "plugins"), str(REPO)])},
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+
+
+def spawn_chunk(
+    cfg: CrawlTaskConfig,
+    run_id: str,
+    ref: datetime,
+    chunk: dict[str, Any],
+    try_number: int = 1,
+    kill: dict[str, Any] | None = None,
+) -> subprocess.Popen[str]:
+    """Run one planned chunk in a child process (``tests/integration/chunk_runner.py``), as an Airflow task
+    process would, so a test can kill it; ``kill`` makes it SIGKILL itself at a chosen point (see the runner)."""
+    spec = {
+        "config": cfg.model_dump(mode="json"),
+        "run_id": run_id,
+        "ref": ref.isoformat(),
+        "map_index": 0,
+        "try_number": try_number,
+        "payload": chunk,
+        "kill": kill,
+    }
+    return spawn_runner("chunk_runner.py", spec)
+
+
+def runner_result(process: subprocess.Popen[str], timeout: float = 300) -> dict[str, Any]:
+    out = process.communicate(timeout=timeout)[0]
+    assert process.returncode == 0, f"the runner failed (exit {process.returncode}); see its stderr above"
+    return dict(json.loads(out.strip().splitlines()[-1]))
 
 
 def duplicates(messages: list[Delivered]) -> Counter[str]:
@@ -165,26 +239,26 @@ def make_task(task_id: str, **overrides: Any) -> CrawlTaskConfig:
     return CrawlTaskConfig.model_validate(base)
 
 
-def use_config(cfg: CrawlTaskConfig | ExecutorTaskConfig, folder: Path, section: str = "tasks") -> Path:
-    """Write ``cfg`` as the only entry of a YAML config section and point $CRAWLER_OPS_CONFIG at it."""
+def write_config(cfg: CrawlTaskConfig | ExecutorTaskConfig, folder: Path, section: str = "tasks") -> Path:
+    """Write ``cfg`` as the only entry of a YAML config section (the ``use_config`` fixture points
+    $CRAWLER_OPS_CONFIG at it)."""
     path = folder / f"{cfg.dag_id}.yaml"
     entry = cfg.model_dump(mode="json")  # None kept: schedule null must stay null
     path.write_text(yaml.safe_dump({section: [entry]}, allow_unicode=True))
-    os.environ["CRAWLER_OPS_CONFIG"] = str(path)
     return path
 
 
-def run_dag(cfg: CrawlTaskConfig, ref: datetime, conf: dict[str, Any] | None = None) -> str:
-    """Run the task's crawl DAG once in-process with ``dag.test()``; returns the DagRun state.
+def done_batches(pg_uri: str, task_id: str) -> dict[int, int]:
+    """The task's status rows marked done: batch start offset -> end."""
+    return dict(
+        query(pg_uri, "SELECT id, hi FROM crawler_ops.batch_status WHERE task_name = %s AND status = 2", task_id)
+    )
 
-    ``dag.test()`` serialises the DAGs of the dags folder, so the task is written to a config file that
-    the folder's DAG file reads; the tasks then run in this process.
-    """
-    from crawler_ops.factory import build_crawl_dag
 
-    use_config(cfg, Path(tempfile.mkdtemp(prefix="crawler-ops-test-")))
-    dagrun = build_crawl_dag(cfg).test(logical_date=ref, run_conf=conf or {})
-    return str(dagrun.state)
+def duplicated_offsets(messages: list[Delivered]) -> list[int]:
+    """Source offsets of the messages whose key was published more than once, sorted, each once."""
+    repeated = duplicates(messages)
+    return sorted({int(m.headers["source_offset"]) for m in messages if m.key in repeated})
 
 
 class Receiver:
@@ -219,3 +293,111 @@ def verified(request: dict[str, Any], secret: str = "s3cret-秘密") -> dict[str
     expected = hmac.new(secret.encode(), timestamp.encode() + b"." + request["body"], hashlib.sha256).hexdigest()
     assert hmac.compare_digest(request["headers"]["X-Crawler-Ops-Signature"], f"sha256={expected}")
     return json.loads(request["body"])
+
+
+@dataclass(frozen=True)
+class Forwarded:
+    """One request that went through a :class:`SourceProxy`: when it arrived and was answered, and how."""
+
+    path: str
+    params: dict[str, str]
+    status: int
+    arrived: float  # time.monotonic()
+    answered: float
+
+    @property
+    def page(self) -> tuple[int, int] | None:
+        """(offset, limit) of a page request."""
+        if "offset" not in self.params:
+            return None
+        return int(self.params["offset"]), int(self.params.get("limit", 100))
+
+
+class SourceProxy:
+    """An HTTP proxy on loopback in front of the demo source, as the crawl's source connection.
+
+    It records when each request arrived and was answered (the demo source's own log has no times), and it
+    can hold requests (``hold``) until the test releases them, so a test can stop a crawl at an exact page
+    or make two workers overlap for certain instead of hoping they do.
+    """
+
+    def __init__(self, upstream: str, conn_id: str = "source_proxy") -> None:
+        self.conn_id = conn_id
+        self.upstream = httpx.Client(base_url=upstream, timeout=120)
+        self.log: list[Forwarded] = []
+        self._lock = threading.Condition()
+        self._holding: Any = None
+        self._held = 0
+        self._open = threading.Event()
+        self._open.set()
+        proxy = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def do_GET(self) -> None:
+                arrived = time.monotonic()
+                path, _, query = self.path.partition("?")
+                params = dict(parse_qsl(query))
+                proxy._wait_if_held(path, params)
+                upstream = proxy.upstream.get(path, params=params)
+                self.send_response(upstream.status_code)
+                for name in ("content-type", "retry-after"):
+                    if name in upstream.headers:
+                        self.send_header(name, upstream.headers[name])
+                self.send_header("content-length", str(len(upstream.content)))
+                self.end_headers()
+                self.wfile.write(upstream.content)
+                self.wfile.flush()
+                with proxy._lock:
+                    proxy.log.append(Forwarded(path, params, upstream.status_code, arrived, time.monotonic()))
+
+            def log_message(self, *_args: Any) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        # A held request whose client was killed meanwhile fails to answer it: that is expected, not news.
+        self.server.handle_error = lambda *_args: None  # type: ignore[method-assign]
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    @property
+    def port(self) -> int:
+        return int(self.server.server_address[1])
+
+    def connection(self) -> str:
+        """The value of an ``AIRFLOW_CONN_<ID>`` variable that makes a connection point at this proxy."""
+        return json.dumps({"conn_type": "http", "host": "127.0.0.1", "port": self.port, "schema": "http"})
+
+    def hold(self, predicate: Any) -> None:
+        """From now on, requests for which ``predicate(path, params)`` is true wait until :meth:`release`."""
+        with self._lock:
+            self._holding = predicate
+            self._held = 0
+            self._open.clear()
+
+    def _wait_if_held(self, path: str, params: dict[str, str]) -> None:
+        with self._lock:
+            if self._holding is None or not self._holding(path, params):
+                return
+            self._held += 1
+            self._lock.notify_all()
+        self._open.wait()
+
+    def wait_held(self, count: int, timeout: float = 120.0) -> None:
+        """Wait until ``count`` requests are being held."""
+        with self._lock:
+            if not self._lock.wait_for(lambda: self._held >= count, timeout):
+                raise TimeoutError(f"{self._held} requests held after {timeout}s, expected {count}")
+
+    def release(self) -> None:
+        """Let held requests (and later ones) through."""
+        with self._lock:
+            self._holding = None
+        self._open.set()
+
+    def close(self) -> None:
+        self.release()
+        self.server.shutdown()
+        self.server.server_close()
+        self.upstream.close()

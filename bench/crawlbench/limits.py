@@ -3,20 +3,56 @@ can be produced to Kafka, and what each piece of a page's handling costs."""
 
 from __future__ import annotations
 
+import math
 import statistics
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import timedelta
+from typing import Any
 
 import httpx
 import msgspec
 
-from crawlbench.common import REF, TOLERANCE_S, WINDOW_DAYS, BenchError, Headers
+from crawlbench.common import REF, TOLERANCE_S, WINDOW_DAYS, BenchError, Headers, expected_first_crawl_pages
 from crawlbench.environment import Stack
 from crawlbench.results import Variant
 from crawlbench.source import Dataset, get_page
-from crawlbench.topics import check_topic, warm_producer
+from crawlbench.topics import CountingProducer, check_topic, warm_producer
+
+
+def crawl_pages(ds: Dataset) -> list[tuple[int, int]]:
+    """``(offset, limit)`` of the pages a first crawl reads, newest first: the in-window pages and the
+    early-stop allowance below them (the last one clipped at offset 0)."""
+    pages = []
+    for index in range(min(expected_first_crawl_pages(ds.in_window, ds.batch), math.ceil(ds.total / ds.batch))):
+        hi = ds.total - index * ds.batch
+        pages.append((max(0, hi - ds.batch), hi - max(0, hi - ds.batch)))
+    return pages
+
+
+def measure_in_flight(url: str, ds: Dataset, in_flight: int) -> Variant:
+    """The source's limit for a crawl that keeps ``in_flight`` pages in flight: the first crawl's pages, each
+    fetched and decoded as by the drain, ``in_flight`` at a time on one keep-alive client. With a latency per
+    request this measures ``min(in_flight x page / latency, what the source serves)``."""
+    pages = crawl_pages(ds)
+    limits = httpx.Limits(max_connections=in_flight, max_keepalive_connections=in_flight)
+    with httpx.Client(base_url=url, timeout=120.0, limits=limits) as client, ThreadPoolExecutor(in_flight) as pool:
+        started = time.perf_counter()
+        read = list(pool.map(lambda page: get_page(client, ds.name, *page), pages))
+        seconds = time.perf_counter() - started
+    records = sum(len(page) for page, _ in read)
+    return Variant(
+        name=f"source, {in_flight} pages in flight (the first crawl's pages)",
+        wall_s=seconds,
+        pages=len(pages),
+        fetched=records,
+        kept=0,
+        published=0,
+        rate=records / seconds,
+        details={"in_flight": in_flight, "mb_per_s": sum(size for _, size in read) / seconds / 1e6},
+    )
 
 
 def measure_drain(url: str, ds: Dataset, passes: int) -> Variant:
@@ -126,36 +162,54 @@ def measure_sink(stack: Stack, ds: Dataset, pages: Sequence[RawPage], scratch: s
 def measure_components(
     stack: Stack, ds: Dataset, pages: Sequence[RawPage], scratch: str, limit: int = 20
 ) -> dict[str, float]:
-    """Milliseconds per page of ``batch`` records: GET, decode, the project's filter+encode, produce+flush.
-
-    Uses the package's pure ``crawler_ops.records.build_messages`` on in-window pages.
+    """Milliseconds per page of ``batch`` in-window records, each piece as the project runs it: the GET, the
+    project's page decode (``SourceApiHook.read_page``: the records as raw JSON, then their date and key
+    fields), filter+encode (``records.build_messages`` on that page, the window in the filter's zone as the
+    chunk has it), produce+flush; and for reference a full msgspec decode and filter+encode of the fully
+    decoded records (how this was measured before the page decode read the fields).
     """
     from crawler_ops import filtering, records  # plugins/ is on the path (crawlbench.environment)
+    from crawler_ops.config import SourceConfig
+    from crawler_ops.hooks.source import SourceApiHook
 
     rule = filtering.DateRule()
-    window = filtering.Window.around(REF, WINDOW_DAYS, timedelta(seconds=TOLERANCE_S))
-    sample = list(pages[:limit])
+    window = filtering.Window.around(REF, WINDOW_DAYS, timedelta(seconds=TOLERANCE_S)).in_zone(rule.tz)
+    source = SourceApiHook(SourceConfig(), "bench", ds.name, records.head_fields(rule.fields, "id"))
+    headers = [("crawl_task", b"bench"), ("run_id", b"components")]
     topic = f"{ds.name}.components"
     producer = warm_producer(stack, scratch, topic)
-    decode, build, publish = [], [], []
-    for page in sample:
+    times: dict[str, list[float]] = {k: [] for k in ("decode", "dict_build", "project_decode", "build", "publish")}
+
+    def timed(name: str, step: Callable[[], Any]) -> Any:
         started = time.perf_counter()
-        raw = msgspec.json.decode(page.body)["data"]["data"]
-        decode.append(time.perf_counter() - started)
-        started = time.perf_counter()
-        result = records.build_messages(raw, page.offset, rule, window, "id", [("crawl_task", b"bench")])
-        build.append(time.perf_counter() - started)
-        started = time.perf_counter()
-        for message in result.messages:
-            producer.produce(topic, message.key, message.value, list(message.headers))
-        producer.flush("components")
-        publish.append(time.perf_counter() - started)
-    ms = 1000.0
+        value = step()
+        times[name].append(time.perf_counter() - started)
+        return value
+
+    for page in pages[:limit]:
+        decoded = timed("decode", lambda page=page: msgspec.json.decode(page.body)["data"]["data"])
+        timed("dict_build", lambda d=decoded, o=page.offset: records.build_messages(d, o, rule, window, "id", headers))
+        project_page = timed("project_decode", lambda page=page: source.read_page(page.body))
+        result = timed(
+            "build", lambda p=project_page, o=page.offset: records.build_messages(p, o, rule, window, "id", headers)
+        )
+        timed("publish", lambda r=result: publish(producer, topic, r.messages))
+    ms = {name: statistics.median(values) * 1000.0 for name, values in times.items()}
     return {
-        "pages_sampled": float(len(sample)),
+        "pages_sampled": float(len(times["build"])),
         "records_per_page": float(ds.batch),
-        "get_ms": statistics.median(p.fetch_s for p in sample) * ms,
-        "decode_ms": statistics.median(decode) * ms,
-        "filter_encode_ms": statistics.median(build) * ms,
-        "produce_flush_ms": statistics.median(publish) * ms,
+        "get_ms": statistics.median(p.fetch_s for p in pages[:limit]) * 1000.0,
+        "decode_ms": ms["decode"],
+        "dict_filter_encode_ms": ms["dict_build"],
+        "project_decode_ms": ms["project_decode"],
+        "filter_encode_ms": ms["build"],
+        "filter_encode_us_per_record": ms["build"] * 1000.0 / ds.batch,
+        "produce_flush_ms": ms["publish"],
     }
+
+
+def publish(producer: CountingProducer, topic: str, messages: Sequence[Any]) -> None:
+    """Produce a page's messages and wait for every delivery report."""
+    for message in messages:
+        producer.produce(topic, message.key, message.value, list(message.headers))
+    producer.flush("components")

@@ -88,11 +88,14 @@ def run_times(queued: str | None, start: str | None, end: str | None) -> dict[st
 
 
 def task_instances(db: Path, dag_id: str, memory: TreeMemory) -> list[dict[str, Any]]:
-    """Per task instance: executor latency (queued->start), duration, its process's peak RSS."""
+    """Per task instance of the DAG's newest run: executor latency (queued->start), duration, its process's peak
+    RSS."""
     rows = sqlite_rows(
         db,
         "SELECT task_id, map_index, queued_dttm, start_date, end_date, pid, state FROM task_instance "
-        "WHERE dag_id = ? ORDER BY start_date",
+        "WHERE dag_id = ? AND run_id = (SELECT run_id FROM dag_run WHERE dag_id = ? ORDER BY id DESC LIMIT 1) "
+        "ORDER BY start_date",
+        dag_id,
         dag_id,
     )
     ends: dict[str, float] = {}

@@ -16,6 +16,7 @@ import yaml
 from crawlbench.common import MAX_EXPIRED_BATCHES, PARTITIONS, REF, TOLERANCE_S, WINDOW_DAYS, BenchError
 from crawlbench.environment import Stack, airflow_command, airflow_env, metadata_db
 from crawlbench.metadata import add_chunk_figures, chunk_results
+from crawlbench.profile import chunk_profile, profiled
 from crawlbench.results import Variant
 from crawlbench.sampling import ProcessStats, run_monitored
 from crawlbench.source import Dataset, SourceAdmin
@@ -46,6 +47,13 @@ def project_config(ds: Dataset, topic: str, args: argparse.Namespace) -> dict[st
     return {"tasks": [task]}
 
 
+def in_flight(args: argparse.Namespace) -> int:
+    """Pages one chunk keeps in flight: ``--concurrency``, else the project's default ``source.concurrency``."""
+    from crawler_ops.config import SourceConfig  # plugins/ is on the path (crawlbench.environment)
+
+    return int(args.concurrency or SourceConfig().concurrency)
+
+
 def write_config(ds: Dataset, topic: str, args: argparse.Namespace, out_dir: Path) -> Path:
     """The data set's one-task config as ``out_dir/<name>.yaml``."""
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -72,11 +80,13 @@ def crawl_seconds(record: dict[str, Any]) -> float:
 
 
 def dags_test(
-    stack: Stack, ds: Dataset, args: argparse.Namespace, config_path: Path, log_path: Path
+    stack: Stack, ds: Dataset, args: argparse.Namespace, config_path: Path, log_path: Path, profile: bool = False
 ) -> tuple[list[str], ProcessStats, dict[int, dict[str, Any]]]:
     """Run ``airflow dags test`` as a monitored subprocess; its command, stats and the chunks' return values
     (read before a private metadata DB goes away)."""
     command = [*airflow_command(), "dags", "test", f"crawl_{ds.name}", REF.isoformat()]
+    if profile:
+        command = profiled(command, log_path.with_suffix(".py-spy.txt"))
     with airflow_env(stack, args.shared_airflow_db) as env:
         env["CRAWLER_OPS_CONFIG"] = str(config_path)
         stats = run_monitored(command, env, log_path)
@@ -87,17 +97,22 @@ def dags_test(
     return command, stats, chunks
 
 
-def run_project(stack: Stack, admin: SourceAdmin, ds: Dataset, args: argparse.Namespace, out_dir: Path) -> Variant:
+def run_project(
+    stack: Stack, admin: SourceAdmin, ds: Dataset, args: argparse.Namespace, out_dir: Path, profile: bool = False
+) -> Variant:
     """``airflow dags test crawl_<id> <REF>`` on a one-task config; measured, checked and broken down."""
     topic = f"{ds.name}.project"
     config_path = write_config(ds, topic, args, out_dir)
     log_path = out_dir / f"{ds.name}.dags-test.log"
     admin.clear_requests(ds.name)
-    command, stats, chunks = dags_test(stack, ds, args, config_path, log_path)
+    command, stats, chunks = dags_test(stack, ds, args, config_path, log_path, profile)
     record = read_run_record(stack.pg_uri, ds.name)
     crawl_s = crawl_seconds(record)
     timeline = parse_timeline(log_path.read_text(errors="replace"), stats.started_epoch, stats.ended_epoch)
     add_chunk_figures(timeline["spans"], chunks)
+    for span in timeline["spans"]:
+        span["peak_rss_mb"] = stats.peak_rss_mb(span["start_epoch"], span["end_epoch"])
+    process = {k: v for k, v in asdict(stats).items() if k != "rss_samples"}
     return Variant(
         name="project: dags test (wall)",
         wall_s=stats.wall_s,
@@ -116,9 +131,11 @@ def run_project(stack: Stack, admin: SourceAdmin, ds: Dataset, args: argparse.Na
             "log": str(log_path),
             "crawl_s": crawl_s,
             "airflow_overhead_s": stats.wall_s - crawl_s,
-            "process": asdict(stats),
+            "process": process,
+            "in_flight": in_flight(args),
             "ref_time_ok": record["ref_time"] == REF,
             "run_record": {k: (v.isoformat() if isinstance(v, datetime) else v) for k, v in record.items()},
             "timeline": timeline,
+            "profile": chunk_profile(log_path.with_suffix(".py-spy.txt")) if profile else None,
         },
     )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import math
 import os
@@ -39,21 +40,49 @@ def chunk_rate(row: Mapping[str, Any]) -> str:
 
 
 def main_table(suite: Suite) -> str:
-    """The variants table: wall, pages, records/s, kept published, ratios to the drain and the old loop."""
+    """The variants table: wall, pages, records/s, kept published, ratios to the drain, the limit and the old
+    loop."""
     drain = suite.variant("source drain")
     old = suite.variant("old algorithm (no sleep")
+    limit, bound = suite.limit()
     rows = [
-        "| variant | wall s | pages fetched | records fetched/s | kept published | × drain rate "
+        f"Limit at {suite.latency_ms:g} ms with {suite.in_flight} pages in flight: {fmt(limit)} records/s ({bound}).",
+        "",
+        "| variant | wall s | pages fetched | records fetched/s | kept published | × drain rate | × limit "
         "| × old (no sleep) | topic keys = truth |",
-        "|---|---:|---:|---:|---:|---:|---:|---|",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---|",
     ]
     for v in suite.variants:
         rate = fmt(v.rate) + (" (produced/s)" if v.rate_basis == "produced" else "")
         rows.append(
             f"| {v.name} | {fmt(v.wall_s, 2)} | {fmt(v.pages) if v.pages is not None else '-'} | {rate} "
             f"| {fmt(v.published) if v.published or v.kept else '-'} "
-            f"| {fmt(v.rate / drain.rate, 3) if drain else '-'} | {fmt(v.rate / old.rate, 2) if old else '-'} "
-            f"| {v.keys.short() if v.keys else '-'} |"
+            f"| {fmt(v.rate / drain.rate, 3) if drain else '-'} | {fmt(v.rate / limit, 2)} "
+            f"| {fmt(v.rate / old.rate, 2) if old else '-'} | {v.keys.short() if v.keys else '-'} |"
+        )
+    return "\n".join(rows)
+
+
+def latency_table(suites: Sequence[Suite]) -> str:
+    """The project against the old loop and the limit at each source latency (suites of one total)."""
+    rows = [
+        "| latency ms | pages in flight | old loop rec/s | project crawl span rec/s | × old | limit rec/s "
+        "(measured) | × limit | binding | source with the pages in flight rec/s | in flight × page / latency "
+        "| dags test wall s | scheduler trigger→done s |",
+        "|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|---:|---:|",
+    ]
+    for s in suites:
+        old, span, wall = s.variant("old algorithm (no sleep"), s.variant("project: crawl"), s.variant("project: dags")
+        if not (old and span and wall):
+            continue
+        limit, bound = s.limit()
+        computed = s.in_flight * s.dataset["batch"] / (s.latency_ms / 1000) if s.latency_ms else math.inf
+        scheduler = s.scheduler.get("run", {}).get("wall_s") if s.scheduler else None
+        flight = s.variant("source, ")
+        rows.append(
+            f"| {s.latency_ms:g} | {s.in_flight} | {fmt(old.rate)} | {fmt(span.rate)} | {fmt(span.rate / old.rate, 2)} "
+            f"| {fmt(limit)} | {fmt(span.rate / limit, 2)} | {bound} | {fmt(flight.rate if flight else None)} "
+            f"| {fmt(computed)} | {wall.wall_s:.2f} | {fmt(scheduler, 2)} |"
         )
     return "\n".join(rows)
 
@@ -91,16 +120,37 @@ def breakdown(suite: Suite) -> str:
         f"task starts {timeline['startup_s']:.2f} s; between tasks {timeline['between_tasks_s']:.2f} s; "
         f"after the last task {timeline['teardown_s']:.2f} s",
         "",
-        f"| task | map | Airflow set-up s | user code s | Airflow post-execute s | batches | fetched | {CHUNK_RATE} |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|",
+        f"| task | map | Airflow set-up s | user code s | Airflow post-execute s | batches | fetched | {CHUNK_RATE} "
+        "| peak RSS MB while it ran |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for span in timeline["spans"]:
         lines.append(
             f"| {span['task']} | {span['map_index']} | {span['setup_s']:.2f} | {span['user_code_s']:.2f} "
             f"| {span['post_s']:.2f} | {dash(span.get('batches'))} | {fmt(span.get('fetched'))} "
-            f"| {chunk_rate(span)} |"
+            f"| {chunk_rate(span)} | {fmt(span.get('peak_rss_mb'))} |"
         )
-    return "\n".join(lines + components_lines(suite.components))
+    return "\n".join(lines + components_lines(suite.components) + profile_lines(p.get("profile")))
+
+
+def profile_lines(profile: Mapping[str, Any] | None) -> list[str]:
+    """The top of the chunk's py-spy profile (``--profile``)."""
+    if not profile or not profile["samples"]:
+        return []
+    shares = ", ".join(f"{name} {share * 100:.0f} %" for name, share in profile.get("run", []))
+    lines = [
+        "",
+        f"All py-spy samples of the profiled `dags test` run (every thread): {shares}.",
+        "",
+        f"Top of the chunk's profile (py-spy, {profile['samples']} samples at {profile['rate_hz']} Hz of the "
+        "threads running the chunk loop or its fetches; share of those samples):",
+        "",
+        "| where the samples were taken (self) | share | crawler_ops function on the stack (inclusive) | share |",
+        "|---|---:|---|---:|",
+    ]
+    rows = itertools.zip_longest(profile["self"], profile["inclusive"], fillvalue=("", None))
+    lines += [f"| {a} | {fmt(sa and sa * 100, 1)} % | {b} | {fmt(sb and sb * 100, 1)} % |" for (a, sa), (b, sb) in rows]
+    return lines
 
 
 def components_lines(c: Mapping[str, float]) -> list[str]:
@@ -110,8 +160,11 @@ def components_lines(c: Mapping[str, float]) -> list[str]:
     return [
         "",
         f"Per page of {c['records_per_page']:.0f} in-window records (median of {c['pages_sampled']:.0f}): "
-        f"GET {c['get_ms']:.1f} ms, msgspec decode {c['decode_ms']:.1f} ms, project filter+encode "
-        f"(records.build_messages) {c['filter_encode_ms']:.1f} ms, produce+flush {c['produce_flush_ms']:.1f} ms",
+        f"GET {c['get_ms']:.1f} ms; project page decode (SourceApiHook.read_page: raw records + date/key fields) "
+        f"{c['project_decode_ms']:.1f} ms; project filter+encode (records.build_messages on that page) "
+        f"{c['filter_encode_ms']:.2f} ms = {c['filter_encode_us_per_record']:.2f} µs a record; produce+flush "
+        f"{c['produce_flush_ms']:.1f} ms. For reference: full msgspec decode {c['decode_ms']:.1f} ms, "
+        f"filter+encode of fully decoded records {c['dict_filter_encode_ms']:.1f} ms.",
     ]
 
 
@@ -119,8 +172,9 @@ def growth_table(suites: Sequence[Suite]) -> str:
     """How rates, pages, time and memory grow with the total."""
     rows = [
         "| total | in window | drain rec/s | old rec/s | old pages | project wall s | crawl s | overhead s "
-        "| project rec/s (wall) | (crawl) | pages | expected | probes | chunks | peak RSS MB | keys ok |",
-        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|",
+        "| project rec/s (wall) | (crawl) | × limit | pages | expected | probes | chunks | peak RSS MB "
+        "| chunk peak RSS MB | keys ok |",
+        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|",
     ]
     rows += [row for row in map(growth_row, suites) if row]
     return "\n".join(rows)
@@ -131,14 +185,16 @@ def growth_row(s: Suite) -> str | None:
     proj, span = s.variant("project: dags"), s.variant("project: crawl")
     if not (drain and old and proj and span):
         return None
-    chunks = sum(1 for x in s.project["timeline"]["spans"] if x["task"] == "crawl_chunk")
+    chunk_spans = [x for x in s.project["timeline"]["spans"] if x["task"] == "crawl_chunk"]
+    chunk_rss = max((x["peak_rss_mb"] for x in chunk_spans if x.get("peak_rss_mb")), default=None)
     expected = expected_first_crawl_pages(s.dataset["in_window"], s.dataset["batch"])
     return (
         f"| {s.dataset['total']:,} | {s.dataset['in_window']:,} | {fmt(drain.rate)} | {fmt(old.rate)} "
         f"| {old.pages} | {proj.wall_s:.2f} | {span.wall_s:.2f} | {s.project['airflow_overhead_s']:.2f} "
-        f"| {fmt(proj.rate)} | {fmt(span.rate)} | {proj.pages} | {expected} "
-        f"| {proj.requests.probes if proj.requests else '-'} | {chunks} "
-        f"| {s.project['process']['peak_tree_rss_mb']:.0f} | {'yes' if not s.problems else '**NO**'} |"
+        f"| {fmt(proj.rate)} | {fmt(span.rate)} | {fmt(span.rate / s.limit()[0], 2)} | {proj.pages} | {expected} "
+        f"| {proj.requests.probes if proj.requests else '-'} | {len(chunk_spans)} "
+        f"| {s.project['process']['peak_tree_rss_mb']:.0f} | {fmt(chunk_rss)} "
+        f"| {'yes' if not s.problems else '**NO**'} |"
     )
 
 
@@ -146,7 +202,8 @@ def scheduler_breakdown(details: dict[str, Any]) -> str:
     """Where a scheduler-run's time goes: trigger, queueing, each task process, the gaps between them."""
     run = details["run"]
     lines = [
-        f"Real scheduler ({details['dataset']}, ref {details['ref_time']}): trigger→done {run['wall_s']:.2f} s "
+        f"Real scheduler ({details['dataset']}, ref {details['ref_time']}, source latency "
+        f"{details.get('latency_ms', 0):g} ms): trigger→done {run['wall_s']:.2f} s "
         f"(`airflow dags trigger` CLI {run['trigger_cli_s']:.2f} s, run queued→started "
         f"{fmt(run['queued_to_start_s'], 2)} s, started→finished {fmt(run['run_s'], 2)} s), crawl span (PG) "
         f"{details['crawl_s']:.2f} s; logs {details['logs']}",
@@ -155,13 +212,36 @@ def scheduler_breakdown(details: dict[str, Any]) -> str:
         f"| task process peak RSS MB | {CHUNK_RATE} |",
         "|---|---:|---:|---:|---:|---:|---:|",
     ]
-    for ti in details["task_instances"]:
-        lines.append(
-            f"| {ti['task']} | {ti['map_index']} | {fmt(ti['since_upstream_done_s'], 2)} "
-            f"| {fmt(ti['queued_to_start_s'], 2)} | {fmt(ti['duration_s'], 2)} | {fmt(ti['peak_rss_mb'])} "
-            f"| {chunk_rate(ti)} |"
-        )
+    lines += task_rows(details["task_instances"])
+    incremental = details.get("incremental")
+    if incremental:
+        run = incremental["run"]
+        lines += [
+            "",
+            f"Small incremental run ({incremental['appended']} records appended, mode {incremental['mode']}, "
+            f"{incremental['pages']} pages, published {incremental['published']}, {incremental['run_status']}): "
+            f"queued→done {fmt(sum_or_none(run['queued_to_start_s'], run['run_s']), 2)} s (trigger→done "
+            f"{run['wall_s']:.2f} s including the `airflow dags trigger` CLI's own {run['trigger_cli_s']:.2f} s), "
+            f"crawl span (PG) {fmt(incremental['crawl_s'], 2)} s",
+            "",
+            lines[2],
+            lines[3],
+            *task_rows(incremental["task_instances"]),
+        ]
     return "\n".join(lines)
+
+
+def sum_or_none(*values: float | None) -> float | None:
+    return None if any(v is None for v in values) else sum(v for v in values if v is not None)
+
+
+def task_rows(task_instances: Sequence[Mapping[str, Any]]) -> list[str]:
+    return [
+        f"| {ti['task']} | {ti['map_index']} | {fmt(ti['since_upstream_done_s'], 2)} "
+        f"| {fmt(ti['queued_to_start_s'], 2)} | {fmt(ti['duration_s'], 2)} | {fmt(ti['peak_rss_mb'])} "
+        f"| {chunk_rate(ti)} |"
+        for ti in task_instances
+    ]
 
 
 def render(suites: Sequence[Suite], header: str) -> str:
@@ -169,7 +249,8 @@ def render(suites: Sequence[Suite], header: str) -> str:
     for suite in suites:
         ds = suite.dataset
         parts += [
-            f"\n## total {ds['total']:,} ({ds['name']}, in window {ds['in_window']:,}, batch {ds['batch']})\n",
+            f"\n## total {ds['total']:,}, source latency {suite.latency_ms:g} ms ({ds['name']}, in window "
+            f"{ds['in_window']:,}, batch {ds['batch']})\n",
             main_table(suite),
             "",
             pages_table(suite),
@@ -179,8 +260,12 @@ def render(suites: Sequence[Suite], header: str) -> str:
         if suite.scheduler:
             parts += ["", scheduler_breakdown(suite.scheduler)]
         parts += [f"\n**CORRECTNESS PROBLEM**: {p}" for p in suite.problems]
-    if len(suites) > 1:
-        parts += ["\n## growth with the total\n", growth_table(suites)]
+    by_latency = [x for x in suites if x.dataset["total"] == suites[0].dataset["total"]]
+    if len(by_latency) > 1:
+        parts += [f"\n## latency profile, total {suites[0].dataset['total']:,}\n", latency_table(by_latency)]
+    growth = [x for x in suites if x.latency_ms == suites[0].latency_ms]
+    if len(growth) > 1:
+        parts += [f"\n## growth with the total (source latency {suites[0].latency_ms:g} ms)\n", growth_table(growth)]
     return "\n".join(parts)
 
 

@@ -38,9 +38,21 @@ class Suite:
     components: dict[str, float]
     problems: list[str]
     scheduler: dict[str, Any] = field(default_factory=dict)
+    latency_ms: float = 0.0
+    in_flight: int = 1
 
     def variant(self, prefix: str) -> Variant | None:
         return next((v for v in self.variants if v.name.startswith(prefix)), None)
+
+    def limit(self) -> tuple[float, str]:
+        """The crawl's limit at this latency, measured: the slowest of the source with the project's pages in
+        flight, the source drain (at 0 ms, the source's own bound) and the sink; and which one it is."""
+        bounds = [(v.rate, v.name) for v in self.variants if v.name.startswith(LIMIT_VARIANTS)]
+        return min(bounds) if bounds else (math.nan, "-")
+
+
+# The variants whose rate bounds the crawl (a reused 0 ms figure keeps its name with a note).
+LIMIT_VARIANTS = ("source drain", "sink limit", "source, ")
 
 
 def crawl_span_variant(project: Variant, name: str = "project: crawl span (PG)") -> Variant:

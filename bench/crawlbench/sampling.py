@@ -29,6 +29,12 @@ class ProcessStats:
     peak_tree_rss_mb: float
     wait4_maxrss_mb: float  # inflated: Linux counts the forked, pre-exec image of this (large) process
     cpu_s: float
+    rss_samples: list[tuple[float, int]] = field(default_factory=list)  # (epoch, tree RSS bytes) every poll
+
+    def peak_rss_mb(self, start: float, end: float) -> float | None:
+        """Peak tree RSS polled between two moments (epoch seconds), e.g. while one task instance ran."""
+        inside = [rss for moment, rss in self.rss_samples if start <= moment <= end]
+        return max(inside) / 2**20 if inside else None
 
 
 def tree_members(root: int) -> list[psutil.Process]:
@@ -58,7 +64,7 @@ def run_monitored(command: Sequence[str], env: dict[str, str], log_path: Path) -
     with log_path.open("wb") as log:
         started_epoch, started = time.time(), time.perf_counter()
         proc = subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT, cwd=REPO)
-    peak = 0
+    samples: list[tuple[float, int]] = []
     while True:
         try:
             pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
@@ -66,8 +72,9 @@ def run_monitored(command: Sequence[str], env: dict[str, str], log_path: Path) -
             raise BenchError(f"lost track of {command[0]} (pid {proc.pid})") from exc
         if pid:
             break
-        peak = max(peak, sum(tree_rss(proc.pid).values()))
+        samples.append((time.time(), sum(tree_rss(proc.pid).values())))
         time.sleep(POLL_S)
+    peak = max((rss for _, rss in samples), default=0)
     wall = time.perf_counter() - started
     proc.returncode = os.waitstatus_to_exitcode(status)
     return ProcessStats(
@@ -78,6 +85,7 @@ def run_monitored(command: Sequence[str], env: dict[str, str], log_path: Path) -
         peak_tree_rss_mb=peak / 2**20,
         wait4_maxrss_mb=usage.ru_maxrss / 1024,
         cpu_s=usage.ru_utime + usage.ru_stime,
+        rss_samples=samples,
     )
 
 

@@ -21,7 +21,7 @@ from crawlbench.metadata import add_chunk_figures, chunk_results, dag_run, run_t
 from crawlbench.project import crawl_seconds, read_run_record, write_config
 from crawlbench.results import Variant
 from crawlbench.sampling import TreeMemory
-from crawlbench.source import Dataset, SourceAdmin, dataset_name
+from crawlbench.source import Dataset, RequestLog, SourceAdmin, dataset_name
 from crawlbench.topics import check_topic
 
 SERVICES = ("api-server", "scheduler", "dag-processor")
@@ -37,12 +37,16 @@ class Services:
     env: dict[str, str]
     pids: dict[str, int]
     log_dir: Path
+    port: int = 0
 
 
 @contextmanager
-def scheduler_services(stack: Stack, config_path: Path, log_dir: Path) -> Iterator[Services]:
+def scheduler_services(
+    stack: Stack, config_path: Path, log_dir: Path, extra_env: Mapping[str, str] | None = None
+) -> Iterator[Services]:
     """api-server + scheduler (LocalExecutor) + dag-processor on a quiesced private copy of the metadata DB,
-    parsing only the benchmark's config; all three are stopped (by pid) on exit, their task logs kept."""
+    parsing only the benchmark's config (``extra_env`` added to their environment); all three are stopped (by
+    pid) on exit, their task logs kept."""
     with airflow_env(stack, shared=False, quiesce=True) as env:
         port = devstack.free_port()
         env.update(
@@ -50,7 +54,8 @@ def scheduler_services(stack: Stack, config_path: Path, log_dir: Path) -> Iterat
             AIRFLOW__CORE__EXECUTION_API_SERVER_URL=f"http://127.0.0.1:{port}/execution/",
             AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL="5",
         )
-        services = Services(env, {}, log_dir)
+        env.update(extra_env or {})
+        services = Services(env, {}, log_dir, port)
         try:
             for service in SERVICES:
                 command = [devstack.airflow_cli(), *devstack.airflow_service_args(service, port)]
@@ -132,13 +137,19 @@ def trigger_and_wait(services: Services, dag_id: str) -> tuple[dict[str, Any], T
     raise BenchError(f"{dag_id}: the triggered run did not finish within {RUN_TIMEOUT_S:.0f}s")
 
 
-def scheduled_run(services: Services, admin: SourceAdmin, ds: Dataset) -> dict[str, Any]:
+def scheduled_run(services: Services, admin: SourceAdmin, ds: Dataset, latency_ms: float) -> dict[str, Any]:
     """Create the data set around "now", trigger the DAG and wait; the run, the task instances with the
     chunks' records/s (from their return values) and the scheduler tree's memory."""
     dag_id = f"crawl_{ds.name}"
     wait_for_dag(services.env, dag_id)
     now = datetime.now(UTC).replace(microsecond=0)
     admin.create(ds.name, ds.total, ds.share, ds.batch, ref=now)
+    admin.set_latency(ds.name, latency_ms)
+    return measured_run(services, dag_id)
+
+
+def measured_run(services: Services, dag_id: str) -> dict[str, Any]:
+    """Trigger the DAG, wait for the run; its times, task instances and the scheduler tree's memory."""
     run, memory = trigger_and_wait(services, dag_id)
     db = metadata_db(services.env)
     tis = task_instances(db, dag_id, memory)
@@ -147,8 +158,33 @@ def scheduled_run(services: Services, admin: SourceAdmin, ds: Dataset) -> dict[s
     return {"run": run, "task_instances": tis, "scheduler_tree_rss_sum_mb": memory.peak_total / 2**20}
 
 
-def run_scheduler_variant(stack: Stack, args: argparse.Namespace, total: int, out_dir: Path) -> Variant:
-    """The crawl DAG triggered on a real scheduler with LocalExecutor (each task in its own process).
+def incremental_run(services: Services, admin: SourceAdmin, ds: Dataset, records: int) -> dict[str, Any]:
+    """A small incremental run after the first: ``records`` new records appended, the DAG triggered again."""
+    admin.clear_requests(ds.name)
+    admin.append(ds.name, records)
+    measured = measured_run(services, f"crawl_{ds.name}")
+    record = read_run_record_of(services, ds)
+    measured.update(
+        appended=records,
+        run_status=record["status"],
+        mode=record["mode"],
+        published=int(record["published"]),
+        crawl_s=crawl_seconds(record),
+        pages=admin.requests(ds.name).pages,
+    )
+    return measured
+
+
+def read_run_record_of(services: Services, ds: Dataset) -> dict[str, Any]:
+    return read_run_record(services.env["CRAWLER_OPS_PG_URI"], ds.name)
+
+
+def run_scheduler_variant(
+    stack: Stack, args: argparse.Namespace, total: int, out_dir: Path, latency_ms: float = 0.0
+) -> Variant:
+    """The crawl DAG triggered on a real scheduler with LocalExecutor (each task in its own process): a first
+    crawl with the source answering ``latency_ms`` later per request, then (``--incremental-records``) a small
+    incremental run.
 
     ``dags trigger`` gives a schedule-less DAG no data interval of its own: its reference is the trigger
     time (data_interval_end = run_after), so the data set is created around "now" just before the trigger
@@ -161,8 +197,10 @@ def run_scheduler_variant(stack: Stack, args: argparse.Namespace, total: int, ou
     log_dir.mkdir(parents=True, exist_ok=True)
     config_path = write_config(ds, topic, args, out_dir)
     with scheduler_services(stack, config_path, log_dir) as services:
-        measured = scheduled_run(services, admin, ds)
-    record = read_run_record(stack.pg_uri, ds.name)
+        measured = scheduled_run(services, admin, ds, latency_ms)
+        record = read_run_record(stack.pg_uri, ds.name)
+        requests = admin.requests(ds.name)
+        incremental = incremental_run(services, admin, ds, args.incremental_records) if args.incremental_records else {}
     details = {
         "dataset": ds.name,
         "ref_time": record["ref_time"].isoformat(),
@@ -172,12 +210,19 @@ def run_scheduler_variant(stack: Stack, args: argparse.Namespace, total: int, ou
         "task_instances": measured["task_instances"],
         "scheduler_tree_rss_sum_mb": measured["scheduler_tree_rss_sum_mb"],
         "logs": str(log_dir),
+        "latency_ms": latency_ms,
+        "incremental": incremental,
     }
-    return scheduler_variant(stack, admin, topic, record, details)
+    return scheduler_variant(stack, admin, topic, record, details, requests)
 
 
 def scheduler_variant(
-    stack: Stack, admin: SourceAdmin, topic: str, record: Mapping[str, Any], details: dict[str, Any]
+    stack: Stack,
+    admin: SourceAdmin,
+    topic: str,
+    record: Mapping[str, Any],
+    details: dict[str, Any],
+    requests: RequestLog,
 ) -> Variant:
     """The scheduler run's row: trigger to run finished, keys checked against the truth at its ``ref_time``."""
     wall = details["run"]["wall_s"]
@@ -189,7 +234,7 @@ def scheduler_variant(
         kept=int(record["kept"]),
         published=int(record["published"]),
         rate=int(record["fetched"]) / wall,
-        requests=admin.requests(details["dataset"]),
+        requests=requests,
         keys=check_topic(stack.bootstrap, topic, admin.truth(details["dataset"], record["ref_time"])),
         details=details,
     )

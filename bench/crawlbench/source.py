@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import secrets
+from collections import Counter
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -61,6 +62,18 @@ class SourceAdmin:
         self._json("PUT", f"/admin/tasks/{name}", json=body)
         return Dataset(name, total, share, batch, self.truth(name, ref))
 
+    def put(self, name: str, **body: Any) -> None:
+        """(Re)create ``name`` with the demo source's own options (``total``, ``ref``, ``window_days``, ...)."""
+        self._json("PUT", f"/admin/tasks/{name}", json=body)
+
+    def set_faults(self, name: str, **faults: Any) -> None:
+        """Replace the data set's injected faults (``error_rate``, ``latency_ms``, ``rate_limit_every``, ...)."""
+        self._json("PUT", f"/admin/tasks/{name}/faults", json=faults)
+
+    def statuses(self, name: str) -> Counter[int]:
+        """How many list requests since the last clear were answered with each HTTP status."""
+        return Counter(r["status"] for r in self._json("GET", f"/admin/tasks/{name}/requests")["requests"])
+
     def truth(self, name: str, ref: datetime) -> frozenset[str]:
         """Ids of the records whose true date lies in ``[ref - 7 d, ref + 24 h]``."""
         truth = self._json(
@@ -69,6 +82,15 @@ class SourceAdmin:
             params={"ref": ref.isoformat(), "days": WINDOW_DAYS, "tolerance_s": TOLERANCE_S},
         )
         return frozenset(truth["in_window_ids"])
+
+    def set_latency(self, name: str, latency_ms: float) -> None:
+        """Make every count and page request of ``name`` take ``latency_ms`` longer (the source's latency fault),
+        as a remote source would; 0 clears it."""
+        self.set_faults(name, latency_ms=latency_ms)
+
+    def append(self, name: str, n: int) -> int:
+        """Append ``n`` new records (dated after the data set's reference); returns the new total."""
+        return int(self._json("POST", f"/admin/tasks/{name}/append", json={"n": n})["total"])
 
     def clear_requests(self, name: str) -> None:
         self._json("DELETE", f"/admin/tasks/{name}/requests")

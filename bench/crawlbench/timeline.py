@@ -42,7 +42,11 @@ def parse_timeline(text: str, started: float, ended: float) -> dict[str, Any]:
         "startup_s": (spans[0]["start"] - started) if spans else math.nan,
         "teardown_s": (ended - spans[-1].get("end", ended)) if spans else math.nan,
         "between_tasks_s": sum(gaps),
-        "spans": [{k: v for k, v in s.items() if k not in ("start", "end", *dict(MARKERS))} for s in spans],
+        "spans": [
+            {"start_epoch": s["start"], "end_epoch": s.get("end", ended)}
+            | {k: v for k, v in s.items() if k not in ("start", "end", *dict(MARKERS))}
+            for s in spans
+        ],
     }
 
 

@@ -6,10 +6,11 @@ from __future__ import annotations
 import secrets
 import time
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from crawlbench.common import PARTITIONS, BenchError, Headers
@@ -90,12 +91,20 @@ def warm_producer(stack: Stack, scratch: str, topic: str) -> CountingProducer:
     return producer
 
 
-def topic_keys(bootstrap: str, topic: str, timeout: float = 30.0) -> Counter[str]:
-    """Every key in ``topic`` from the beginning to each partition's current end, with multiplicity."""
+def topic_keys(
+    bootstrap: str,
+    topic: str,
+    timeout: float = 30.0,
+    isolation: str = "read_committed",
+    on_message: Callable[[Message], None] | None = None,
+) -> Counter[str]:
+    """Every key in ``topic`` from the beginning to each partition's current end, with multiplicity, as a consumer
+    with ``isolation`` sees them; ``on_message`` is also given each message."""
     consumer = Consumer(
         {
             "bootstrap.servers": bootstrap,
             "group.id": f"crawl-bench-{secrets.token_hex(4)}",
+            "isolation.level": isolation,
             "enable.auto.commit": False,
             "auto.offset.reset": "earliest",
             # A transactional topic ends with commit markers, which are never delivered: its end is signalled.
@@ -105,7 +114,7 @@ def topic_keys(bootstrap: str, topic: str, timeout: float = 30.0) -> Counter[str
     try:
         ends = partition_ends(consumer, topic, timeout)
         consumer.assign([TopicPartition(topic, p, 0) for p, end in ends.items() if end > 0])
-        return read_to_ends(consumer, topic, ends, timeout)
+        return read_to_ends(consumer, topic, ends, timeout, on_message)
     finally:
         consumer.close()
 
@@ -118,7 +127,13 @@ def partition_ends(consumer: Consumer, topic: str, timeout: float) -> dict[int, 
     return {p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=timeout)[1] for p in info.partitions}
 
 
-def read_to_ends(consumer: Consumer, topic: str, ends: dict[int, int], timeout: float) -> Counter[str]:
+def read_to_ends(
+    consumer: Consumer,
+    topic: str,
+    ends: dict[int, int],
+    timeout: float,
+    on_message: Callable[[Message], None] | None = None,
+) -> Counter[str]:
     """Consume the assigned partitions until each reaches its end; fail after ``timeout`` s without a message."""
     keys: Counter[str] = Counter()
     pending = {p for p, end in ends.items() if end > 0}
@@ -137,6 +152,8 @@ def read_to_ends(consumer: Consumer, topic: str, ends: dict[int, int], timeout: 
             if msg.error():
                 raise BenchError(f"topic {topic}: {msg.error()}")
             keys[(msg.key() or b"").decode()] += 1
+            if on_message is not None:
+                on_message(msg)
             if (msg.offset() or 0) + 1 >= ends[msg.partition()]:
                 pending.discard(msg.partition())
     return keys

@@ -152,7 +152,7 @@ class ChunkCrawler:
     published and are simply fetched again). A batch is produced only while this worker still holds its
     claim, so a run cancelled in the UI, or a worker whose lease was taken over, stops instead of publishing.
 
-    A first crawl has two stops. The probed floor (``plan``: a binary search for the window's start, minus
+    A first crawl has two stops. The probed floor (``plan``: a search for the window's start, minus
     ``max_expired_batches`` batches of margin) bounds the plan: batches below it are never planned. The
     streak cutoff (:meth:`BatchFilter.cutoff_after`, shared by every chunk of the run through its run
     record) can only stop earlier: when ``max_expired_batches`` consecutive pages above the floor hold
@@ -325,16 +325,19 @@ def crawl_chunk(run: RunContext, payload: Mapping[str, Any]) -> dict[str, Any]:
     owner = f"{run.run_id}|{run.map_index}"
     token = f"{owner}|{run.try_number}|{uuid.uuid4().hex[:12]}"
     batches = [Batch(lo, hi) for lo, hi in payload["batches"]]
+    label = str(payload.get("label", ""))
     ledger = ledger_for(run, owner, token)
-    crawler = ChunkCrawler(
-        run.cfg,
-        batches,
-        str(payload.get("label", "")),
-        run.source(),
-        BatchFilter(run, early_stop=bool(payload.get("early_stop"))),
-        ledger,
-        publisher_for(run, batches, ledger),
-    )
+    try:
+        batch_filter = BatchFilter(run, early_stop=bool(payload.get("early_stop")))
+        publisher = publisher_for(run, batches, ledger)
+    except Exception as exc:
+        # A chunk that cannot start (a transform that does not import, Kafka transactions refused) names why on
+        # the run, like a chunk that fails on a batch.
+        log.error("task %s chunk %s could not start: %s: %s", run.cfg.id, label, type(exc).__name__, exc)
+        ledger.fail([], f"{type(exc).__name__}: {exc}")
+        ledger.close()
+        raise
+    crawler = ChunkCrawler(run.cfg, batches, label, run.source(), batch_filter, ledger, publisher)
     return crawler.crawl().to_dict()
 
 

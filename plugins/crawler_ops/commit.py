@@ -179,9 +179,11 @@ def close_abandoned_run(cfg: CrawlTaskConfig, run_id: str, reason: str) -> RunSu
     store = CrawlStoreHook(cfg.postgres_conn_id, cfg.id)
     try:
         with store.transaction(lock=True) as cur:
+            # Batch rows before the run record, in the order a worker finishing a batch takes them, so the two
+            # never deadlock. Releasing the claims of a run its commit already closed changes nothing.
+            released = store.batches.release_run(cur, run_id)
             if not store.cancel_run(cur, run_id, reason):
                 return None
-            released = store.batches.release_run(cur, run_id)
             record = store.read_run(cur, run_id) or {}
             old = store.read_watermark(cur)
     finally:

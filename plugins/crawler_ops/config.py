@@ -51,7 +51,11 @@ class SourceConfig(_Model):
     backoff_s: float = Field(0.5, ge=0)
     max_backoff_s: float = Field(30.0, ge=0)
     max_response_mb: float = Field(64.0, gt=0)
-    concurrency: int = Field(4, ge=1, le=64, description="pages fetched concurrently within one chunk")
+    # Eight pages in flight keep a chunk busy at a remote source's 50-200 ms per page; a run asks the source
+    # for at most concurrency x max_parallel_chunks pages at once (an Airflow pool bounds it across tasks).
+    concurrency: int = Field(
+        8, ge=1, le=64, description="pages fetched concurrently within one chunk (also the window search's width)"
+    )
 
 
 class FilterConfig(_Model):

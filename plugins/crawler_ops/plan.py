@@ -4,6 +4,7 @@ newest first, group them into chunks (or, for replays and backfills, the offsets
 from __future__ import annotations
 
 import logging
+from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -15,7 +16,16 @@ from crawler_ops.hooks.exactly_once import MARKER_TOPIC_CONFIG
 from crawler_ops.hooks.producer import IdempotentProducerHook, ensure_topic
 from crawler_ops.hooks.source import SourceApiHook
 from crawler_ops.hooks.store import CrawlStoreHook, Cursor
-from crawler_ops.planning import Batch, Chunk, chunk_batches, expiry_floor, fill_gaps, plan_batches
+from crawler_ops.planning import (
+    Batch,
+    Chunk,
+    chunk_batches,
+    expiry_floor,
+    fill_gaps,
+    narrow,
+    plan_batches,
+    probe_points,
+)
 from crawler_ops.records import record_head
 from crawler_ops.run import RunContext
 from crawler_ops.status_table import DONE
@@ -175,25 +185,27 @@ def handle_shrink(
     return watermark, message + ": nothing planned, watermark kept"
 
 
-def probe_offset(source: SourceApiHook, total: int, rule: DateRule, moment: datetime) -> int:
-    """Binary search for the first offset whose record is not older than ``moment`` (records roughly in
-    time order): O(log total) one-record requests. A record without a usable date counts as not older."""
-    tz = rule.tz
+def probe_offset(source: SourceApiHook, total: int, rule: DateRule, moment: datetime, width: int = 1) -> int:
+    """Search for the first offset whose record is not older than ``moment`` (records roughly in time order),
+    reading ``width`` one-record pages at a time: ``log(total) / log(width + 1)`` rounds of one request
+    time each. A record without a usable date counts as not older."""
     lo, hi = 0, total
-    while lo < hi:
-        mid = (lo + hi) // 2
-        page = source.get_page(mid, 1)
-        found = record_date(record_head(page[0], rule.fields), rule.fields, tz)[0] if page else None
-        if found is not None and found < moment:
-            lo = mid + 1
-        else:
-            hi = mid
+
+    def older(offset: int) -> bool:
+        page = source.get_page(offset, 1)
+        found = record_date(record_head(page[0], rule.fields), rule.fields, rule.tz)[0] if page else None
+        return found is not None and found < moment
+
+    with ThreadPoolExecutor(width, thread_name_prefix="probe") as pool:
+        while lo < hi:
+            points = probe_points(lo, hi, width)
+            lo, hi = narrow(lo, hi, points, list(pool.map(older, points)))
     return lo
 
 
 def probe_window_start(source: SourceApiHook, total: int, run: RunContext) -> int:
     """Where a first crawl's window starts: offsets below are older than the window."""
-    offset = probe_offset(source, total, run.cfg.filter.rule, run.window.start)
+    offset = probe_offset(source, total, run.cfg.filter.rule, run.window.start, run.cfg.source.concurrency)
     log.info("task %s: probed the window start at offset %d of %d", run.cfg.id, offset, total)
     return offset
 
@@ -204,8 +216,9 @@ def range_to_read(run: RunContext, source: SourceApiHook, total: int) -> tuple[i
     if run.params.replay:
         return run.params.replay_from or 0, min(run.params.replay_to or 0, total)
     window, margin = run.window, run.cfg.batch_size
-    lo = probe_offset(source, total, run.cfg.filter.rule, window.start)
-    hi = probe_offset(source, total, run.cfg.filter.rule, window.end + timedelta(seconds=1))
+    width = run.cfg.source.concurrency
+    lo = probe_offset(source, total, run.cfg.filter.rule, window.start, width)
+    hi = probe_offset(source, total, run.cfg.filter.rule, window.end + timedelta(seconds=1), width)
     log.info(
         "task %s: backfill of [%s, %s] reads offsets [%d, %d) of %d (probed, +/- %d)",
         run.cfg.id,

@@ -153,3 +153,20 @@ def expiry_floor(boundary: int, batch_size: int, max_expired_batches: int) -> in
     are only roughly in time order.
     """
     return max(0, boundary - max_expired_batches * batch_size)
+
+
+def probe_points(lo: int, hi: int, width: int) -> list[int]:
+    """Offsets to read in one round of a search of ``[lo, hi)`` with ``width`` reads per round: evenly spaced,
+    so the answer is left in one of ``width + 1`` parts; every offset when ``width`` or fewer remain."""
+    if hi - lo <= width:
+        return list(range(lo, hi))
+    return sorted({lo + (hi - lo) * i // (width + 1) for i in range(1, width + 1)})
+
+
+def narrow(lo: int, hi: int, points: Sequence[int], older: Sequence[bool]) -> tuple[int, int]:
+    """The part of ``[lo, hi)`` left after reading ``points``: the first offset not older lies above the
+    last point found older and at or below the first point found not older."""
+    for index, (point, is_older) in enumerate(zip(points, older, strict=True)):
+        if not is_older:
+            return (points[index - 1] + 1 if index else lo), point
+    return points[-1] + 1, hi

@@ -4,22 +4,25 @@ from __future__ import annotations
 
 import functools
 import hashlib
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import tzinfo
+from itertools import count
 from typing import Any
 
 import msgspec
 
-from crawler_ops.filtering import DateRule, Verdict, Window, classify
+from crawler_ops.filtering import DateRule, Verdict, Window, WindowTest
 from crawler_ops.results import DeadLetter
 
 Transform = Callable[[dict[str, Any]], Any]
 
 
-@dataclass(frozen=True)
-class Message:
-    """One Kafka message: key, JSON value, headers; ``topic`` None means the task's topic."""
+class Message(msgspec.Struct, frozen=True, gc=False):
+    """One Kafka message: key, JSON value, headers; ``topic`` None means the task's topic.
+
+    A frozen struct rather than a dataclass: one is made per kept record, and a struct is made ten times faster.
+    """
 
     key: bytes
     value: bytes
@@ -52,16 +55,53 @@ class PageResult:
     def kept(self) -> int:
         return len(self.messages)
 
+    def add(self, kept: Message | DeadLetter) -> None:
+        """Add a kept record's message, or its dead letter when it could not be made."""
+        if isinstance(kept, Message):
+            self.messages.append(kept)
+        else:
+            self.dead_letters.append(kept)
+
 
 Record = Mapping[str, Any] | msgspec.Raw
 
 
+def head_fields(date_fields: tuple[str, ...], key_field: str | None) -> tuple[str, ...]:
+    """The fields filtering reads of every record: the date fields in order of preference, then the key field."""
+    if not key_field or key_field in date_fields:
+        return date_fields
+    return (*date_fields, key_field)
+
+
+@functools.cache
+def head_struct(fields: tuple[str, ...]) -> type[msgspec.Struct]:
+    """A struct of ``fields`` only (absent ones None): decoding a record into it skips every other field
+    without building Python objects."""
+    attrs = [(f"f{i}", Any, None) for i in range(len(fields))]
+    return msgspec.defstruct("RecordHead", attrs, rename={f"f{i}": name for i, name in enumerate(fields)})
+
+
 @functools.cache
 def head_decoder(fields: tuple[str, ...]) -> msgspec.json.Decoder[Any]:
-    """Decodes only ``fields`` of a record's JSON (others are skipped without building Python objects)."""
-    attrs = [(f"f{i}", Any, None) for i in range(len(fields))]
-    struct = msgspec.defstruct("RecordHead", attrs, rename={f"f{i}": name for i, name in enumerate(fields)})
-    return msgspec.json.Decoder(struct)
+    """Decodes only ``fields`` of a record's JSON."""
+    return msgspec.json.Decoder(head_struct(fields))
+
+
+class Page(list[msgspec.Raw]):
+    """The records of one page as raw JSON, and, when the page's decode read them too, the values of
+    ``fields`` of each record (see :func:`head_fields`), as tuples.
+
+    :param records: the records.
+    :param fields: the fields read.
+    :param heads: their values, one tuple per record; None when they were not read.
+    """
+
+    def __init__(
+        self, records: Iterable[msgspec.Raw], fields: tuple[str, ...] = (), heads: list[tuple[Any, ...]] | None = None
+    ) -> None:
+        super().__init__(records)
+        self.fields = fields
+        self.heads = heads
 
 
 def record_head(record: Record, fields: tuple[str, ...]) -> dict[str, Any]:
@@ -97,38 +137,79 @@ def build_messages(
     reshapes it. Records with no parseable date, or whose transform raises, are dead-lettered with the
     reason, never dropped silently. Headers carry the crawl task, the run and the record's source offset.
     """
-    tz = tz or rule.tz
-    fields = (*rule.fields, key_field) if key_field else rule.fields
+    reader = HeadReader(rule.fields, key_field)
+    heads = reader.read_page(records, first_offset)
+    verdicts = WindowTest(rule, window, tz or rule.tz).verdicts(heads)
     result = PageResult()
-    for index, record in enumerate(records):
-        offset = first_offset + index
-        try:
-            head = record_head(record, fields)
-        except ValueError as exc:
-            raise ValueError(f"the record at source offset {offset} is {exc}") from exc
-        verdict, detail = classify(head, rule, window, tz)
-        if verdict is Verdict.EXPIRED:
+    # The common case, a kept raw record with a key, is written inline: it runs once per published record.
+    as_sent = transform is None and bool(key_field)
+    index, raw, append, keep = reader.key_index, msgspec.Raw, result.messages.append, Verdict.KEEP
+    for offset, record, head, (verdict, detail) in zip(count(first_offset), records, heads, verdicts, strict=False):
+        if verdict is keep:
+            key = head[index]
+            if as_sent and record.__class__ is raw and key is not None and key != "":
+                append(Message(str(key).encode(), bytes(record), [*headers, ("source_offset", b"%d" % offset)]))
+            else:
+                result.add(kept_message(record, key, key_field, transform, headers, offset))
+        elif verdict is Verdict.EXPIRED:
             result.expired += 1
-            continue
-        if verdict is Verdict.BAD_DATE:
+        else:
             result.dead_letters.append(DeadLetter(offset, detail, full_record(record)))
-            continue
-        try:
-            message = make_message(record, head, key_field, transform)
-        except Exception as exc:  # noqa: BLE001 - a transform failing on one record dead-letters that record
-            result.dead_letters.append(
-                DeadLetter(offset, f"transform or encoding failed: {exc!r}", full_record(record))
-            )
-            continue
-        result.messages.append(Message(message[0], message[1], [*headers, ("source_offset", str(offset).encode())]))
     return result
 
 
+class HeadReader:
+    """Reads the date fields (in the rule's order), then the key field, of records: a tuple with None for
+    an absent field. A raw record is decoded for these fields only, with a decoder made once per page.
+
+    :param date_fields: the rule's date fields.
+    :param key_field: the configured id field, if any (it may also be a date field).
+    """
+
+    def __init__(self, date_fields: tuple[str, ...], key_field: str | None) -> None:
+        self.fields = head_fields(date_fields, key_field)
+        self.key_index = self.fields.index(key_field) if key_field else 0
+        self.decode = head_decoder(self.fields).decode
+
+    def read_page(self, records: Sequence[Record], first_offset: int) -> list[tuple[Any, ...]]:
+        if isinstance(records, Page) and records.heads is not None and records.fields == self.fields:
+            return records.heads
+        astuple, decode = msgspec.structs.astuple, self.decode
+        try:
+            return [astuple(decode(r)) if r.__class__ is msgspec.Raw else self.read(r) for r in records]
+        except msgspec.ValidationError:
+            pass  # find the record that is not an object, for the message
+        return [self.read(record, offset) for offset, record in enumerate(records, first_offset)]
+
+    def read(self, record: Record, offset: int = -1) -> tuple[Any, ...]:
+        if not isinstance(record, msgspec.Raw):
+            return tuple(record.get(name) for name in self.fields)
+        try:
+            return msgspec.structs.astuple(self.decode(record))
+        except msgspec.ValidationError as exc:
+            raise ValueError(f"the record at source offset {offset} is not a JSON object: {exc}") from exc
+
+
+def kept_message(
+    record: Record,
+    key_value: Any,
+    key_field: str | None,
+    transform: Transform | None,
+    headers: Sequence[tuple[str, bytes]],
+    offset: int,
+) -> Message | DeadLetter:
+    """The message of a kept record, or its dead letter when the transform or the encoding fails."""
+    try:
+        key, value = make_message(record, key_value if key_field else None, key_field, transform)
+    except Exception as exc:  # noqa: BLE001 - a transform failing on one record dead-letters that record
+        return DeadLetter(offset, f"transform or encoding failed: {exc!r}", full_record(record))
+    return Message(key, value, [*headers, ("source_offset", b"%d" % offset)])
+
+
 def make_message(
-    record: Record, head: Mapping[str, Any], key_field: str | None, transform: Transform | None
+    record: Record, key_value: Any, key_field: str | None, transform: Transform | None
 ) -> tuple[bytes, bytes]:
     """Key and value of one kept record; raw JSON is passed through when nothing needs the decoded record."""
-    key_value = head.get(key_field) if key_field else None
     if isinstance(record, msgspec.Raw) and transform is None and key_value not in (None, ""):
         return str(key_value).encode(), bytes(record)
     decoded = full_record(record)

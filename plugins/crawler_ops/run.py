@@ -5,15 +5,18 @@ from __future__ import annotations
 from collections.abc import Mapping, MutableMapping
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from airflow.sdk.exceptions import AirflowFailException
 
 from crawler_ops.config import CrawlTaskConfig
 from crawler_ops.errors import ConfigError
 from crawler_ops.filtering import Window
-from crawler_ops.hooks.source import SourceApiHook
-from crawler_ops.hooks.store import CrawlStoreHook
+from crawler_ops.records import head_fields
+
+if TYPE_CHECKING:
+    from crawler_ops.hooks.source import SourceApiHook
+    from crawler_ops.hooks.store import CrawlStoreHook
 
 
 @dataclass(frozen=True)
@@ -102,10 +105,16 @@ class RunContext:
         """Replays and backfills read a range and never touch the watermark or the batch rows."""
         return not (self.params.dry_run or self.params.replay or self.backfill_interval is not None)
 
+    # The clients are imported when a step asks for one: the DAG files import this module at parse time.
     def source(self) -> SourceApiHook:
-        return SourceApiHook(self.cfg.source, self.cfg.id, self.cfg.source_task)
+        from crawler_ops.hooks.source import SourceApiHook
+
+        fields = head_fields(self.cfg.filter.date_fields, self.cfg.kafka.key_field)
+        return SourceApiHook(self.cfg.source, self.cfg.id, self.cfg.source_task, fields)
 
     def store(self) -> CrawlStoreHook:
+        from crawler_ops.hooks.store import CrawlStoreHook
+
         return CrawlStoreHook(self.cfg.postgres_conn_id, self.cfg.id)
 
 

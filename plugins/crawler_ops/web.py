@@ -18,7 +18,7 @@ from crawler_ops.config import broken_dag_id, load_config
 from crawler_ops.errors import ConfigError
 from crawler_ops.status import collect
 
-URL_PREFIX = "/crawler-ops"
+URL_PREFIX = "/crawler-ops"  # where crawler_ops_plugin mounts this app
 
 
 async def current_user(request: Request) -> Any:

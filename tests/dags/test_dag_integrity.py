@@ -1,18 +1,38 @@
-"""The generated DAGs import cleanly, carry the expected settings, and bad config stays visible."""
+"""The generated DAGs import cleanly with no I/O, carry the configured settings, and bad config stays visible.
+
+Bags are read through ``bag.dags`` (``get_dag`` would ask the metadata DB), so these tests need no services.
+"""
 
 from __future__ import annotations
 
+import json
+import os
+import select
 import socket
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
+import yaml
 from airflow.dag_processing.dagbag import BundleDagBag
-from airflow.sdk import TriggerRule
+from airflow.sdk import CronTriggerTimetable, TriggerRule
 from airflow.sdk.exceptions import AirflowFailException
 
 REPO = Path(__file__).resolve().parents[2]
 DAGS = REPO / "dags"
 SAMPLE = REPO / "include" / "crawler_tasks.yaml"
+SAMPLE_DAG_IDS = {
+    "crawl_jobs_beijing",
+    "crawl_jobs_shanghai",
+    "exec_area_addresses",
+    "crawler_ops_maintenance",
+    "sample_jobs_beijing_downstream",
+}
 
 
 def load_bag(monkeypatch: pytest.MonkeyPatch, config: Path) -> BundleDagBag:
@@ -20,45 +40,229 @@ def load_bag(monkeypatch: pytest.MonkeyPatch, config: Path) -> BundleDagBag:
     return BundleDagBag(dag_folder=str(DAGS), bundle_path=str(DAGS))
 
 
+def write_config(folder: Path, document: dict[str, Any]) -> Path:
+    path = folder / "tasks.yaml"
+    path.write_text(yaml.safe_dump(document, allow_unicode=True), encoding="utf-8")
+    return path
+
+
+# --------------------------------------------------------------------------- no I/O at parse time
+
+
+class ConnectionCounter:
+    """Listening sockets that accept and drop every connection, counting them: a client written in C (psycopg,
+    librdkafka) that connects is seen here, where patching Python's socket module would miss it."""
+
+    def __init__(self, names: tuple[str, ...]) -> None:
+        self.sockets = {}
+        for name in names:
+            sock = socket.socket()
+            sock.bind(("127.0.0.1", 0))
+            sock.listen(16)
+            sock.setblocking(False)
+            self.sockets[name] = sock
+        self.counts = dict.fromkeys(names, 0)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._serve, daemon=True)
+        self._thread.start()
+
+    def port(self, name: str) -> int:
+        return int(self.sockets[name].getsockname()[1])
+
+    def _accept_pending(self, name: str) -> None:
+        while True:
+            try:
+                conn, _ = self.sockets[name].accept()
+            except BlockingIOError:
+                return
+            self.counts[name] += 1
+            conn.close()  # a refused handshake: the client fails fast instead of waiting for an answer
+
+    def _serve(self) -> None:
+        while not self._stop.is_set():
+            ready, _, _ = select.select(list(self.sockets.values()), [], [], 0.05)
+            for name, sock in self.sockets.items():
+                if sock in ready:
+                    self._accept_pending(name)
+
+    def close(self) -> dict[str, int]:
+        """Stop, count what is still queued in the backlog, and return the counts."""
+        if self._stop.is_set():
+            return self.counts
+        self._stop.set()
+        self._thread.join()
+        for name, sock in self.sockets.items():
+            self._accept_pending(name)
+            sock.close()
+        return self.counts
+
+
+PARSE_AND_REPORT = """
+import json, sys
+from pathlib import Path
+from airflow.dag_processing.dagbag import BundleDagBag
+
+bag = BundleDagBag(dag_folder=sys.argv[1], bundle_path=sys.argv[1])
+# librdkafka names its threads rdk:main, rdk:broker...: a Kafka client created at parse time shows here even
+# before it connects.
+threads = sorted({(task / "comm").read_text().strip() for task in Path("/proc/self/task").iterdir()})
+print(json.dumps({"dag_ids": sorted(bag.dag_ids), "errors": {k: str(v) for k, v in bag.import_errors.items()},
+                  "threads": threads}))
+"""
+
+
 @pytest.fixture
-def no_network(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Parsing must not touch the network (source, Kafka, PostgreSQL): any connect fails the test."""
-
-    def refuse(*_args: object, **_kwargs: object) -> None:
-        raise AssertionError("network access at DAG parse time")
-
-    monkeypatch.setattr(socket.socket, "connect", refuse)
-    monkeypatch.setattr(socket.socket, "connect_ex", refuse)
+def counter() -> Iterator[ConnectionCounter]:
+    listeners = ConnectionCounter(("postgres", "kafka", "source", "webhook"))
+    yield listeners
+    listeners.close()
 
 
-def test_sample_config_dags_import_without_errors_or_network(monkeypatch, no_network):
+def test_parsing_every_dag_file_opens_no_connection_to_the_source_postgres_kafka_or_webhook(counter, tmp_path):
+    document = yaml.safe_load(SAMPLE.read_text(encoding="utf-8"))
+    document["tasks"][0]["notify"] = {"conn_id": "crawl_webhook"}
+    config = write_config(tmp_path, document)
+    inherited = {k: v for k, v in os.environ.items() if not k.startswith(("AIRFLOW", "CRAWLER_OPS_"))}
+    env = {
+        **inherited,
+        "AIRFLOW_HOME": str(tmp_path / "airflow"),
+        "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+        "CRAWLER_OPS_CONFIG": str(config),
+        "PYTHONPATH": os.pathsep.join([str(REPO / "plugins"), str(REPO)]),
+        "AIRFLOW_CONN_CRAWLER_DB": f"postgresql://crawler:secret@127.0.0.1:{counter.port('postgres')}/crawler",
+        "AIRFLOW_CONN_KAFKA_DEFAULT": json.dumps(
+            {"conn_type": "kafka", "extra": {"bootstrap.servers": f"127.0.0.1:{counter.port('kafka')}"}}
+        ),
+        "AIRFLOW_CONN_DEMO_SOURCE": json.dumps(
+            {"conn_type": "http", "host": "127.0.0.1", "port": counter.port("source"), "schema": "http"}
+        ),
+        "AIRFLOW_CONN_CRAWL_WEBHOOK": json.dumps(
+            {"conn_type": "http", "host": f"http://127.0.0.1:{counter.port('webhook')}/in", "password": "s"}
+        ),
+    }
+
+    parsed = subprocess.run(
+        [sys.executable, "-c", PARSE_AND_REPORT, str(DAGS)], env=env, capture_output=True, text=True, timeout=300
+    )
+
+    assert parsed.returncode == 0, parsed.stderr[-3000:]
+    report = json.loads(parsed.stdout.strip().splitlines()[-1])
+    assert report["errors"] == {}
+    assert set(report["dag_ids"]) == SAMPLE_DAG_IDS
+    assert counter.close() == {"postgres": 0, "kafka": 0, "source": 0, "webhook": 0}
+    assert not [t for t in report["threads"] if t.startswith("rdk:")], "a Kafka client was created at parse time"
+
+
+def test_the_connection_counter_sees_a_connection_made_from_c(counter):
+    """The guard above must be able to fail: librdkafka's connection (from C, not Python's socket) is counted."""
+    from confluent_kafka import KafkaException
+    from confluent_kafka.admin import AdminClient
+
+    admin = AdminClient({"bootstrap.servers": f"127.0.0.1:{counter.port('kafka')}"})
+    with pytest.raises(KafkaException, match=r"_TRANSPORT|_TIMED_OUT"):
+        admin.list_topics(timeout=3)
+
+    assert counter.close()["kafka"] > 0
+
+
+# --------------------------------------------------------------------------- settings
+
+
+def test_the_sample_config_dags_import_without_errors(monkeypatch):
     bag = load_bag(monkeypatch, SAMPLE)
 
     assert bag.import_errors == {}
-    assert set(bag.dag_ids) == {
-        "crawl_jobs_beijing",
-        "crawl_jobs_shanghai",
-        "exec_area_addresses",
-        "crawler_ops_maintenance",
-        "sample_jobs_beijing_downstream",
-    }
+    assert set(bag.dag_ids) == SAMPLE_DAG_IDS
 
 
-@pytest.mark.parametrize("dag_id", ["crawl_jobs_beijing", "crawl_jobs_shanghai"], ids=["beijing", "shanghai"])
-def test_crawl_dag_has_the_production_settings(monkeypatch, dag_id):
-    dag = load_bag(monkeypatch, SAMPLE).get_dag(dag_id)
+@pytest.mark.parametrize(
+    ("dag_id", "timetable"),
+    [
+        ("crawl_jobs_beijing", CronTriggerTimetable("@hourly", timezone="UTC", interval=timedelta(hours=1))),
+        ("crawl_jobs_shanghai", CronTriggerTimetable("0 */2 * * *", timezone="UTC", interval=timedelta(hours=2))),
+    ],
+    ids=["beijing-hourly", "shanghai-every-two-hours"],
+)
+def test_crawl_dag_has_the_production_settings(monkeypatch, dag_id, timetable):
+    dag = load_bag(monkeypatch, SAMPLE).dags[dag_id]
 
     assert dag.max_active_runs == 1
+    assert dag.catchup is False
+    assert dag.is_paused_upon_creation is False, "deploying starts crawling"
+    assert dag.timetable == timetable, "a cron schedule's data interval is one period, for backfills"
     assert {"crawler_ops", "crawl"} <= set(dag.tags)
     assert dag.doc_md and "Params" in dag.doc_md
     assert set(dag.params.keys()) == {"reset", "dry_run", "max_batches", "filter_days", "replay_from", "replay_to"}
     assert {t.task_id for t in dag.tasks} == {"plan", "crawl_chunk", "commit", "announce"}
     for t in dag.tasks:
-        assert t.retries == 2
-        assert t.execution_timeout is not None
-    assert dag.get_task("commit").trigger_rule == TriggerRule.ALL_DONE
-    assert dag.get_task("crawl_chunk").max_active_tis_per_dagrun == 4
-    assert dag.catchup is False
+        assert (t.retries, t.retry_delay, t.retry_exponential_backoff, t.max_retry_delay) == (
+            2,
+            timedelta(seconds=30),
+            2.0,
+            timedelta(minutes=30),
+        ), t.task_id
+        assert t.execution_timeout == timedelta(minutes=60), t.task_id
+        assert t.pool == "default_pool", t.task_id
+    assert dag.task_dict["commit"].trigger_rule == TriggerRule.ALL_DONE
+    assert dag.task_dict["crawl_chunk"].max_active_tis_per_dagrun == 4
+
+
+def test_configured_retries_timeouts_pool_schedule_and_pause_reach_every_task(monkeypatch, tmp_path):
+    config = write_config(
+        tmp_path,
+        {
+            "tasks": [
+                {
+                    "id": "tuned",
+                    "kafka": {"topic": "tuned"},
+                    "schedule": "*/15 * * * *",
+                    "retries": 5,
+                    "retry_delay_s": 7,
+                    "execution_timeout_min": 13,
+                    "pool": "crawl_pool",
+                    "paused": True,
+                    "max_parallel_chunks": 3,
+                },
+                {"id": "manual", "kafka": {"topic": "manual"}, "schedule": None},
+            ]
+        },
+    )
+    bag = load_bag(monkeypatch, config)
+    tuned, manual = bag.dags["crawl_tuned"], bag.dags["crawl_manual"]
+
+    assert tuned.is_paused_upon_creation is True
+    assert tuned.timetable == CronTriggerTimetable("*/15 * * * *", timezone="UTC", interval=timedelta(minutes=15))
+    for t in tuned.tasks:
+        assert (t.retries, t.retry_delay, t.execution_timeout) == (5, timedelta(seconds=7), timedelta(minutes=13))
+    assert tuned.task_dict["crawl_chunk"].pool == "crawl_pool"
+    assert tuned.task_dict["crawl_chunk"].max_active_tis_per_dagrun == 3
+    assert {t.pool for t in tuned.tasks if t.task_id != "crawl_chunk"} == {"default_pool"}
+    assert type(manual.timetable).__name__ == "NullTimetable", "schedule: null means manual runs only"
+
+
+def test_executor_and_maintenance_dags_have_their_settings(monkeypatch):
+    bag = load_bag(monkeypatch, SAMPLE)
+    executor, maintenance = bag.dags["exec_area_addresses"], bag.dags["crawler_ops_maintenance"]
+
+    daily = CronTriggerTimetable("@daily", timezone="UTC", interval=timedelta(days=1))
+    assert executor.timetable == daily and maintenance.timetable == daily
+    assert executor.max_active_runs == maintenance.max_active_runs == 1
+    assert {t.task_id for t in executor.tasks} == {"sync", "work", "summary"}
+    assert executor.task_dict["summary"].trigger_rule == TriggerRule.ALL_DONE
+    assert all((t.retries, t.execution_timeout) == (2, timedelta(minutes=60)) for t in executor.tasks)
+    assert all((t.retries, t.execution_timeout) == (1, timedelta(minutes=60)) for t in maintenance.tasks)
+
+
+def test_a_disabled_task_has_no_dag_and_no_placeholder(monkeypatch, tmp_path):
+    config = write_config(
+        tmp_path,
+        {"tasks": [{"id": "on", "kafka": {"topic": "on"}}, {"id": "off", "kafka": {"topic": "off"}, "enabled": False}]},
+    )
+
+    bag = load_bag(monkeypatch, config)
+
+    assert bag.import_errors == {}
+    assert set(bag.dag_ids) == {"crawl_on", "crawler_ops_maintenance"}
 
 
 def test_only_the_dag_being_run_is_built_when_a_task_starts(monkeypatch):
@@ -66,6 +270,9 @@ def test_only_the_dag_being_run_is_built_when_a_task_starts(monkeypatch):
     monkeypatch.setenv("_AIRFLOW_PARSING_CONTEXT_TASK_ID", "plan")
 
     assert set(load_bag(monkeypatch, SAMPLE).dag_ids) == {"crawl_jobs_shanghai"}
+
+
+# --------------------------------------------------------------------------- bad config stays visible
 
 
 def test_an_invalid_task_becomes_a_failing_dag_and_the_valid_one_still_loads(monkeypatch, tmp_path):
@@ -80,10 +287,10 @@ def test_an_invalid_task_becomes_a_failing_dag_and_the_valid_one_still_loads(mon
 
     assert bag.import_errors == {}
     assert set(bag.dag_ids) == {"crawl_good", "crawl_bad", "crawler_ops_maintenance"}
-    broken = bag.get_dag("crawl_bad")
-    assert "config-error" in broken.tags
+    broken = bag.dags["crawl_bad"]
+    assert "config-error" in broken.tags and broken.is_paused_upon_creation is True
     with pytest.raises(AirflowFailException, match=r"task 'bad': field 'batch_size'"):
-        broken.get_task("config_error").python_callable()
+        broken.task_dict["config_error"].python_callable()
 
 
 def test_invalid_yaml_is_an_import_error_naming_the_file(monkeypatch, tmp_path):
@@ -101,8 +308,8 @@ def test_invalid_yaml_is_an_import_error_naming_the_file(monkeypatch, tmp_path):
     assert all(f"{config} is not valid YAML" in message for message in errors.values())
 
 
-def test_maintenance_dag_has_three_independent_pruning_tasks(monkeypatch, no_network):
-    dag = load_bag(monkeypatch, SAMPLE).get_dag("crawler_ops_maintenance")
+def test_maintenance_dag_has_three_independent_pruning_tasks(monkeypatch):
+    dag = load_bag(monkeypatch, SAMPLE).dags["crawler_ops_maintenance"]
 
     assert {t.task_id for t in dag.tasks} == {"prune_run_history", "prune_errors", "prune_status_rows"}
     assert all(not t.upstream_task_ids for t in dag.tasks)
@@ -118,15 +325,15 @@ def test_an_invalid_maintenance_block_becomes_a_failing_dag(monkeypatch, tmp_pat
     bag = load_bag(monkeypatch, config)
 
     assert set(bag.dag_ids) == {"crawl_good", "crawler_ops_maintenance"}
-    broken = bag.get_dag("crawler_ops_maintenance")
+    broken = bag.dags["crawler_ops_maintenance"]
     assert "config-error" in broken.tags
     with pytest.raises(AirflowFailException, match=r"maintenance: field 'keep_runs_days'"):
-        broken.get_task("config_error").python_callable()
+        broken.task_dict["config_error"].python_callable()
 
 
 def test_crawl_dag_announces_the_topic_asset_after_the_commit(monkeypatch):
-    dag = load_bag(monkeypatch, SAMPLE).get_dag("crawl_jobs_beijing")
+    dag = load_bag(monkeypatch, SAMPLE).dags["crawl_jobs_beijing"]
 
-    announce = dag.get_task("announce")
+    announce = dag.task_dict["announce"]
     assert [o.uri for o in announce.outlets] == ["kafka://kafka_default/jobs.beijing"]
-    assert announce.upstream_task_ids == {"commit"} and not dag.get_task("commit").outlets
+    assert announce.upstream_task_ids == {"commit"} and not dag.task_dict["commit"].outlets

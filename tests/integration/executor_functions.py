@@ -10,6 +10,7 @@ from typing import Any
 import psycopg
 
 _local = threading.local()
+RELEASE = threading.Event()  # set by the test that hangs calls, when it is done
 
 
 def _conn() -> psycopg.Connection:
@@ -37,3 +38,11 @@ def refuse_odd(row: dict[str, Any]) -> tuple[int, int]:
 
 def sleep_then_succeed(row: dict[str, Any]) -> None:
     time.sleep(float(os.environ.get("EXECUTOR_TEST_SLEEP_S", "60")))
+
+
+def hang_on_row_two(row: dict[str, Any]) -> None:
+    """Hangs on row 2 (until the test sets RELEASE); records the other calls."""
+    if row["id"] == 2:
+        RELEASE.wait(120)
+        return
+    record_call(row)

@@ -2,18 +2,24 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import UTC, datetime
 
 import pytest
 
-from tests.support import duplicates, make_task, read_topic, run_dag, run_record, watermark
+from crawler_ops import plan as plan_module
+from crawler_ops.chunk import crawl_chunk
+from crawler_ops.commit import commit_run
+from crawler_ops.plan import plan_run
+from crawler_ops.run import RunContext, RunParams
+from tests.support import duplicates, make_task, query, read_topic, run_record, watermark
 
 pytestmark = pytest.mark.integration
 
 REF = datetime(2026, 11, 1, tzinfo=UTC)
 
 
-def test_first_crawl_publishes_exactly_the_in_window_records(source, kafka_bootstrap, pg_uri, unique_id):
+def test_first_crawl_publishes_exactly_the_in_window_records(source, kafka_bootstrap, pg_uri, unique_id, run_dag):
     source.create(unique_id, total=5_030, ref=REF, in_window_share=0.3)
     cfg = make_task(unique_id, max_chunks=1)  # one chunk, so the request order is the crawl order
 
@@ -38,7 +44,7 @@ def test_first_crawl_publishes_exactly_the_in_window_records(source, kafka_boots
     assert len(pages) <= in_window_pages + cfg.max_expired_batches + 2
 
 
-def test_first_crawl_includes_the_oldest_partial_batch(source, kafka_bootstrap, pg_uri, unique_id):
+def test_first_crawl_includes_the_oldest_partial_batch(source, kafka_bootstrap, pg_uri, unique_id, run_dag):
     source.create(unique_id, total=1_050, ref=REF, in_window_share=1.0)
     cfg = make_task(unique_id)
 
@@ -51,7 +57,9 @@ def test_first_crawl_includes_the_oldest_partial_batch(source, kafka_bootstrap, 
     assert len(requests) == 11
 
 
-def test_incremental_run_publishes_only_new_records_and_fetches_no_old_page(source, kafka_bootstrap, pg_uri, unique_id):
+def test_incremental_run_publishes_only_new_records_and_fetches_no_old_page(
+    source, kafka_bootstrap, pg_uri, unique_id, run_dag
+):
     source.create(unique_id, total=2_000, ref=REF, in_window_share=0.5, append_step_s=60)
     cfg = make_task(unique_id)
     assert run_dag(cfg, REF) == "success"
@@ -70,3 +78,39 @@ def test_incremental_run_publishes_only_new_records_and_fetches_no_old_page(sour
     assert not duplicates(messages)
     assert all(r["offset"] >= 2_000 for r in source.page_requests(unique_id))
     assert watermark(pg_uri, unique_id) == 2_250
+
+
+def test_an_early_stop_in_the_newest_chunk_makes_older_chunks_skip_their_batches_as_expired(
+    source, kafka_bootstrap, pg_uri, unique_id, monkeypatch
+):
+    source.create(unique_id, total=3_000, ref=REF, in_window_share=0.1)  # offsets 2700..2999 are in the window
+    # As if the dates were not in time order: the probe cannot place the window start, so the whole range is
+    # planned and only the early stop (max_expired_batches empty pages in a row) bounds the crawl.
+    monkeypatch.setattr(plan_module, "probe_window_start", lambda source, total, run: 0)
+    cfg = make_task(unique_id, max_chunks=3, min_batches_per_chunk=1, max_expired_batches=4, source={"concurrency": 1})
+    run = RunContext(cfg=cfg, run_id="early-stop", ref=REF, params=RunParams())
+    chunks = plan_run(run)
+    assert [c["batches"][0][1] for c in chunks] == [3_000, 2_000, 1_000] and all(c["early_stop"] for c in chunks)
+
+    fetched: list[set[int]] = []
+    results = []
+    for index, chunk in enumerate(chunks):  # newest first, one after the other, as a busy pool might run them
+        source.clear_requests(unique_id)
+        results.append(crawl_chunk(replace(run, map_index=index), chunk))
+        fetched.append({r["offset"] for r in source.page_requests(unique_id)})
+
+    newest, *older = fetched
+    assert max(newest) == 2_900 and len(newest) <= 3 + cfg.max_expired_batches + cfg.source.concurrency
+    for pages, chunk in zip(older, chunks[1:], strict=True):
+        top = chunk["batches"][0][0]
+        assert pages == set(range(top, top - 100 * len(pages), -100)), "only the chunk's first pages"
+        assert len(pages) < cfg.max_expired_batches, "stopped by the cutoff the newest chunk found, not its own"
+    rows = query(pg_uri, "SELECT id, status, expired FROM crawler_ops.batch_status WHERE task_name = %s", unique_id)
+    assert {status for _, status, _ in rows} == {2} and len(rows) == 30
+    assert {lo for lo, _, expired in rows if expired} == {lo for lo, _, _ in rows} - set().union(*fetched)
+    assert sum(r["batches_done"] for r in results) == 30
+
+    summary = commit_run(run, chunks, results)
+    assert summary.status == "success" and watermark(pg_uri, unique_id) == 3_000
+    truth = source.truth(unique_id, REF, days=7, tolerance_s=24 * 3600)
+    assert sorted(m.key for m in read_topic(kafka_bootstrap, cfg.kafka.topic)) == sorted(truth["in_window_ids"])

@@ -7,11 +7,12 @@ from datetime import UTC, datetime
 
 import pytest
 
-from tests.support import make_task, query, read_topic, run_dag, run_record, watermark
+from tests.support import create_topic, make_task, query, read_topic, run_record, watermark
 
 pytestmark = pytest.mark.integration
 
 REF = datetime(2026, 11, 1, tzinfo=UTC)
+TOLERANCE_S = 24 * 3600
 
 
 def status_rows(pg_uri: str, task_id: str) -> list[tuple[int, int, int]]:
@@ -20,9 +21,10 @@ def status_rows(pg_uri: str, task_id: str) -> list[tuple[int, int, int]]:
     )
 
 
-def test_dry_run_fetches_but_publishes_and_commits_nothing(source, kafka_bootstrap, pg_uri, unique_id):
+def test_dry_run_fetches_but_publishes_and_commits_nothing(source, kafka_bootstrap, pg_uri, unique_id, run_dag):
     source.create(unique_id, total=700, ref=REF, in_window_share=1.0)
     cfg = make_task(unique_id)
+    create_topic(kafka_bootstrap, cfg.kafka.topic)  # a dry run creates no topic: read an existing one
 
     assert run_dag(cfg, REF, {"dry_run": True}) == "success"
 
@@ -33,7 +35,7 @@ def test_dry_run_fetches_but_publishes_and_commits_nothing(source, kafka_bootstr
     assert status_rows(pg_uri, unique_id) == []
 
 
-def test_reset_recrawls_from_scratch(source, kafka_bootstrap, pg_uri, unique_id):
+def test_reset_recrawls_from_scratch(source, kafka_bootstrap, pg_uri, unique_id, run_dag):
     source.create(unique_id, total=500, ref=REF, in_window_share=1.0)
     cfg = make_task(unique_id)
     assert run_dag(cfg, REF) == "success"
@@ -49,7 +51,7 @@ def test_reset_recrawls_from_scratch(source, kafka_bootstrap, pg_uri, unique_id)
 
 
 def test_replay_republishes_a_range_and_leaves_watermark_and_status_rows_alone(
-    source, kafka_bootstrap, pg_uri, unique_id
+    source, kafka_bootstrap, pg_uri, unique_id, run_dag
 ):
     source.create(unique_id, total=1_000, ref=REF, in_window_share=0.3)
     cfg = make_task(unique_id)
@@ -69,7 +71,9 @@ def test_replay_republishes_a_range_and_leaves_watermark_and_status_rows_alone(
     assert status_rows(pg_uri, unique_id) == before_rows
 
 
-def test_max_batches_crawls_the_newest_batches_and_the_next_run_finishes(source, kafka_bootstrap, pg_uri, unique_id):
+def test_max_batches_crawls_the_newest_batches_and_the_next_run_finishes(
+    source, kafka_bootstrap, pg_uri, unique_id, run_dag
+):
     source.create(unique_id, total=1_000, ref=REF, in_window_share=1.0)
     cfg = make_task(unique_id)
 
@@ -84,13 +88,20 @@ def test_max_batches_crawls_the_newest_batches_and_the_next_run_finishes(source,
     assert len({m.key for m in read_topic(kafka_bootstrap, cfg.kafka.topic)}) == 1_000
 
 
-def test_filter_days_override_widens_the_window(source, kafka_bootstrap, unique_id):
+def test_filter_days_override_widens_the_window(source, kafka_bootstrap, unique_id, run_dag):
     source.create(unique_id, total=600, ref=REF, in_window_share=0.2, history_days=30)
-    cfg = make_task(unique_id)
+    # Two tasks crawl the same source data: one with the configured 7 days, one with a 60-day override.
+    baseline = make_task(f"{unique_id}_7d", source={"task": unique_id})
+    widened = make_task(f"{unique_id}_60d", source={"task": unique_id})
 
-    assert run_dag(cfg, REF, {"filter_days": 60}) == "success"
+    assert run_dag(baseline, REF) == "success"
+    assert run_dag(widened, REF, {"filter_days": 60}) == "success"
 
-    assert len(read_topic(kafka_bootstrap, cfg.kafka.topic)) == 600
+    week = source.truth(unique_id, REF, days=7, tolerance_s=TOLERANCE_S)["in_window_ids"]
+    sixty_days = source.truth(unique_id, REF, days=60, tolerance_s=TOLERANCE_S)["in_window_ids"]
+    assert len(week) == 120 and len(sixty_days) == 600
+    assert sorted(m.key for m in read_topic(kafka_bootstrap, baseline.kafka.topic)) == sorted(week)
+    assert sorted(m.key for m in read_topic(kafka_bootstrap, widened.kafka.topic)) == sorted(sixty_days)
 
 
 @pytest.mark.parametrize(
@@ -102,7 +113,7 @@ def test_filter_days_override_widens_the_window(source, kafka_bootstrap, unique_
     ],
     ids=["replay-half-given", "replay-empty", "replay-with-reset"],
 )
-def test_inconsistent_params_fail_without_touching_anything(source, pg_uri, unique_id, conf, message):
+def test_inconsistent_params_fail_without_touching_anything(source, pg_uri, unique_id, conf, message, run_dag):
     from crawler_ops.errors import ConfigError
     from crawler_ops.run import RunParams
 

@@ -7,16 +7,12 @@ source's ground truth. The same kills under ``at_least_once`` lose nothing and d
 
 from __future__ import annotations
 
-import json
-import os
 import random
 import signal
 import subprocess
-import sys
 import time
 from collections import Counter
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -25,11 +21,10 @@ from crawler_ops.commit import commit_run
 from crawler_ops.config import CrawlTaskConfig
 from crawler_ops.plan import plan_run
 from crawler_ops.run import RunContext, RunParams
-from tests.support import Delivered, make_task, query, read_topic, run_record
+from tests.support import Delivered, make_task, query, read_topic, run_record, runner_result, spawn_chunk
 
 pytestmark = pytest.mark.integration
 
-REPO = Path(__file__).resolve().parents[2]
 REF = datetime(2026, 11, 1, tzinfo=UTC)
 BATCH = 100
 
@@ -42,29 +37,7 @@ def done_batches(pg_uri: str, task_id: str) -> int:
 def start_chunk(
     cfg: CrawlTaskConfig, run: RunContext, chunk: dict[str, Any], try_number: int, kill: dict[str, Any] | None = None
 ) -> subprocess.Popen[str]:
-    spec = {
-        "config": cfg.model_dump(mode="json"),
-        "run_id": run.run_id,
-        "ref": REF.isoformat(),
-        "map_index": 0,
-        "try_number": try_number,
-        "payload": chunk,
-        "kill": kill,
-    }
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO / "plugins"), str(REPO)])}
-    return subprocess.Popen(
-        [sys.executable, str(REPO / "tests/integration/chunk_runner.py"), json.dumps(spec)],
-        env=env,
-        cwd=REPO,
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-
-
-def finish_chunk(worker: subprocess.Popen[str]) -> dict[str, Any]:
-    out, _ = worker.communicate(timeout=300)
-    assert worker.returncode == 0, f"the chunk failed (exit {worker.returncode})"
-    return json.loads(out.strip().splitlines()[-1])
+    return spawn_chunk(cfg, run.run_id, REF, chunk, try_number, kill)
 
 
 def setup_run(
@@ -101,7 +74,7 @@ def test_a_kill_before_the_kafka_commit_leaves_nothing_visible_and_the_retry_pub
     die_at_third_batch(cfg, run, chunk, "before_commit")
     assert done_batches(pg_uri, unique_id) == 2
 
-    result = finish_chunk(start_chunk(cfg, run, chunk, 2))
+    result = runner_result(start_chunk(cfg, run, chunk, 2))
     summary = commit_run(run, [chunk], [result])
 
     truth = set(source.truth(unique_id, REF, days=7, tolerance_s=24 * 3600)["in_window_ids"])
@@ -121,7 +94,7 @@ def test_a_kill_after_the_kafka_commit_records_the_batch_done_without_fetching_o
     assert done_batches(pg_uri, unique_id) == 2, "Kafka committed the third batch; PostgreSQL never heard of it"
     source.clear_requests(unique_id)
 
-    result = finish_chunk(start_chunk(cfg, run, chunk, 2))
+    result = runner_result(start_chunk(cfg, run, chunk, 2))
     summary = commit_run(run, [chunk], [result])
 
     assert 1_700 not in {r["offset"] for r in source.page_requests(unique_id)}, "the committed batch was fetched again"
@@ -155,7 +128,7 @@ def test_ten_kills_at_random_points_lose_nothing(source, kafka_bootstrap, pg_uri
         worker.wait()
         kills += 1
     assert kills >= 8, f"only {kills} attempts could be killed before the chunk finished"
-    result = finish_chunk(start_chunk(cfg, run, chunk, 11))
+    result = runner_result(start_chunk(cfg, run, chunk, 11))
     assert commit_run(run, [chunk], [result]).status == "success"
 
     truth = set(source.truth(unique_id, REF, days=7, tolerance_s=24 * 3600)["in_window_ids"])

@@ -3,13 +3,9 @@ category and order, bad config, and the old INT-epoch layout."""
 
 from __future__ import annotations
 
-import json
-import os
 import signal
 import subprocess
-import sys
 import time
-from pathlib import Path
 from typing import Any
 
 import psycopg
@@ -19,11 +15,11 @@ from crawler_ops.config import ExecutorTaskConfig, parse_config
 from crawler_ops.errors import ConfigError
 from crawler_ops.executor import run_worker, sync_rows
 from crawler_ops.status_table import StatusTable
-from tests.support import query, use_config
+from tests.integration import executor_functions
+from tests.support import query, runner_result, spawn_runner
 
 pytestmark = pytest.mark.integration
 
-REPO = Path(__file__).resolve().parents[2]
 FUNCTIONS = "tests.integration.executor_functions"
 OLD_STATUS_DDL = """
 CREATE TABLE {table} (
@@ -82,15 +78,22 @@ def statuses(pg_uri: str, schema: str, task: str) -> dict[int, int]:
 
 
 def spawn_worker(cfg: ExecutorTaskConfig, run_id: str, index: int, **env: str) -> subprocess.Popen[str]:
-    spec = {"config": cfg.model_dump(mode="json"), "run_id": run_id, "index": index}
-    full_env = {**os.environ, **env, "PYTHONPATH": os.pathsep.join([str(REPO / "plugins"), str(REPO)])}
-    return subprocess.Popen(
-        [sys.executable, str(REPO / "tests/integration/executor_runner.py"), json.dumps(spec)],
-        env=full_env,
-        cwd=REPO,
-        stdout=subprocess.PIPE,
-        text=True,
+    return spawn_runner(
+        "executor_runner.py", {"config": cfg.model_dump(mode="json"), "run_id": run_id, "index": index}, **env
     )
+
+
+def age_claims(pg_uri: str, schema: str, task: str, seconds: int, where: str = "TRUE") -> list[int]:
+    """Move the start times of ``task``'s rows ``seconds`` into the past, as if that much time had passed since they
+    were claimed or failed (leases and retry delays count from start_time, on the database's clock)."""
+    rows = query(
+        pg_uri,
+        f'UPDATE "{schema}".status_table SET start_time = start_time - make_interval(secs => %s) '
+        f"WHERE task_name = %s AND ({where}) RETURNING id",
+        seconds,
+        task,
+    )
+    return sorted(row[0] for row in rows)
 
 
 def test_four_concurrent_workers_process_every_row_exactly_once(schema, pg_uri, unique_id):
@@ -99,9 +102,8 @@ def test_four_concurrent_workers_process_every_row_exactly_once(schema, pg_uri, 
     assert sync_rows(cfg)["inserted"] == 10_000
 
     workers = [spawn_worker(cfg, "run-1", index) for index in range(4)]
-    results = [json.loads(w.communicate(timeout=300)[0].strip().splitlines()[-1]) for w in workers]
+    results = [runner_result(w) for w in workers]
 
-    assert all(w.returncode == 0 for w in workers)
     assert sum(r["done"] for r in results) == 10_000
     calls = query(pg_uri, f'SELECT count(*), count(DISTINCT id), count(DISTINCT pid) FROM "{schema}".calls')[0]
     assert calls[:2] == (10_000, 10_000), "every row called exactly once"
@@ -111,12 +113,12 @@ def test_four_concurrent_workers_process_every_row_exactly_once(schema, pg_uri, 
 
 def test_failing_rows_return_to_pending_with_the_error_then_park(schema, pg_uri, unique_id):
     add_rows(pg_uri, schema, 100)
-    cfg = executor(schema, unique_id, function=f"{FUNCTIONS}.fail_every_tenth", max_attempts=2, row_retry_delay_s=1)
+    cfg = executor(schema, unique_id, function=f"{FUNCTIONS}.fail_every_tenth", max_attempts=2, row_retry_delay_s=600)
     sync_rows(cfg)
 
-    first = run_worker(cfg, "run-1", 0)  # failed rows wait row_retry_delay_s: not retried within the same second
+    first = run_worker(cfg, "run-1", 0)
 
-    assert (first["done"], first["failed"], first["parked"]) == (90, 10, 0)
+    assert (first["claimed"], first["done"], first["failed"], first["parked"]) == (100, 90, 10, 0)
     failed = query(
         pg_uri,
         f'SELECT id, status, attempts, last_error FROM "{schema}".status_table '
@@ -125,13 +127,14 @@ def test_failing_rows_return_to_pending_with_the_error_then_park(schema, pg_uri,
     )
     assert [row[0] for row in failed] == list(range(10, 101, 10))
     assert all(row[1:3] == (0, 1) and row[3] == f"ValueError: cannot handle row {row[0]}" for row in failed)
+    assert run_worker(cfg, "run-2", 0)["claimed"] == 0, "a failed row waits row_retry_delay_s before a retry"
 
-    time.sleep(1.1)
-    second = run_worker(cfg, "run-2", 0)
-    assert (second["claimed"], second["parked"]) == (10, 10)
+    assert age_claims(pg_uri, schema, unique_id, 601, "status = 0") == list(range(10, 101, 10))
+    third = run_worker(cfg, "run-3", 0)
+    assert (third["claimed"], third["parked"]) == (10, 10)
     assert statuses(pg_uri, schema, unique_id) == {2: 90, 3: 10}
-    time.sleep(1.1)
-    assert run_worker(cfg, "run-3", 0)["claimed"] == 0, "parked rows do not loop forever"
+    age_claims(pg_uri, schema, unique_id, 601)
+    assert run_worker(cfg, "run-4", 0)["claimed"] == 0, "parked rows do not loop forever"
 
 
 def test_old_contract_false_status_is_a_failure(schema, pg_uri, unique_id):
@@ -142,19 +145,19 @@ def test_old_contract_false_status_is_a_failure(schema, pg_uri, unique_id):
     result = run_worker(cfg, "run-1", 0)
 
     assert (result["done"], result["failed"]) == (10, 10)
-    errors = query(pg_uri, f'SELECT DISTINCT last_error FROM "{schema}".status_table WHERE status = 0')
-    assert errors == [("function returned (1, 0)",)] or all("function returned" in e[0] for e in errors)
+    failed = query(pg_uri, f'SELECT id, last_error FROM "{schema}".status_table WHERE status = 0 ORDER BY id')
+    assert failed == [(i, f"function returned ({i}, 0)") for i in range(1, 21, 2)]
 
 
 def test_a_killed_worker_lease_expires_and_its_late_completion_is_fenced(schema, pg_uri, unique_id):
     add_rows(pg_uri, schema, 5)
-    cfg = executor(schema, unique_id, period=2, claim_batch=1, function=f"{FUNCTIONS}.sleep_then_succeed")
+    cfg = executor(schema, unique_id, period=600, claim_batch=1, function=f"{FUNCTIONS}.sleep_then_succeed")
     sync_rows(cfg)
-    worker = spawn_worker(cfg, "run-1", 0, EXECUTOR_TEST_SLEEP_S="60")
-    deadline = time.monotonic() + 60
+    worker = spawn_worker(cfg, "run-1", 0, EXECUTOR_TEST_SLEEP_S="600")
+    deadline = time.monotonic() + 120
     claimed: list[tuple[Any, ...]] = []
     while not claimed:
-        assert time.monotonic() < deadline and worker.poll() is None
+        assert time.monotonic() < deadline and worker.poll() is None, "the worker never claimed a row"
         claimed = query(pg_uri, f'SELECT id, claim_token FROM "{schema}".status_table WHERE status = 1')
         time.sleep(0.05)
     worker.send_signal(signal.SIGKILL)
@@ -165,7 +168,7 @@ def test_a_killed_worker_lease_expires_and_its_late_completion_is_fenced(schema,
     fast = cfg.model_copy(update={"function": f"{FUNCTIONS}.record_call"})
     assert run_worker(fast, "run-2", 0)["done"] == 4, "the leased row is not taken before its lease expires"
     assert query(pg_uri, f'SELECT status FROM "{schema}".status_table WHERE id = %s', row_id) == [(1,)]
-    time.sleep(2.2)
+    assert age_claims(pg_uri, schema, unique_id, 601, "status = 1") == [row_id]
     assert run_worker(fast, "run-3", 0)["done"] == 1, "after the period another worker reclaims it"
 
     table = StatusTable(schema, "status_table")
@@ -176,32 +179,54 @@ def test_a_killed_worker_lease_expires_and_its_late_completion_is_fenced(schema,
     assert row[0][0] == 2 and row[0][1] != old_token and row[0][2] is None
 
 
-def test_category_filter_and_sort_order_are_honoured_and_other_tasks_untouched(schema, pg_uri, unique_id):
-    add_rows(pg_uri, schema, 300, categories=("A", "B", "C"))
+def test_a_call_that_outlives_timeout_s_fails_its_row_and_the_worker_goes_on(schema, pg_uri, unique_id):
+    add_rows(pg_uri, schema, 5)
+    cfg = executor(schema, unique_id, function=f"{FUNCTIONS}.hang_on_row_two", timeout_s=0.5, claim_batch=5)
+    sync_rows(cfg)
+    try:
+        result = run_worker(cfg, "run-1", 0)
+
+        assert (result["done"], result["failed"]) == (4, 1)
+        rows = query(pg_uri, f'SELECT id, status, attempts, last_error FROM "{schema}".status_table ORDER BY id')
+        assert rows == [
+            (1, 2, 1, None),
+            (2, 0, 1, "timed out after 0.5s"),
+            (3, 2, 1, None),
+            (4, 2, 1, None),
+            (5, 2, 1, None),
+        ]
+        assert [r[0] for r in query(pg_uri, f'SELECT id FROM "{schema}".calls ORDER BY n')] == [1, 3, 4, 5]
+    finally:
+        executor_functions.RELEASE.set()
+
+
+def test_a_function_that_cannot_be_imported_fails_the_worker_before_it_claims_a_row(schema, pg_uri, unique_id):
+    add_rows(pg_uri, schema, 5)
+    cfg = executor(schema, unique_id, function=f"{FUNCTIONS}.no_such_function")
+    sync_rows(cfg)
+
+    with pytest.raises(ConfigError, match=rf"function '{FUNCTIONS}.no_such_function' cannot be imported"):
+        run_worker(cfg, "run-1", 0)
+    assert statuses(pg_uri, schema, unique_id) == {0: 5}
+
+
+def test_with_create_status_table_false_a_missing_status_table_is_an_error_and_an_existing_one_is_used(
+    schema, pg_uri, unique_id
+):
+    add_rows(pg_uri, schema, 5)
+    cfg = executor(schema, unique_id, create_status_table=False)
+
+    with pytest.raises(
+        ConfigError, match=rf"executor '{unique_id}': status_table '{schema}.status_table' does not exist"
+    ):
+        sync_rows(cfg)
+    assert query(pg_uri, "SELECT to_regclass(%s)::text", f"{schema}.status_table") == [(None,)], "nothing created"
+
     with psycopg.connect(pg_uri, autocommit=True) as conn:
-        conn.execute(
-            f'CREATE TABLE "{schema}".status_table (id bigint NOT NULL, status int NOT NULL, '
-            "start_time timestamptz, end_time timestamptz, task_name varchar(50) NOT NULL, "
-            "UNIQUE (id, task_name))"
-        )
-        # Another task's rows: pending, and claimed with a long-expired lease (the old query claimed these).
-        conn.execute(
-            f'INSERT INTO "{schema}".status_table SELECT i, CASE WHEN i % 2 = 0 THEN 0 ELSE 1 END, '
-            "now() - interval '1 day', NULL, 'other' FROM generate_series(1, 300) AS i"
-        )
-    others = f'SELECT id, status, start_time, end_time FROM "{schema}".status_table WHERE task_name = %s ORDER BY id'
-    before = query(pg_uri, others, "other")
-    cfg = executor(schema, unique_id, category="B", sort_fields=["province", "city"], claim_batch=7)
-
-    assert sync_rows(cfg)["inserted"] == 100
-    assert run_worker(cfg, "run-1", 0)["done"] == 100
-
-    called = [r[0] for r in query(pg_uri, f'SELECT id FROM "{schema}".calls ORDER BY n')]
-    expected = query(
-        pg_uri, f'SELECT id FROM "{schema}".source_data_table WHERE category = %s ORDER BY province, city, id', "B"
-    )
-    assert called == [r[0] for r in expected]
-    assert query(pg_uri, others, "other") == before
+        conn.execute(OLD_STATUS_DDL.format(table=f'"{schema}".status_table'))
+    assert sync_rows(cfg)["inserted"] == 5
+    assert run_worker(cfg, "run-1", 0)["done"] == 5
+    assert statuses(pg_uri, schema, unique_id) == {2: 5}
 
 
 @pytest.mark.parametrize(
@@ -275,12 +300,12 @@ def test_the_old_int_epoch_layout_keeps_working(schema, pg_uri, unique_id):
     )
 
 
-def test_executor_dag_runs_sync_workers_and_summary(schema, pg_uri, unique_id, tmp_path):
+def test_executor_dag_runs_sync_workers_and_summary(schema, pg_uri, unique_id, use_config):
     from crawler_ops.factory import build_executor_dag
 
     add_rows(pg_uri, schema, 1_000, categories=("A", "B"))
     cfg = executor(schema, unique_id, category="A", workers=3, cycle_index=300)
-    use_config(cfg, tmp_path, section="executors")
+    use_config(cfg, "executors")
 
     dagrun = build_executor_dag(cfg).test(run_conf={})
 

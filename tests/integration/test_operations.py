@@ -6,25 +6,20 @@ import json
 import os
 import subprocess
 import sys
+import threading
+import time
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
+import psycopg
 import pytest
 from confluent_kafka import Consumer
 
-from tests.support import (
-    Receiver,
-    make_task,
-    query,
-    read_topic,
-    run_dag,
-    run_record,
-    use_config,
-    verified,
-    watermark,
-)
+from crawler_ops.config import CrawlTaskConfig
+from tests.support import Receiver, make_task, query, read_topic, run_record, verified, watermark
 
 pytestmark = pytest.mark.integration
 
@@ -36,7 +31,9 @@ TOLERANCE_S = 24 * 3600
 # --------------------------------------------------------------------------- run history, errors, dead letters
 
 
-def test_the_run_history_row_holds_the_summary_of_what_reached_kafka(source, kafka_bootstrap, pg_uri, unique_id):
+def test_the_run_history_row_holds_the_summary_of_what_reached_kafka(
+    source, kafka_bootstrap, pg_uri, unique_id, run_dag
+):
     source.create(unique_id, total=1_000, ref=REF, in_window_share=0.6)
     source.faults(unique_id, bad_date_share=0.05)
     cfg = make_task(unique_id)
@@ -57,7 +54,9 @@ def test_the_run_history_row_holds_the_summary_of_what_reached_kafka(source, kaf
     assert row["errors"] == []
 
 
-def test_dead_letters_go_to_the_error_table_and_the_dead_letter_topic(source, kafka_bootstrap, pg_uri, unique_id):
+def test_dead_letters_go_to_the_error_table_and_the_dead_letter_topic(
+    source, kafka_bootstrap, pg_uri, unique_id, run_dag
+):
     source.create(unique_id, total=600, ref=REF, in_window_share=1.0)
     source.faults(unique_id, bad_date_share=0.1)
     cfg = make_task(unique_id, kafka={"dead_letter_topic": f"test.{unique_id}.dead"})
@@ -91,7 +90,7 @@ def test_dead_letters_go_to_the_error_table_and_the_dead_letter_topic(source, ka
     assert run_record(pg_uri, unique_id)["published"] == len(main), "dead letters are not counted as published"
 
 
-def test_a_failing_batch_is_an_error_row_naming_its_offsets(source, pg_uri, unique_id):
+def test_a_failing_batch_is_an_error_row_naming_its_offsets(source, pg_uri, unique_id, run_dag):
     source.create(unique_id, total=500, ref=REF, in_window_share=1.0)
     source.faults(unique_id, fail_offsets=[260])  # not an offset the first crawl's window probe reads
     cfg = make_task(unique_id, max_chunks=1)
@@ -105,11 +104,12 @@ def test_a_failing_batch_is_an_error_row_naming_its_offsets(source, pg_uri, uniq
     )
     assert len(rows) == 1
     kind, lo, hi, reason = rows[0]
-    assert kind == "batch" and lo <= 200 and hi >= 300 and "HTTP 500" in reason
+    assert (kind, lo, hi) == ("batch", 200, 300), "the batch whose page failed (the one before it was finished first)"
+    assert "HTTP 500" in reason and "[200, 300)" in reason
     assert run_record(pg_uri, unique_id)["status"] == "failed"
 
 
-def test_a_failing_plan_is_an_error_row(source, pg_uri, unique_id):
+def test_a_failing_plan_is_an_error_row(source, pg_uri, unique_id, run_dag):
     source.create(unique_id, total=500, ref=REF, in_window_share=1.0)
     source.faults(unique_id, wrong_shape=True)
     cfg = make_task(unique_id)
@@ -143,7 +143,9 @@ def status_cli(*args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
-def test_status_cli_shows_progress_runs_errors_and_consumer_lag(source, kafka_bootstrap, pg_uri, unique_id, tmp_path):
+def test_status_cli_shows_progress_runs_errors_and_consumer_lag(
+    source, kafka_bootstrap, pg_uri, unique_id, tmp_path, run_dag, use_config
+):
     source.create(unique_id, total=700, ref=REF, in_window_share=1.0)
     source.faults(unique_id, bad_date_share=0.05)
     group = f"g_{unique_id}"
@@ -153,7 +155,7 @@ def test_status_cli_shows_progress_runs_errors_and_consumer_lag(source, kafka_bo
     source.append(unique_id, 50)
     published = len(read_topic(kafka_bootstrap, cfg.kafka.topic))
     consume_and_commit(kafka_bootstrap, cfg.kafka.topic, group, 40)
-    use_config(cfg, tmp_path)
+    use_config(cfg)
 
     result = status_cli("--task", unique_id, "--json")
 
@@ -179,21 +181,20 @@ def test_status_cli_shows_progress_runs_errors_and_consumer_lag(source, kafka_bo
     assert "source total 750" in text.stdout and "watermark 700" in text.stdout
 
 
-def test_status_cli_names_an_unknown_task_and_survives_an_unreachable_source(unique_id, tmp_path, stack):
+def test_status_cli_names_an_unknown_task_and_survives_an_unreachable_source(unique_id, monkeypatch, stack, use_config):
     cfg = make_task(unique_id, source={"conn_id": "nowhere"})
-    use_config(cfg, tmp_path)
-    os.environ["AIRFLOW_CONN_NOWHERE"] = json.dumps({"conn_type": "http", "host": "127.0.0.1", "port": 9})
-    try:
-        missing = status_cli("--task", "no_such_task")
-        report = status_cli("--json")
-    finally:
-        del os.environ["AIRFLOW_CONN_NOWHERE"]
+    use_config(cfg)
+    monkeypatch.setenv("AIRFLOW_CONN_NOWHERE", json.dumps({"conn_type": "http", "host": "127.0.0.1", "port": 9}))
+
+    missing = status_cli("--task", "no_such_task")
+    report = status_cli("--json")
 
     assert missing.returncode == 2 and "no crawl task 'no_such_task'" in missing.stderr
     assert report.returncode == 0, report.stderr
     (row,) = json.loads(report.stdout)["tasks"]
     assert row["status"] == "never run" and row["source_total"] is None
     assert "count failed" in row["source_error"] and "Connection refused" in row["source_error"]
+    assert row["kafka"] == {"error": f"topic '{cfg.kafka.topic}' does not exist yet", "groups": {}}
 
 
 # --------------------------------------------------------------------------- webhooks
@@ -208,7 +209,7 @@ def receiver(monkeypatch: pytest.MonkeyPatch, unique_id: str) -> Iterator[Receiv
     hook.server.shutdown()
 
 
-def test_webhooks_are_signed_and_carry_the_run_summary(source, receiver, pg_uri, unique_id):
+def test_webhooks_are_signed_and_carry_the_run_summary(source, receiver, pg_uri, unique_id, run_dag):
     source.create(unique_id, total=400, ref=REF, in_window_share=1.0)
     cfg = make_task(unique_id, notify={"conn_id": f"hook_{unique_id}"}, retries=1)
 
@@ -235,27 +236,69 @@ def test_webhooks_are_signed_and_carry_the_run_summary(source, receiver, pg_uri,
     assert any("[400, 500)" in e for e in failure["summary"]["errors"])
 
 
-def test_a_webhook_that_fails_or_is_unreachable_does_not_fail_the_run(source, receiver, unique_id, monkeypatch):
+def test_a_webhook_that_fails_or_must_not_be_sent_does_not_fail_the_run(
+    source, receiver, unique_id, monkeypatch, run_dag
+):
     source.create(unique_id, total=300, ref=REF, in_window_share=1.0)
-    receiver.status = 500
     cfg = make_task(unique_id, notify={"conn_id": f"hook_{unique_id}"})
+    connection = f"AIRFLOW_CONN_HOOK_{unique_id.upper()}"
 
-    assert run_dag(cfg, REF) == "success"
-    assert len(receiver.requests) == 3, "a 5xx is retried, then given up"
+    def run_with_new_records(cfg: CrawlTaskConfig = cfg) -> int:
+        """Append records, run, and return how many requests reached the receiver meanwhile."""
+        before = len(receiver.requests)
+        source.append(unique_id, 100)
+        assert run_dag(cfg, REF) == "success", "a notification problem never fails the run"
+        return len(receiver.requests) - before
 
-    monkeypatch.setenv(f"AIRFLOW_CONN_HOOK_{unique_id.upper()}", json.dumps({"conn_type": "http", "host": "x"}))
-    source.append(unique_id, 100)
-    assert run_dag(cfg, REF) == "success", "no secret: not sent, run unaffected"
+    receiver.status = 500
+    assert run_with_new_records() == 3, "a 5xx is retried, then given up"
+    receiver.status = 400
+    assert run_with_new_records() == 1, "a 4xx is not retried"
+    receiver.status = 200
+    monkeypatch.setenv(connection, json.dumps({"conn_type": "http", "host": receiver.url, "password": ""}))
+    assert run_with_new_records() == 0, "an empty secret: nothing sent"
+    monkeypatch.setenv(connection, json.dumps({"conn_type": "http", "host": receiver.url, "password": "s3cret-秘密"}))
+    failures_only = make_task(unique_id, notify={"conn_id": f"hook_{unique_id}", "on": ["failure"]})
+    assert run_with_new_records(failures_only) == 0, "success is not among notify.on"
+    assert run_with_new_records() == 1, "the same connection, when success is wanted"
     malformed = {"conn_type": "http", "host": "http://127.0.0.1:port/x", "password": "s"}
-    monkeypatch.setenv(f"AIRFLOW_CONN_HOOK_{unique_id.upper()}", json.dumps(malformed))
-    source.append(unique_id, 100)
-    assert run_dag(cfg, REF) == "success", "a malformed URL: not sent, run unaffected"
-    monkeypatch.setenv(
-        f"AIRFLOW_CONN_HOOK_{unique_id.upper()}",
-        json.dumps({"conn_type": "http", "host": "http://127.0.0.1:9/none", "password": "s"}),
-    )
-    source.append(unique_id, 100)
-    assert run_dag(cfg, REF) == "success", "unreachable receiver: run unaffected"
+    monkeypatch.setenv(connection, json.dumps(malformed))
+    assert run_with_new_records() == 0, "a malformed URL: not sent"
+    unreachable = {"conn_type": "http", "host": "http://127.0.0.1:9/none", "password": "s"}
+    monkeypatch.setenv(connection, json.dumps(unreachable))
+    assert run_with_new_records() == 0
+
+
+def test_the_listener_closes_a_run_left_running_and_reports_each_run_once(
+    source, receiver, pg_uri, unique_id, run_dag, use_config
+):
+    from crawler_ops.listener import close_run
+    from crawler_ops.plan import plan_run
+    from crawler_ops.run import RunContext, RunParams
+
+    source.create(unique_id, total=300, ref=REF, in_window_share=1.0)
+    cfg = make_task(unique_id, notify={"conn_id": f"hook_{unique_id}"})
+    assert run_dag(cfg, REF) == "success"
+    committed = run_record(pg_uri, unique_id)
+    use_config(cfg)
+
+    close_run(cfg.dag_id, committed["run_id"], "a retry marked the DAG run failed")
+
+    assert [verified(r)["event"] for r in receiver.requests] == ["run.success"], "its commit already reported it"
+    assert run_record(pg_uri, unique_id)["status"] == "success"
+
+    source.append(unique_id, 200)
+    plan_run(RunContext(cfg=cfg, run_id="left-running", ref=REF, params=RunParams()))  # then marked failed in the UI
+    close_run(cfg.dag_id, "left-running", "marked failed in the UI")
+    close_run(cfg.dag_id, "left-running", "marked failed in the UI")
+
+    record = run_record(pg_uri, unique_id)
+    assert (record["run_id"], record["status"]) == ("left-running", "failed") and record["finished_at"] is not None
+    assert record["errors"] == ["the DAG run failed without a commit: marked failed in the UI"]
+    assert [verified(r)["event"] for r in receiver.requests] == ["run.success", "run.failure"]
+    summary = verified(receiver.requests[1])["summary"]
+    assert (summary["run_id"], summary["status"], summary["new_watermark"]) == ("left-running", "failed", 300)
+    assert watermark(pg_uri, unique_id) == 300
 
 
 # --------------------------------------------------------------------------- Assets
@@ -273,7 +316,9 @@ def asset_events(uri: str) -> list[dict[str, Any]]:
     return [row[0] for row in rows]
 
 
-def test_commit_emits_the_topic_asset_with_the_summary_only_when_records_were_published(source, pg_uri, unique_id):
+def test_commit_emits_the_topic_asset_with_the_summary_only_when_records_were_published(
+    source, pg_uri, unique_id, run_dag
+):
     source.create(unique_id, total=300, ref=REF, in_window_share=1.0)
     cfg = make_task(unique_id, kafka={"asset_host": "broker.test:9092"})
 
@@ -288,7 +333,7 @@ def test_commit_emits_the_topic_asset_with_the_summary_only_when_records_were_pu
     assert len(asset_events(f"kafka://broker.test:9092/test.{unique_id}")) == 1, "no event without new records"
 
 
-def test_a_run_row_left_running_without_an_airflow_run_shows_as_abandoned(pg_uri, unique_id, tmp_path):
+def test_a_run_row_left_running_without_an_airflow_run_shows_as_abandoned(pg_uri, unique_id, tmp_path, use_config):
     from crawler_ops.hooks.store import CrawlStoreHook
 
     store = CrawlStoreHook("crawler_db", unique_id)
@@ -300,7 +345,7 @@ def test_a_run_row_left_running_without_an_airflow_run_shows_as_abandoned(pg_uri
         "RETURNING run_id",
         unique_id,
     )
-    use_config(make_task(unique_id), tmp_path)
+    use_config(make_task(unique_id))
 
     result = status_cli("--task", unique_id, "--json", "--no-live")
 
@@ -311,7 +356,7 @@ def test_a_run_row_left_running_without_an_airflow_run_shows_as_abandoned(pg_uri
 
 
 def test_a_dead_letter_kafka_refuses_keeps_its_batch_not_done_until_it_is_delivered(
-    source, kafka_bootstrap, pg_uri, unique_id
+    source, kafka_bootstrap, pg_uri, unique_id, run_dag
 ):
     from confluent_kafka.admin import (
         AdminClient,
@@ -350,7 +395,7 @@ def test_a_dead_letter_kafka_refuses_keeps_its_batch_not_done_until_it_is_delive
     assert watermark(pg_uri, unique_id) == 1_000
 
 
-def test_a_retried_commit_does_not_count_the_run_twice(source, pg_uri, unique_id):
+def test_a_retried_commit_does_not_count_the_run_twice(source, pg_uri, unique_id, run_dag):
     from crawler_ops.commit import commit_run
     from crawler_ops.run import RunContext, RunParams
 
@@ -383,3 +428,89 @@ def test_a_retried_commit_does_not_count_the_run_twice(source, pg_uri, unique_id
         pg_uri, "SELECT filtered_count, produced_count FROM crawler_ops.progress WHERE task_id = %s", unique_id
     )
     assert totals == [(307, 305)]
+
+
+def postgres_conn(pg_uri: str, deadlock_timeout: str) -> str:
+    """The crawler database as a connection whose sessions check for deadlocks after ``deadlock_timeout``."""
+    url = urlsplit(pg_uri)
+    return json.dumps(
+        {
+            "conn_type": "postgres",
+            "host": url.hostname,
+            "port": url.port,
+            "login": url.username,
+            "password": url.password,
+            "schema": url.path.lstrip("/"),
+            "extra": {"options": f"-c deadlock_timeout={deadlock_timeout}"},
+        }
+    )
+
+
+def blocked_by(pg_uri: str, pids: set[int], deadline_s: float = 60) -> int:
+    """Wait until a session is waiting for a lock one of ``pids`` holds; its pid."""
+    deadline = time.monotonic() + deadline_s
+    while True:
+        waiting = query(
+            pg_uri,
+            "SELECT pid FROM pg_stat_activity WHERE pg_blocking_pids(pid) && %s::int[] AND NOT pid = ANY(%s::int[])",
+            list(pids),
+            list(pids),
+        )
+        if waiting:
+            return int(waiting[0][0])
+        assert time.monotonic() < deadline, f"nothing waited for sessions {pids}"
+        time.sleep(0.05)
+
+
+def test_closing_a_run_while_its_worker_finishes_a_batch_survives_the_deadlock_and_reports_once(
+    source, receiver, pg_uri, unique_id, monkeypatch, use_config
+):
+    """The listener updates the run record, then the run's batch rows; a worker finishing a batch updates batch rows,
+    then the run record. PostgreSQL breaks the deadlock by rolling one back: here, the listener's (it waits on a
+    5 s deadlock timeout, the worker on 60 s), which must then close the run on a second try."""
+    from crawler_ops.ledger import ledger_for
+    from crawler_ops.listener import close_run
+    from crawler_ops.plan import plan_run
+    from crawler_ops.planning import Batch
+    from crawler_ops.results import BatchOutcome, RunCounts
+    from crawler_ops.run import RunContext, RunParams
+
+    monkeypatch.setenv(f"AIRFLOW_CONN_PG_WORKER_{unique_id.upper()}", postgres_conn(pg_uri, "60s"))
+    monkeypatch.setenv(f"AIRFLOW_CONN_PG_LISTENER_{unique_id.upper()}", postgres_conn(pg_uri, "5s"))
+    source.create(unique_id, total=300, ref=REF, in_window_share=1.0)
+    notify = {"conn_id": f"hook_{unique_id}"}
+    worker_cfg = make_task(unique_id, notify=notify, postgres_conn_id=f"pg_worker_{unique_id}")
+    use_config(make_task(unique_id, notify=notify, postgres_conn_id=f"pg_listener_{unique_id}"))
+    run = RunContext(cfg=worker_cfg, run_id="dying-run", ref=REF, params=RunParams(), map_index=0)
+    plan_run(run)
+    ledger = ledger_for(run, "dying-run|0", "dying-run|0|1|deadbeef")
+    current, following = Batch(200, 300), Batch(100, 200)
+    assert ledger.claim(current) and ledger.claim(following)
+    finished: list[Any] = []
+    outcome = BatchOutcome(current, RunCounts(pages=1, fetched=100, kept=100, published=100, batches_done=1))
+    finishing = threading.Thread(target=lambda: finished.append(ledger.finish(outcome, following)))
+    closing = threading.Thread(target=close_run, args=(worker_cfg.dag_id, run.run_id, "marked failed in the UI"))
+
+    with psycopg.connect(pg_uri) as blocker:
+        blocker.execute(
+            "SELECT 1 FROM crawler_ops.batch_status WHERE task_name = %s AND id = 200 FOR UPDATE", (unique_id,)
+        )
+        finishing.start()
+        worker = blocked_by(pg_uri, {blocker.info.backend_pid})  # renewed `following`, waits for `current`
+        closing.start()
+        blocked_by(pg_uri, {blocker.info.backend_pid, worker})  # closed the run record, waits for a batch row
+    finishing.join(120)
+    closing.join(120)
+
+    assert finished == [(0, True)], "the worker's transaction went through"
+    record = run_record(pg_uri, unique_id)
+    assert (record["status"], record["fetched"], record["published"]) == ("failed", 100, 100)
+    assert record["errors"] == ["the DAG run failed without a commit: marked failed in the UI"]
+    (request,) = receiver.requests
+    assert verified(request)["summary"]["run_id"] == "dying-run"
+    rows = query(
+        pg_uri,
+        "SELECT id, status, claim_token FROM crawler_ops.batch_status WHERE task_name = %s ORDER BY id",
+        unique_id,
+    )
+    assert rows == [(0, 0, None), (100, 0, None), (200, 2, "dying-run|0|1|deadbeef")]

@@ -10,7 +10,17 @@ from typing import Any
 import pytest
 import yaml
 
-from crawler_ops.config import CONFIG_ENV, DEFAULT_CONFIG, deep_merge, get_task, load_config, parse_config
+from crawler_ops.config import (
+    CONFIG_ENV,
+    DEFAULT_CONFIG,
+    KafkaConfig,
+    MaintenanceConfig,
+    NotifyConfig,
+    deep_merge,
+    get_task,
+    load_config,
+    parse_config,
+)
 from crawler_ops.errors import ConfigError
 
 REPO_CONFIG = Path(__file__).resolve().parents[2] / "include" / "crawler_tasks.yaml"
@@ -307,6 +317,45 @@ def test_get_task_raises_the_validation_message_of_an_invalid_task(tmp_path: Pat
 def test_get_task_names_an_unknown_task_and_the_file() -> None:
     with pytest.raises(ConfigError, match=rf"no crawl task 'jobs_mars' in {re.escape(str(REPO_CONFIG))}"):
         get_task("jobs_mars", REPO_CONFIG)
+
+
+def test_config_validates_notify_dead_letter_topic_and_maintenance():
+    loaded = parse_config(
+        {
+            "tasks": [
+                {"id": "a", "kafka": {"topic": "a", "dead_letter_topic": "bad topic!"}},
+                {"id": "b", "kafka": {"topic": "b"}, "notify": {"conn_id": "h", "on": ["sometimes"]}},
+                {"id": "c", "kafka": {"topic": "c", "consumer_groups": ["g"]}, "notify": {"conn_id": "h"}},
+            ],
+            "maintenance": {"delete_batch": 0},
+        }
+    )
+
+    assert "field 'kafka.dead_letter_topic'" in loaded.errors["a"]
+    assert "field 'notify.on.0'" in loaded.errors["b"]
+    (good,) = loaded.tasks
+    assert good.notify == NotifyConfig(conn_id="h") and good.notify.on == ("success", "failure")
+    assert good.kafka.asset_uri == "kafka://kafka_default/c"
+    assert loaded.maintenance is None and "maintenance: field 'delete_batch'" in (loaded.maintenance_error or "")
+    assert parse_config({"tasks": []}).maintenance == MaintenanceConfig()
+    assert KafkaConfig(topic="t", asset_host="b:9092").asset_uri == "kafka://b:9092/t"
+
+
+def test_the_dead_letter_topic_must_differ_and_maintenance_takes_the_shared_defaults():
+    loaded = parse_config(
+        {
+            "defaults": {"postgres_conn_id": "pg_main", "schedule": "@hourly", "retries": 5},
+            "tasks": [{"id": "a", "kafka": {"topic": "a", "dead_letter_topic": "a"}}],
+            "maintenance": {"keep_runs_days": 0.5},
+        }
+    )
+    assert "dead_letter_topic must differ from topic" in loaded.errors["a"]
+    assert "keep_runs_days" in (loaded.maintenance_error or "")
+
+    shared = parse_config({"defaults": {"postgres_conn_id": "pg_main", "schedule": "@hourly", "retries": 5}})
+    assert shared.maintenance is not None
+    assert shared.maintenance.postgres_conn_id == "pg_main"
+    assert (shared.maintenance.schedule, shared.maintenance.retries) == ("@daily", 1), "the crawl schedule is not"
 
 
 # --- delivery ------------------------------------------------------------------------------------------------------

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import subprocess
 import sys
 from datetime import UTC, datetime, timedelta
@@ -17,7 +18,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from crawler_ops.filtering import DateRule, Window
-from crawler_ops.records import build_messages, record_key
+from crawler_ops.records import build_messages, dead_letter_messages, record_key
 
 REPO = Path(__file__).resolve().parents[2]
 RULE = DateRule(("aae397", "Collect_time"), "Asia/Shanghai")
@@ -79,7 +80,7 @@ def test_record_key_falls_back_to_a_sha256_of_the_content(record: dict[str, Any]
 def test_content_hash_key_is_stable_under_key_order(record: dict[str, Any]) -> None:
     key = record_key(record, None)
     assert len(key) == 64
-    assert int(key, 16) >= 0
+    assert re.fullmatch(rb"[0-9a-f]{64}", key)
     assert record_key(_reordered(record), None) == key
     assert record_key(json.loads(json.dumps(record)), None) == key
 
@@ -203,6 +204,28 @@ def test_a_transform_value_that_cannot_be_encoded_is_dead_lettered() -> None:
     result = build_messages(records, 1, RULE, WINDOW, "id", HEADERS, transform=transform)
     assert [m.key for m in result.messages] == [b"job-1"]
     assert [offset for offset, _, _ in result.dead_letters] == [2]
+
+
+def test_dead_letter_messages_carry_the_record_reason_and_offset():
+    (message,) = dead_letter_messages(
+        [(42, "aae397='x' unparseable", {"id": "r1", "aae397": "x"})], "t.dead", "task", "run-1", "id", [("h", b"v")]
+    )
+
+    assert message.topic == "t.dead" and message.key == b"r1"
+    assert json.loads(message.value) == {
+        "task": "task",
+        "run_id": "run-1",
+        "source_offset": 42,
+        "reason": "aae397='x' unparseable",
+        "record": {"id": "r1", "aae397": "x"},
+    }
+    assert ("source_offset", b"42") in message.headers and ("h", b"v") in message.headers
+
+
+def test_a_dead_letter_without_a_mapping_record_is_keyed_by_task_and_offset():
+    (message,) = dead_letter_messages([(7, "not an object", [1, 2])], "d", "task", "r", "id", [])
+
+    assert message.key == b"task:7"
 
 
 def test_record_handling_imports_without_airflow() -> None:

@@ -4,19 +4,30 @@
 No network or database access here: this runs at parse time. When a task process starts, only its own
 DAG is built (``get_parsing_context``). An invalid task becomes a small DAG whose only task fails with
 the validation message, so it is visible in the UI instead of silently missing.
+
+Names are imported from their module on first use, so a DAG file that needs one kind of DAG does not pay
+for importing the others (each DAG file imports its builder module directly).
 """
 
 from __future__ import annotations
 
-from crawler_ops.factory.crawl import build_crawl_dag, build_crawl_dags
-from crawler_ops.factory.executor import build_executor_dag, build_executor_dags
-from crawler_ops.factory.maintenance import build_maintenance_dag, build_maintenance_dags
+import importlib
+from typing import Any
 
-__all__ = [
-    "build_crawl_dag",
-    "build_crawl_dags",
-    "build_executor_dag",
-    "build_executor_dags",
-    "build_maintenance_dag",
-    "build_maintenance_dags",
-]
+_MODULES = {
+    "build_crawl_dag": "crawl",
+    "build_crawl_dags": "crawl",
+    "build_executor_dag": "executor",
+    "build_executor_dags": "executor",
+    "build_maintenance_dag": "maintenance",
+    "build_maintenance_dags": "maintenance",
+    "no_retry_for_permanent_errors": "common",
+}
+
+__all__ = sorted(_MODULES)
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _MODULES:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(f"{__name__}.{_MODULES[name]}"), name)

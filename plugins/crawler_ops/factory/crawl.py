@@ -7,12 +7,11 @@ from typing import Any
 from airflow.sdk import DAG, Param, TriggerRule, get_current_context, task
 from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
 
-from crawler_ops.chunk import crawl_chunk as crawl_one_chunk
-from crawler_ops.commit import commit_step
 from crawler_ops.config import CrawlTaskConfig, LoadedConfig, load_config
 from crawler_ops.factory.common import TAGS, build_dags, dag_settings, no_retry_for_permanent_errors, timetable_for
-from crawler_ops.plan import plan_run, record_plan_failure
-from crawler_ops.run import RunContext
+
+# Each step imports its module (and through it the source, Kafka and PostgreSQL clients) when it runs, not
+# when the DAG file is parsed: parsing stays cheap, and a task process loads only what its own step needs.
 
 PARAMS = {
     "reset": Param(False, type="boolean", description="Forget the watermark and status rows; crawl from scratch."),
@@ -68,6 +67,9 @@ def build_crawl_dag(cfg: CrawlTaskConfig) -> DAG:
 
         @task(task_id="plan")
         def plan(**context: Any) -> list[dict[str, Any]]:
+            from crawler_ops.plan import plan_run, record_plan_failure
+            from crawler_ops.run import RunContext
+
             run = RunContext.from_airflow(cfg, context)
             try:
                 return no_retry_for_permanent_errors(lambda: plan_run(run))
@@ -85,11 +87,16 @@ def build_crawl_dag(cfg: CrawlTaskConfig) -> DAG:
         def crawl_chunk(chunk: dict[str, Any], **context: Any) -> dict[str, Any]:
             # map_index_template renders from the task's context after it ran: label the instance by offsets.
             get_current_context()["chunk_label"] = chunk["label"]  # type: ignore[typeddict-unknown-key]
+            from crawler_ops.chunk import crawl_chunk as crawl_one_chunk
+            from crawler_ops.run import RunContext
+
             run = RunContext.from_airflow(cfg, context)
             return no_retry_for_permanent_errors(lambda: crawl_one_chunk(run, chunk))
 
         @task(task_id="commit", trigger_rule=TriggerRule.ALL_DONE)
         def commit(**context: Any) -> dict[str, Any]:
+            from crawler_ops.commit import commit_step
+
             return commit_step(cfg, context)
 
         # A static outlet (the dag-processor registers the Asset at parse time); skipped when nothing new was

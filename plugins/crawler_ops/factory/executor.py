@@ -8,7 +8,6 @@ from typing import Any
 from airflow.sdk import DAG, TriggerRule, get_current_context, task
 from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
-from crawler_ops import executor
 from crawler_ops.config import ExecutorTaskConfig, LoadedConfig, load_config
 from crawler_ops.factory.common import build_dags, dag_settings, no_retry_for_permanent_errors, timetable_for
 from crawler_ops.run import pulled_results
@@ -29,15 +28,21 @@ def build_executor_dag(cfg: ExecutorTaskConfig) -> DAG:
 
         @task(task_id="sync")
         def sync() -> dict[str, int]:
+            from crawler_ops import executor  # the step's clients load when it runs, not when the file is parsed
+
             return no_retry_for_permanent_errors(lambda: executor.sync_rows(cfg))
 
         @task(task_id="work", map_index_template="{{ worker_label | default('worker') }}")
         def work(worker: int, **context: Any) -> dict[str, int]:
             get_current_context()["worker_label"] = f"worker {worker}"  # type: ignore[typeddict-unknown-key]
+            from crawler_ops import executor
+
             return no_retry_for_permanent_errors(lambda: executor.run_worker(cfg, context["run_id"], worker))
 
         @task(task_id="summary", trigger_rule=TriggerRule.ALL_DONE)
         def summary(**context: Any) -> dict[str, Any]:
+            from crawler_ops import executor
+
             ti = context["ti"]
             if ti.xcom_pull(task_ids="sync") is None:
                 raise AirflowFailException(f"executor {cfg.name}: sync did not finish; no row was processed")

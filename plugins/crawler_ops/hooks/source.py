@@ -5,7 +5,7 @@ from __future__ import annotations
 import email.utils
 import functools
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from functools import cached_property
 from typing import Any
@@ -16,6 +16,7 @@ from airflow.sdk import BaseHook
 
 from crawler_ops.config import SourceConfig
 from crawler_ops.errors import SourceError
+from crawler_ops.records import Page, head_struct
 
 RETRIABLE_STATUS = frozenset({408, 425, 429, 500, 502, 503, 504})
 MAX_RETRY_AFTER_S = 600.0
@@ -47,16 +48,62 @@ def retry_after_seconds(value: str | None) -> float | None:
 
 
 @functools.cache
-def page_decoder(records_path: str) -> msgspec.json.Decoder[Any]:
-    """Decodes a page envelope down to ``records_path`` in one pass, keeping each record as raw JSON.
+def page_decoder(records_path: str, item: Any = msgspec.Raw) -> msgspec.json.Decoder[Any]:
+    """Decodes a page envelope down to ``records_path`` in one pass, each record as ``item`` (raw JSON, or a
+    struct of some of its fields).
 
-    For ``data.data`` the type is ``{"data": {"data": [Raw, ...]}}``; other keys are skipped, and each
+    For ``data.data`` the type is ``{"data": {"data": [item, ...]}}``; other keys are skipped, and each
     level's value is reached through the attribute ``v``.
     """
-    node: Any = list[msgspec.Raw]
+    node: Any = list[item]
     for depth, step in enumerate(reversed(records_path.split("."))):
         node = msgspec.defstruct(f"PageLevel{depth}", [("v", node)], rename={"v": step})
     return msgspec.json.Decoder(node)
+
+
+def unwrap(envelope: Any, records_path: str) -> Any:
+    """The records list inside an envelope decoded by :func:`page_decoder`."""
+    for _ in records_path.split("."):
+        envelope = envelope.v
+    return envelope
+
+
+def http_client(conn: Any, source: SourceConfig) -> httpx.Client:
+    """A keep-alive client for the connection: base URL from schema/host/port, basic auth from login/password,
+    headers from the extra; as many connections as pages in flight (plus two)."""
+    scheme = conn.schema or "http"
+    host = conn.host or ""
+    base = host if "://" in host else f"{scheme}://{host}"
+    if conn.port:
+        base = f"{base}:{conn.port}"
+    headers = {str(k): str(v) for k, v in (conn.extra_dejson or {}).items() if not isinstance(v, (dict, list))}
+    auth = httpx.BasicAuth(conn.login, conn.password or "") if conn.login else None
+    limits = httpx.Limits(max_connections=source.concurrency + 2, max_keepalive_connections=source.concurrency + 2)
+    # Loading the CA bundle for a verifying TLS context costs 0.1-0.2 s per client; a plain-HTTP source
+    # (redirects are not followed) never uses it.
+    return httpx.Client(
+        base_url=base,
+        headers=headers,
+        auth=auth,
+        limits=limits,
+        timeout=httpx.Timeout(source.timeout_s),
+        verify=base.lower().startswith("https://"),
+    )
+
+
+def read_bounded(response: httpx.Response, max_bytes: int, label: str) -> bytes:
+    """The body of ``response``; a body over ``max_bytes`` (declared or streamed) is an error, not retried."""
+    declared = response.headers.get("content-length")
+    if declared and declared.isdigit() and int(declared) > max_bytes:
+        raise SourceError(f"{label}: response of {declared} bytes exceeds source.max_response_mb", retriable=False)
+    chunks: list[bytes] = []
+    size = 0
+    for part in response.iter_bytes():
+        size += len(part)
+        if size > max_bytes:
+            raise SourceError(f"{label}: response exceeds source.max_response_mb", retriable=False)
+        chunks.append(part)
+    return b"".join(chunks)
 
 
 class SourceApiHook(BaseHook):
@@ -67,6 +114,9 @@ class SourceApiHook(BaseHook):
 
     :param source: the task's source config (paths, JSON paths, timeouts, retry policy).
     :param task_label: the crawl task id, used in error messages.
+    :param source_task: the source's own id of the data set.
+    :param fields: record fields each page's decode also reads (:func:`crawler_ops.records.head_fields`),
+        so filtering does not decode every record again.
     """
 
     conn_name_attr = "source_conn_id"
@@ -74,29 +124,17 @@ class SourceApiHook(BaseHook):
     conn_type = "http"
     hook_name = "Crawler source API"
 
-    def __init__(self, source: SourceConfig, task_label: str, source_task: str) -> None:
+    def __init__(self, source: SourceConfig, task_label: str, source_task: str, fields: tuple[str, ...] = ()) -> None:
         super().__init__()
         self.source = source
         self.task_label = task_label
         self.source_task = source_task
+        self.fields = fields
         self.max_bytes = int(source.max_response_mb * 1024 * 1024)
 
     @cached_property
     def client(self) -> httpx.Client:
-        conn = self.get_connection(self.source.conn_id)
-        scheme = conn.schema or "http"
-        host = conn.host or ""
-        base = host if "://" in host else f"{scheme}://{host}"
-        if conn.port:
-            base = f"{base}:{conn.port}"
-        headers = {str(k): str(v) for k, v in (conn.extra_dejson or {}).items() if not isinstance(v, (dict, list))}
-        auth = httpx.BasicAuth(conn.login, conn.password or "") if conn.login else None
-        limits = httpx.Limits(
-            max_connections=self.source.concurrency + 2, max_keepalive_connections=self.source.concurrency + 2
-        )
-        return httpx.Client(
-            base_url=base, headers=headers, auth=auth, limits=limits, timeout=httpx.Timeout(self.source.timeout_s)
-        )
+        return http_client(self.get_connection(self.source.conn_id), self.source)
 
     def close(self) -> None:
         if "client" in self.__dict__:
@@ -124,29 +162,38 @@ class SourceApiHook(BaseHook):
             )
         return total
 
-    def get_page(self, offset: int, limit: int) -> list[msgspec.Raw]:
-        """The records of one page as raw JSON, one per record (decoded lazily by the filter)."""
+    def get_page(self, offset: int, limit: int) -> Page:
+        """The records of one page as raw JSON, one per record, with the values of :attr:`fields` of each."""
         params = {self.source.offset_param: offset, self.source.limit_param: limit}
         where = f"offsets [{offset}, {offset + limit})"
-        decoder = page_decoder(self.source.records_path)
-        envelope = self.get_json(self.url_for(self.source.page_path), params, where, decoder)
-        for _ in self.source.records_path.split("."):
-            envelope = envelope.v
-        return envelope
+        return self.get_json(self.url_for(self.source.page_path), params, where, self.read_page)
+
+    def read_page(self, body: bytes) -> Page:
+        """Two passes over the body: the records as raw JSON, then their :attr:`fields` only. Either pass skips
+        what it does not keep, so both cost less than one full decode."""
+        path = self.source.records_path
+        records = unwrap(page_decoder(path).decode(body), path)
+        if not self.fields:
+            return Page(records)
+        try:
+            heads = unwrap(page_decoder(path, head_struct(self.fields)).decode(body), path)
+        except msgspec.ValidationError:
+            return Page(records)  # a record that is not an object: filtering names its offset
+        return Page(records, self.fields, [msgspec.structs.astuple(head) for head in heads])
 
     # ----------------------------------------------------------------- transport
 
     def get_json(
-        self, path: str, params: Mapping[str, Any], what: str, decoder: msgspec.json.Decoder[Any] | None = None
+        self, path: str, params: Mapping[str, Any], what: str, decode: Callable[[bytes], Any] | None = None
     ) -> Any:
         """GET and decode JSON, retrying 5xx / 429 / timeouts / truncated bodies with bounded backoff.
 
-        With a typed ``decoder``, a body of the wrong shape fails at once (retrying will not fix it).
+        With a typed ``decode``, a body of the wrong shape fails at once (retrying will not fix it).
         """
         attempt = 0
         while True:
             try:
-                return self._get_once(path, params, what, decoder)
+                return self._get_once(path, params, what, decode)
             except SourceError as exc:
                 if not exc.retriable or attempt >= self.source.max_retries:
                     if exc.retriable:
@@ -168,7 +215,9 @@ class SourceApiHook(BaseHook):
                 time.sleep(delay)
                 attempt += 1
 
-    def _get_once(self, path: str, params: Mapping[str, Any], what: str, decoder: Any = None) -> Any:
+    def _get_once(
+        self, path: str, params: Mapping[str, Any], what: str, decode: Callable[[bytes], Any] | None = None
+    ) -> Any:
         label = f"task {self.task_label}: GET {path} {what}"
         try:
             with self.client.stream("GET", path, params=dict(params)) as response:
@@ -178,13 +227,13 @@ class SourceApiHook(BaseHook):
                         retriable=response.status_code in RETRIABLE_STATUS,
                         retry_after=retry_after_seconds(response.headers.get("retry-after")),
                     )
-                body = self._read_bounded(response, label)
+                body = read_bounded(response, self.max_bytes, label)
         except httpx.TimeoutException as exc:
             raise SourceError(f"{label} timed out after {self.source.timeout_s}s", retriable=True) from exc
         except httpx.TransportError as exc:
             raise SourceError(f"{label} failed: {exc!r}", retriable=True) from exc
         try:
-            return decoder.decode(body) if decoder is not None else msgspec.json.decode(body)
+            return decode(body) if decode is not None else msgspec.json.decode(body)
         except msgspec.ValidationError as exc:
             raise SourceError(
                 f"{label} has no list of records at '{self.source.records_path}' ({exc}); the source changed shape "
@@ -193,16 +242,3 @@ class SourceApiHook(BaseHook):
             ) from exc
         except msgspec.DecodeError as exc:
             raise SourceError(f"{label} returned malformed JSON ({len(body)} bytes): {exc}", retriable=True) from exc
-
-    def _read_bounded(self, response: httpx.Response, label: str) -> bytes:
-        declared = response.headers.get("content-length")
-        if declared and declared.isdigit() and int(declared) > self.max_bytes:
-            raise SourceError(f"{label}: response of {declared} bytes exceeds source.max_response_mb", retriable=False)
-        chunks: list[bytes] = []
-        size = 0
-        for part in response.iter_bytes():
-            size += len(part)
-            if size > self.max_bytes:
-                raise SourceError(f"{label}: response exceeds source.max_response_mb", retriable=False)
-            chunks.append(part)
-        return b"".join(chunks)

@@ -273,8 +273,16 @@ class BatchRows:
 
 
 def cap_record(record: Any) -> Any:
-    """Dead-lettered records are stored whole up to a size cap, then as a truncated JSON text."""
-    text = json.dumps(record, ensure_ascii=False, default=str)
-    if len(text.encode()) <= DEAD_LETTER_MAX_BYTES:
+    """Dead-lettered records are stored whole up to a size cap, then as the start of their JSON text, cut so the
+    stored JSON (escapes included) stays within the cap and no character is split."""
+    data = json.dumps(record, ensure_ascii=False, default=str).encode()
+    if len(data) <= DEAD_LETTER_MAX_BYTES:
         return record
-    return {"truncated": True, "text": text[: DEAD_LETTER_MAX_BYTES // 4]}
+    limit = DEAD_LETTER_MAX_BYTES - 64  # room for the wrapper object
+    while True:
+        capped = {"truncated": True, "text": data[:limit].decode("utf-8", "ignore")}
+        size = len(json.dumps(capped, ensure_ascii=False).encode())
+        if size <= DEAD_LETTER_MAX_BYTES:
+            return capped
+        # Escaped quotes and backslashes took more room than the text: shrink it in proportion.
+        limit = limit * (DEAD_LETTER_MAX_BYTES - 64) // size

@@ -1,0 +1,13 @@
+# The Airflow image crawler_ops runs in: the official image of the pinned Airflow release, the runtime
+# requirements, and the code (DAGs, plugins, include/ with the SQL and the sample config). docker-compose.yaml
+# mounts the working tree over the code, so edits show without a rebuild; a registry image (Helm) uses the copy.
+FROM apache/airflow:3.3.2-python3.11
+
+COPY requirements.txt /requirements.txt
+# Pinning apache-airflow to the image's own version keeps pip from moving Airflow while it installs the rest.
+RUN pip install --no-cache-dir "apache-airflow==${AIRFLOW_VERSION}" -r /requirements.txt
+
+COPY --chown=airflow:root dags/ /opt/airflow/dags/
+COPY --chown=airflow:root plugins/ /opt/airflow/plugins/
+COPY --chown=airflow:root include/ /opt/airflow/include/
+ENV CRAWLER_OPS_CONFIG=/opt/airflow/include/crawler_tasks.yaml

@@ -1,0 +1,196 @@
+"""Where a chunk's time goes: one first-crawl chunk run in this process (no Airflow task around it), each part
+of its loop timed, and the CPU the chunk, the demo source, Kafka and PostgreSQL spent meanwhile.
+
+Examples::
+
+    .venv/bin/python bench/chunk_parts.py                          # 200 000 records, 0 ms, 3 runs
+    .venv/bin/python bench/chunk_parts.py --latency 50 --concurrency 4
+
+The parts are timed by wrapping the chunk's collaborators (ledger claim and finish, publisher send and confirm,
+the filter, the wait for a page); the figures are wall seconds on the chunk's main thread. Needs the running
+stack (``dev/stack.py up``), like ``crawl_bench.py``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import logging
+import secrets
+import subprocess
+import sys
+import time
+from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import psutil
+
+from crawlbench.common import REF, TOLERANCE_S, WINDOW_DAYS
+from crawlbench.environment import devstack, load_stack
+from crawlbench.source import SourceAdmin
+
+PARTS = Counter[str]
+
+
+def timed(parts: PARTS, owner: Any, name: str, label: str) -> None:
+    """Replace ``owner.name`` by a wrapper that adds its wall time to ``parts[label]``."""
+    original = getattr(owner, name)
+
+    @functools.wraps(original)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        started = time.perf_counter()
+        try:
+            return original(*args, **kwargs)
+        finally:
+            parts[label] += time.perf_counter() - started
+
+    setattr(owner, name, wrapper)
+
+
+def instrument(parts: PARTS) -> None:
+    """Time the parts of ``ChunkCrawler.crawl``'s loop."""
+    from crawler_ops import chunk, ledger
+    from crawler_ops.hooks import producer
+
+    timed(parts, ledger.StatusTableLedger, "claim", "claim (PostgreSQL)")
+    timed(parts, ledger.StatusTableLedger, "finish", "finish (PostgreSQL)")
+    timed(parts, producer.KafkaPublisher, "send", "send (produce)")
+    timed(parts, producer.KafkaPublisher, "confirm", "confirm (Kafka acks)")
+    timed(parts, chunk.BatchFilter, "filter", "filter + encode")
+    filtered = chunk.ChunkCrawler.filtered
+
+    def waiting(self: Any, batch: Any, page: Any) -> Any:
+        started = time.perf_counter()
+        if hasattr(page, "result"):
+            page.result()
+        parts["wait for a page"] += time.perf_counter() - started
+        return filtered(self, batch, page)
+
+    chunk.ChunkCrawler.filtered = waiting  # type: ignore[method-assign]
+
+
+def stack_processes() -> dict[str, list[psutil.Process]]:
+    """The demo source, Kafka and PostgreSQL (the postmaster and its backends) of the running stack."""
+    found: dict[str, list[psutil.Process]] = {}
+    for name in ("source", "kafka"):
+        pid = devstack.read_pid(name)
+        found[name] = [psutil.Process(pid)] if pid else []
+    postmaster = subprocess.run(["pgrep", "-o", "-f", "postgres -D"], capture_output=True, text=True).stdout.split()
+    found["postgres"] = [psutil.Process(int(postmaster[0]))] if postmaster else []
+    return found
+
+
+def cpu_by_pid(procs: list[psutil.Process]) -> dict[int, float]:
+    """CPU seconds so far of each process and its descendants, by pid."""
+    seconds: dict[int, float] = {}
+    for proc in procs:
+        for member in (proc, *proc.children(recursive=True)):
+            try:
+                times = member.cpu_times()
+            except psutil.NoSuchProcess:
+                continue
+            seconds[member.pid] = times.user + times.system
+    return seconds
+
+
+@contextmanager
+def cpu_used(into: dict[str, float]) -> Iterator[None]:
+    """CPU seconds this process, each stack service (its processes alive at both ends) and the whole machine
+    used inside the block."""
+    services = stack_processes()
+
+    def busy() -> float:
+        machine = psutil.cpu_times()
+        return sum(machine) - machine.idle - getattr(machine, "iowait", 0.0)
+
+    before = {name: cpu_by_pid(procs) for name, procs in services.items()}
+    chunk, machine = time.process_time(), busy()
+    yield
+    into.update(chunk=time.process_time() - chunk, machine=busy() - machine)
+    for name, procs in services.items():
+        after = cpu_by_pid(procs)
+        into[name] = sum(after[pid] - spent for pid, spent in before[name].items() if pid in after)
+
+
+def run_chunk(args: argparse.Namespace, admin: SourceAdmin, parts: PARTS) -> tuple[dict[str, Any], dict[str, float]]:
+    """A fresh data set, its first crawl planned into one chunk, the chunk crawled; its result and CPU."""
+    from crawler_ops.chunk import crawl_chunk
+    from crawler_ops.config import CrawlTaskConfig
+    from crawler_ops.plan import chunk_payload, ensure_topics
+    from crawler_ops.planning import chunk_batches, plan_batches
+    from crawler_ops.run import RunContext, RunParams
+
+    name = f"bench_{secrets.token_hex(4)}"
+    ds = admin.create(name, args.total, args.share, 1000)
+    admin.set_latency(name, args.latency)
+    source: dict[str, Any] = {"task": name} | ({"concurrency": args.concurrency} if args.concurrency else {})
+    task = {"id": name, "source": source, "batch_size": 1000, "kafka": {"topic": f"{name}.chunk"}}
+    task["filter"] = {"days": WINDOW_DAYS, "future_tolerance_hours": TOLERANCE_S / 3600}
+    run = RunContext(
+        cfg=CrawlTaskConfig.model_validate(task), run_id=f"chunk_parts_{name}", ref=REF, params=RunParams()
+    )
+    floor = max(0, ds.total - ds.in_window - 5 * 1000)
+    batches = plan_batches(ds.total, 0, 1000, floor=floor)
+    store = run.store()
+    try:
+        with store.transaction() as cur:
+            store.ensure_schema(cur)
+        with store.transaction(lock=True) as cur:
+            store.batches.insert(cur, batches, run.run_id)
+            store.start_run(cur, run.run_id, "first", REF, total=ds.total, planned=len(batches))
+    finally:
+        store.close()
+    ensure_topics(run)
+    parts.clear()
+    cpu: dict[str, float] = {}
+    with cpu_used(cpu):
+        started = time.perf_counter()
+        result = crawl_chunk(run, chunk_payload(chunk_batches(batches, 1, 1)[0], True))
+        cpu["wall"] = time.perf_counter() - started
+    return result, cpu
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--total", type=int, default=200_000)
+    parser.add_argument("--share", type=float, default=0.3)
+    parser.add_argument("--latency", type=float, default=0.0, help="ms the source adds to every request")
+    parser.add_argument("--concurrency", type=int, default=None, help="source.concurrency (default: its own)")
+    parser.add_argument("--runs", type=int, default=3)
+    args = parser.parse_args(argv)
+    logging.disable(logging.INFO)  # the chunk's progress lines would interleave with the table
+    stack = load_stack()
+    admin = SourceAdmin(stack.source_url)
+    parts: PARTS = Counter()
+    instrument(parts)
+    print(f"`{' '.join(sys.argv)}`\n")
+    print(
+        "| run | pages | records/s | wall s | " + " | ".join(LABELS) + " | CPU s: chunk | source | Kafka "
+        "| PostgreSQL | whole machine |"
+    )
+    print("|---:" * (5 + len(LABELS) + 4) + "|")
+    for index in range(args.runs):
+        result, cpu = run_chunk(args, admin, parts)
+        wall = cpu["wall"]
+        print(
+            f"| {index + 1} | {result['pages']} | {result['fetched'] / wall:,.0f} | {wall:.2f} | "
+            + " | ".join(f"{parts[label]:.2f}" for label in LABELS)
+            + f" | {cpu['chunk']:.2f} | {cpu['source']:.2f} | {cpu['kafka']:.2f} | {cpu['postgres']:.2f} "
+            f"| {cpu['machine']:.2f} |"
+        )
+    return 0
+
+
+LABELS = (
+    "claim (PostgreSQL)",
+    "wait for a page",
+    "filter + encode",
+    "send (produce)",
+    "confirm (Kafka acks)",
+    "finish (PostgreSQL)",
+)
+
+if __name__ == "__main__":
+    sys.exit(main())

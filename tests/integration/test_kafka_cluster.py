@@ -1,0 +1,122 @@
+"""A crawl against a 3-node Kafka cluster (replication 3, min.insync.replicas 2) while brokers are SIGKILLed.
+
+One node down: the chunk finishes in its first attempt, nothing is lost, and the partitions the killed node led
+have new leaders. Two nodes down: the chunk fails with a clear delivery error instead of losing records, and
+the next attempt, once the nodes are back, completes with every record delivered.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import time
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from typing import Any
+
+import pytest
+from confluent_kafka.admin import AdminClient
+
+from crawler_ops.commit import commit_run
+from crawler_ops.config import CrawlTaskConfig
+from crawler_ops.plan import plan_run
+from crawler_ops.run import RunContext, RunParams
+from kafka_cluster import KafkaCluster
+from tests.support import make_task, query, read_topic, runner_result, spawn_chunk
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+REF = datetime(2026, 11, 1, tzinfo=UTC)
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory, stack: dict[str, str]) -> Iterator[KafkaCluster]:
+    nodes = KafkaCluster(tmp_path_factory.mktemp("kafka-cluster"), nodes=3)
+    nodes.up()
+    yield nodes
+    nodes.down()
+
+
+@pytest.fixture
+def cluster_conn(cluster: KafkaCluster, monkeypatch: pytest.MonkeyPatch) -> str:
+    """An Airflow connection to the cluster; deliveries give up after 15 s so a lost quorum fails fast."""
+    extra = {"bootstrap.servers": cluster.bootstrap, "message.timeout.ms": 15_000}
+    monkeypatch.setenv("AIRFLOW_CONN_KAFKA_CLUSTER", json.dumps({"conn_type": "kafka", "extra": extra}))
+    return "kafka_cluster"
+
+
+def leaders(cluster: KafkaCluster, topic: str) -> dict[int, int]:
+    metadata = AdminClient({"bootstrap.servers": cluster.bootstrap}).list_topics(topic, timeout=10)
+    return {p: info.leader for p, info in metadata.topics[topic].partitions.items()}
+
+
+def done_batches(pg_uri: str, task_id: str) -> int:
+    sql = "SELECT count(*) FROM crawler_ops.batch_status WHERE task_name = %s AND status = 2"
+    return int(query(pg_uri, sql, task_id)[0][0])
+
+
+def crawl_until(pg_uri: str, task_id: str, worker: subprocess.Popen, batches: int) -> None:
+    deadline = time.monotonic() + 120
+    while done_batches(pg_uri, task_id) < batches:
+        assert worker.poll() is None, "the chunk finished before the brokers could be killed"
+        assert time.monotonic() < deadline, "the chunk made no progress"
+        time.sleep(0.02)
+
+
+def setup_crawl(source: Any, unique_id: str, conn_id: str) -> tuple[CrawlTaskConfig, RunContext, dict[str, Any]]:
+    source.create(unique_id, total=4_000, ref=REF, in_window_share=1.0)
+    source.faults(unique_id, latency_ms=40)
+    kafka = {"conn_id": conn_id, "partitions": 3, "replication_factor": 3}
+    cfg = make_task(unique_id, max_chunks=1, source={"concurrency": 2}, kafka=kafka)
+    run = RunContext(cfg=cfg, run_id="cluster-run", ref=REF, params=RunParams())
+    [chunk] = plan_run(run)
+    return cfg, run, chunk
+
+
+def in_window(source: Any, unique_id: str) -> set[str]:
+    return set(source.truth(unique_id, REF, days=7, tolerance_s=24 * 3600)["in_window_ids"])
+
+
+def test_a_broker_killed_mid_crawl_costs_no_retry_and_no_record_and_its_partitions_move(
+    source, pg_uri, unique_id, cluster, cluster_conn
+):
+    cfg, run, chunk = setup_crawl(source, unique_id, cluster_conn)
+    before = leaders(cluster, cfg.kafka.topic)
+    victim = before[0]
+    worker = spawn_chunk(cfg, run.run_id, REF, chunk, 1)
+    crawl_until(pg_uri, unique_id, worker, 5)
+
+    cluster.kill(victim)
+    out, _ = worker.communicate(timeout=300)
+    cluster.up()  # the node comes back for the next test
+
+    assert worker.returncode == 0, "the first attempt failed: a task retry would have been needed"
+    result = json.loads(out.strip().splitlines()[-1])
+    assert commit_run(run, [chunk], [result]).status == "success"
+    seen = [m.key for m in read_topic(cluster.bootstrap, cfg.kafka.topic)]
+    assert set(seen) == in_window(source, unique_id)
+    moved = {p for p, leader in before.items() if leader == victim}
+    after = leaders(cluster, cfg.kafka.topic)
+    assert moved and all(after[p] != victim for p in moved), f"leaders before {before}, after {after}"
+
+
+def test_two_brokers_down_fail_the_chunk_clearly_and_the_retry_after_they_return_loses_nothing(
+    source, pg_uri, unique_id, cluster, cluster_conn
+):
+    cfg, run, chunk = setup_crawl(source, unique_id, cluster_conn)
+    worker = spawn_chunk(cfg, run.run_id, REF, chunk, 1)
+    crawl_until(pg_uri, unique_id, worker, 3)
+
+    cluster.kill(2)
+    cluster.kill(3)
+    worker.communicate(timeout=300)
+    assert worker.returncode != 0, "the chunk went on without a quorum of replicas"
+    errors = query(pg_uri, "SELECT reason FROM crawler_ops.crawl_error WHERE task_id = %s", unique_id)
+    assert any("Kafka confirmed" in reason and "retried" in reason for (reason,) in errors), errors
+    assert done_batches(pg_uri, unique_id) < 40
+
+    cluster.up()
+    result = runner_result(spawn_chunk(cfg, run.run_id, REF, chunk, 2))
+    assert commit_run(run, [chunk], [result]).status == "success"
+    seen = [m.key for m in read_topic(cluster.bootstrap, cfg.kafka.topic)]
+    assert set(seen) == in_window(source, unique_id)

@@ -1,0 +1,137 @@
+"""Unit tests of crawler_ops.hooks.producer: the producer's settings, and a publisher that returns only when Kafka
+confirmed every message (a fake producer stands in for librdkafka)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+from crawler_ops.errors import DeliveryError
+from crawler_ops.hooks import producer as producer_module
+from crawler_ops.hooks.producer import IdempotentProducerHook, KafkaPublisher
+from crawler_ops.planning import Batch
+from crawler_ops.records import Message
+from crawler_ops.results import RunCounts
+
+
+@pytest.fixture
+def made(monkeypatch: pytest.MonkeyPatch) -> list[dict[str, Any]]:
+    """The configs the hook builds librdkafka producers with (no producer is created)."""
+    configs: list[dict[str, Any]] = []
+    monkeypatch.setattr(producer_module, "Producer", lambda config: configs.append(config) or object())
+    return configs
+
+
+@pytest.fixture
+def kafka_conn(airflow_connection: Callable[..., None]) -> Callable[..., None]:
+    """Define the Kafka connection ``kafka_x`` with these librdkafka settings in its extra."""
+    return lambda **extra: airflow_connection(
+        "kafka_x", conn_type="kafka", extra={"bootstrap.servers": "127.0.0.1:9", **extra}
+    )
+
+
+def test_idempotence_and_acks_all_are_forced_over_the_connection_extra(kafka_conn, made):
+    kafka_conn(**{"enable.idempotence": False, "acks": "1", "linger.ms": 50, "compression.type": "zstd"})
+
+    IdempotentProducerHook("kafka_x").get_producer()
+
+    (config,) = made
+    assert (config["enable.idempotence"], config["acks"]) == (True, "all")
+    assert (config["linger.ms"], config["compression.type"]) == (50, "zstd"), "other settings: the extra wins"
+    assert config["message.timeout.ms"] == 60_000 and config["bootstrap.servers"] == "127.0.0.1:9"
+
+
+def test_without_extra_settings_the_producer_gets_the_defaults(kafka_conn, made):
+    kafka_conn()
+
+    IdempotentProducerHook("kafka_x").get_producer()
+
+    (config,) = made
+    assert {k: config[k] for k in ("enable.idempotence", "acks", "linger.ms", "compression.type")} == {
+        "enable.idempotence": True,
+        "acks": "all",
+        "linger.ms": 5,
+        "compression.type": "lz4",
+    }
+
+
+@dataclass
+class FakeProducer:
+    """Accepts messages, reports each delivery on flush with the next outcome of ``reports`` (None = delivered)."""
+
+    reports: list[Any] = field(default_factory=list)
+    full_after: int | None = None  # raise BufferError once this many messages wait, until poll() is called
+    remaining: int = 0
+    produced: list[tuple[str, bytes]] = field(default_factory=list)
+    waiting: list[Callable[[Any, Any], None]] = field(default_factory=list)
+    polls: int = 0
+
+    def produce(self, topic: str, *, key: bytes, value: bytes, headers: Any, on_delivery: Any) -> None:
+        if self.full_after is not None and len(self.waiting) >= self.full_after:
+            raise BufferError("Local: Queue full")
+        self.produced.append((topic, key))
+        self.waiting.append(lambda err, _msg, topic=topic: on_delivery(err, SimpleNamespace(topic=lambda: topic)))
+
+    def poll(self, _timeout: float) -> int:
+        self.polls += 1
+        return self._serve()
+
+    def flush(self, _timeout: float) -> int:
+        self._serve()
+        return self.remaining
+
+    def _serve(self) -> int:
+        served, self.waiting = self.waiting, []
+        for callback in served:
+            callback(self.reports.pop(0) if self.reports else None, None)
+        return len(served)
+
+
+def messages(n: int, topic: str | None = None) -> list[Message]:
+    return [Message(f"k{i}".encode(), b"{}", [], topic) for i in range(n)]
+
+
+BATCH = Batch(0, 100)
+
+
+def test_confirm_returns_once_every_message_is_reported_delivered_counting_those_to_the_topic():
+    producer = FakeProducer()
+    publisher = KafkaPublisher(producer, "jobs", "t1")  # type: ignore[arg-type]
+
+    publisher.send(BATCH, messages(3) + messages(1, topic="jobs.dead"), RunCounts())
+
+    assert publisher.confirm() == 3, "dead letters are delivered too, but not counted as published"
+    assert [topic for topic, _ in producer.produced] == ["jobs", "jobs", "jobs", "jobs.dead"]
+
+
+def test_a_failed_delivery_report_fails_the_batch_naming_topics_and_offsets():
+    publisher = KafkaPublisher(FakeProducer(reports=[None, "Broker: Message size too large"]), "jobs", "t1")  # type: ignore[arg-type]
+
+    publisher.send(BATCH, messages(2) + messages(1, topic="jobs.dead"), RunCounts())
+
+    expected = r"task t1: Kafka confirmed 2 of 3 messages to 'jobs' and 'jobs.dead' \(offsets \[0, 100\)\)"
+    with pytest.raises(DeliveryError, match=expected + ".*Message size too large"):
+        publisher.confirm()
+
+
+def test_messages_still_queued_after_the_flush_timeout_fail_the_batch():
+    publisher = KafkaPublisher(FakeProducer(remaining=1), "jobs", "t1", flush_timeout=3)  # type: ignore[arg-type]
+
+    publisher.send(BATCH, messages(2), RunCounts())
+
+    with pytest.raises(DeliveryError, match=r"within 3s: no delivery report"):
+        publisher.confirm()
+
+
+def test_a_full_local_queue_is_drained_and_every_message_still_produced():
+    producer = FakeProducer(full_after=2)
+    publisher = KafkaPublisher(producer, "jobs", "t1")  # type: ignore[arg-type]
+
+    publisher.send(BATCH, messages(5), RunCounts())
+
+    assert publisher.confirm() == 5
+    assert [key for _, key in producer.produced] == [f"k{i}".encode() for i in range(5)] and producer.polls == 2

@@ -1,0 +1,323 @@
+"""Unit tests of crawler_ops.hooks.source: the HTTP client built from the connection, what is retried and how long
+it waits, response limits and shapes. The hook's own httpx client is routed through ``httpx.MockTransport`` (the
+connection, headers, auth and timeouts stay the hook's), and its sleeps are recorded instead of slept."""
+
+from __future__ import annotations
+
+import base64
+import email.utils
+import socket
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import httpx
+import msgspec
+import pytest
+
+from crawler_ops.config import SourceConfig
+from crawler_ops.errors import SourceError
+from crawler_ops.hooks import source as source_module
+from crawler_ops.hooks.source import MAX_RETRY_AFTER_S, SourceApiHook
+
+Reply = httpx.Response | Exception
+
+
+@dataclass
+class FakeSource:
+    """Answers the hook's requests from a script (the last reply repeats) and keeps every request."""
+
+    replies: list[Reply] = field(default_factory=list)
+    requests: list[httpx.Request] = field(default_factory=list)
+
+    def __call__(self, request: httpx.Request) -> httpx.Response:
+        self.requests.append(request)
+        reply = self.replies[min(len(self.requests), len(self.replies)) - 1]
+        if isinstance(reply, Exception):
+            raise reply
+        return reply
+
+
+def count_body(total: Any = 1234) -> httpx.Response:
+    return httpx.Response(200, json={"code": 0, "data": {"total": total}})
+
+
+def page_body(records: list[dict[str, Any]]) -> httpx.Response:
+    return httpx.Response(200, json={"code": 0, "data": {"total": 99, "data": records}})
+
+
+@pytest.fixture
+def sleeps(monkeypatch: pytest.MonkeyPatch) -> list[float]:
+    """The hook's waits between attempts, recorded instead of slept."""
+    waited: list[float] = []
+    monkeypatch.setattr(source_module, "time", type("Clock", (), {"sleep": staticmethod(waited.append)}))
+    return waited
+
+
+@pytest.fixture
+def fake(monkeypatch: pytest.MonkeyPatch, sleeps: list[float]) -> FakeSource:
+    """Route every httpx client the hook builds through a :class:`FakeSource`."""
+    served = FakeSource()
+    real_client = httpx.Client
+    monkeypatch.setattr(httpx, "Client", lambda **kwargs: real_client(transport=httpx.MockTransport(served), **kwargs))
+    return served
+
+
+@pytest.fixture
+def connection(airflow_connection: Callable[..., None]) -> Callable[..., None]:
+    """The hook's connection ``src``; call it to redefine the connection's fields."""
+
+    def define(**fields: Any) -> None:
+        airflow_connection("src", conn_type="http", **fields)
+
+    define(host="source.test", schema="http")
+    return define
+
+
+def make_hook(**source: Any) -> SourceApiHook:
+    cfg = SourceConfig(conn_id="src", **{"backoff_s": 0.5, "max_backoff_s": 2.0, "max_retries": 3, **source})
+    return SourceApiHook(cfg, "jobs", "remote_jobs")
+
+
+# --------------------------------------------------------------------------- the connection
+
+
+def test_the_connection_gives_the_base_url_basic_auth_and_extra_headers(fake, connection):
+    connection(
+        host="api.example.com",
+        schema="https",
+        port=8443,
+        login="crawler",
+        password="pa:ss",
+        extra={"X-Api-Key": "k-1", "Accept-Language": "zh-CN"},
+    )
+    fake.replies = [count_body(7)]
+
+    assert make_hook().get_total() == 7
+
+    (request,) = fake.requests
+    assert str(request.url) == "https://api.example.com:8443/api/remote_jobs/count"
+    assert request.headers["authorization"] == "Basic " + base64.b64encode(b"crawler:pa:ss").decode()
+    assert (request.headers["x-api-key"], request.headers["accept-language"]) == ("k-1", "zh-CN")
+
+
+def test_a_host_with_a_scheme_is_used_as_it_is_and_no_login_sends_no_authorization(fake, connection):
+    connection(host="http://gateway.test/base", extra={"nested": {"ignored": True}})
+    fake.replies = [count_body()]
+
+    make_hook().get_total()
+
+    (request,) = fake.requests
+    assert str(request.url) == "http://gateway.test/base/api/remote_jobs/count"
+    assert "authorization" not in request.headers and "nested" not in request.headers
+
+
+def test_pages_use_the_configured_paths_and_parameter_names(fake, connection):
+    fake.replies = [httpx.Response(200, json={"result": {"items": [{"id": 1}, {"id": 2}], "next": None}})]
+    hook = make_hook(page_path="/v2/{task}/items", records_path="result.items", offset_param="start", limit_param="n")
+
+    records = hook.get_page(200, 2)
+
+    assert [msgspec.json.decode(r) for r in records] == [{"id": 1}, {"id": 2}]
+    (request,) = fake.requests
+    assert request.url.path == "/v2/remote_jobs/items"
+    assert dict(request.url.params) == {"start": "200", "n": "2"}
+
+
+# --------------------------------------------------------------------------- what is retried
+
+
+@pytest.mark.parametrize("status", [400, 401, 403, 404, 422], ids=lambda s: f"http-{s}")
+def test_a_4xx_fails_at_once_without_retries(fake, connection, sleeps, status):
+    fake.replies = [httpx.Response(status, text="no such data set")]
+
+    with pytest.raises(SourceError, match=f"task jobs: GET /api/remote_jobs/count count answered HTTP {status}") as err:
+        make_hook(max_retries=5).get_total()
+
+    assert err.value.retriable is False
+    assert len(fake.requests) == 1 and sleeps == []
+
+
+def test_5xx_is_retried_with_exponential_backoff_capped_then_given_up(fake, connection, sleeps):
+    fake.replies = [httpx.Response(503)]
+
+    with pytest.raises(SourceError, match=r"answered HTTP 503.*\(gave up after 5 attempts\)") as err:
+        make_hook(max_retries=4, backoff_s=0.5, max_backoff_s=2.0).get_total()
+
+    assert err.value.retriable is True
+    assert len(fake.requests) == 5
+    assert sleeps == [0.5, 1.0, 2.0, 2.0]
+
+
+def test_a_transient_5xx_then_success_returns_the_answer(fake, connection, sleeps):
+    fake.replies = [httpx.Response(500), httpx.Response(502), count_body(55)]
+
+    assert make_hook().get_total() == 55
+    assert len(fake.requests) == 3 and sleeps == [0.5, 1.0]
+
+
+def test_a_timeout_is_retried_and_the_configured_timeout_applies_to_every_request(fake, connection, sleeps):
+    fake.replies = [httpx.ReadTimeout("slow")]
+
+    with pytest.raises(SourceError, match=r"timed out after 2.5s \(gave up after 3 attempts\)") as err:
+        make_hook(timeout_s=2.5, max_retries=2).get_total()
+
+    assert err.value.retriable is True
+    assert len(fake.requests) == 3
+    expected = dict.fromkeys(("connect", "read", "write", "pool"), 2.5)
+    assert all(r.extensions["timeout"] == expected for r in fake.requests)
+
+
+@pytest.fixture
+def silent_server() -> Iterator[int]:
+    """A loopback server that accepts connections and never answers."""
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(8)
+    held: list[socket.socket] = []
+    stop = threading.Event()
+
+    def accept() -> None:
+        server.settimeout(0.1)
+        while not stop.is_set():
+            try:
+                held.append(server.accept()[0])
+            except TimeoutError:
+                continue
+
+    thread = threading.Thread(target=accept, daemon=True)
+    thread.start()
+    yield int(server.getsockname()[1])
+    stop.set()
+    thread.join()
+    for conn in held:
+        conn.close()
+    server.close()
+
+
+def test_a_source_that_never_answers_times_out_after_timeout_s(connection, silent_server):
+    connection(host="127.0.0.1", port=silent_server)
+    started = time.monotonic()
+
+    with pytest.raises(SourceError, match=r"GET /api/remote_jobs/count count timed out after 0.3s") as err:
+        make_hook(timeout_s=0.3, max_retries=0).get_total()
+
+    assert err.value.retriable is True
+    assert time.monotonic() - started < 10, "bounded by the timeout, not by the server"
+
+
+def test_a_connection_refused_is_retriable_and_names_the_request(fake, connection, sleeps):
+    fake.replies = [httpx.ConnectError("connection refused")]
+
+    with pytest.raises(SourceError, match=r"GET /api/remote_jobs/count count failed: ConnectError") as err:
+        make_hook(max_retries=1).get_total()
+
+    assert err.value.retriable is True and len(fake.requests) == 2
+
+
+# --------------------------------------------------------------------------- Retry-After
+
+
+@pytest.mark.parametrize("status", [429, 503], ids=["429", "503"])
+def test_retry_after_in_seconds_is_waited_for_instead_of_the_backoff(fake, connection, sleeps, status):
+    fake.replies = [httpx.Response(status, headers={"Retry-After": "7"}), count_body(3)]
+
+    assert make_hook(backoff_s=0.5).get_total() == 3
+    assert sleeps == [7.0]
+
+
+def test_retry_after_as_an_http_date_is_waited_for_until_that_time(fake, connection, sleeps):
+    when = email.utils.format_datetime(datetime.now(UTC) + timedelta(seconds=30), usegmt=True)
+    fake.replies = [httpx.Response(429, headers={"Retry-After": when}), count_body(3)]
+
+    assert make_hook().get_total() == 3
+    (waited,) = sleeps
+    assert 28.0 <= waited <= 30.0, "HTTP dates have whole seconds"
+
+
+@pytest.mark.parametrize(
+    ("header", "expected"),
+    [
+        ("86400", MAX_RETRY_AFTER_S),
+        (email.utils.format_datetime(datetime(2100, 1, 1, tzinfo=UTC), usegmt=True), MAX_RETRY_AFTER_S),
+        (email.utils.format_datetime(datetime(2000, 1, 1, tzinfo=UTC), usegmt=True), 0.0),
+        ("-5", 0.0),
+        ("soon", 0.5),
+    ],
+    ids=["huge-seconds-capped", "far-date-capped", "past-date-no-wait", "negative-no-wait", "unparseable-backoff"],
+)
+def test_retry_after_is_capped_and_a_bad_value_falls_back_to_the_backoff(fake, connection, sleeps, header, expected):
+    fake.replies = [httpx.Response(429, headers={"Retry-After": header}), count_body(3)]
+
+    assert make_hook(backoff_s=0.5).get_total() == 3
+    assert sleeps == [expected]
+
+
+# --------------------------------------------------------------------------- size and shape
+
+
+def test_a_declared_content_length_over_max_response_mb_fails_without_reading_or_retrying(fake, connection, sleeps):
+    fake.replies = [httpx.Response(200, content=b"x" * 20_000)]
+
+    with pytest.raises(SourceError, match=r"response of 20000 bytes exceeds source.max_response_mb") as err:
+        make_hook(max_response_mb=0.01).get_page(0, 10)
+
+    assert err.value.retriable is False and len(fake.requests) == 1 and sleeps == []
+
+
+def test_a_streamed_body_over_max_response_mb_is_cut_off(fake, connection):
+    # Chunked, so no content-length to check up front: 3 x 4,001 bytes against a limit of 10,485.
+    fake.replies = [httpx.Response(200, content=iter([b"[" + b" " * 4_000] * 3))]
+
+    with pytest.raises(SourceError, match=r"response exceeds source.max_response_mb") as err:
+        make_hook(max_response_mb=0.01).get_page(0, 10)
+
+    assert err.value.retriable is False
+
+
+def test_a_body_of_exactly_max_response_mb_is_accepted(fake, connection):
+    limit = int(0.01 * 1024 * 1024)
+    head = b'{"data": {"data": [{"id": 1}]}, "pad": "'
+    body = head + b"x" * (limit - len(head) - 2) + b'"}'
+    assert len(body) == limit
+    fake.replies = [httpx.Response(200, content=iter([body]))]
+
+    assert [msgspec.json.decode(r) for r in make_hook(max_response_mb=0.01).get_page(0, 1)] == [{"id": 1}]
+
+
+def test_malformed_json_is_retried_as_a_truncated_body(fake, connection, sleeps):
+    fake.replies = [httpx.Response(200, content=b'{"data": {"data": [{"id"'), page_body([{"id": 1}])]
+
+    assert len(make_hook().get_page(0, 1)) == 1
+    assert len(fake.requests) == 2 and sleeps == [0.5]
+
+
+def test_a_page_of_the_wrong_shape_fails_at_once_naming_the_records_path(fake, connection, sleeps):
+    fake.replies = [httpx.Response(200, json={"code": 0, "data": {"items": []}})]
+
+    with pytest.raises(SourceError, match=r"offsets \[0, 100\) has no list of records at 'data.data'") as err:
+        make_hook().get_page(0, 100)
+
+    assert err.value.retriable is False and len(fake.requests) == 1 and sleeps == []
+
+
+@pytest.mark.parametrize(
+    ("body", "message"),
+    [
+        ({"data": {}}, r"count response has no 'data.total' \(missing 'total'\)"),
+        ({"data": {"total": -1}}, r"total at 'data.total' is -1, not a non-negative integer"),
+        ({"data": {"total": True}}, r"total at 'data.total' is True"),
+        ({"data": {"total": "12"}}, r"total at 'data.total' is '12'"),
+    ],
+    ids=["missing", "negative", "boolean", "text"],
+)
+def test_an_unusable_total_fails_at_once_naming_the_path(fake, connection, sleeps, body, message):
+    fake.replies = [httpx.Response(200, json=body)]
+
+    with pytest.raises(SourceError, match=message) as err:
+        make_hook().get_total()
+
+    assert err.value.retriable is False and sleeps == []
