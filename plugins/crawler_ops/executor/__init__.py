@@ -17,6 +17,7 @@ The user function contract is in :mod:`crawler_ops.udf`.
 
 from __future__ import annotations
 
+from crawler_ops.executor.calls import load_function
 from crawler_ops.executor.runs import Unparked, executor_status, summarize, unpark
 from crawler_ops.executor.tables import Tables, executor_hook, find_table, resolve_tables, split_name, sync_rows
 from crawler_ops.executor.worker import ExecutorWorker, WorkerCounts, run_worker
@@ -29,6 +30,7 @@ __all__ = [
     "executor_hook",
     "executor_status",
     "find_table",
+    "load_function",
     "resolve_tables",
     "run_worker",
     "split_name",

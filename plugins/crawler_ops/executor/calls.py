@@ -16,12 +16,22 @@ import sys
 from typing import IO, Protocol
 
 from crawler_ops import udf
+from crawler_ops.config import ExecutorTaskConfig
+from crawler_ops.errors import ConfigError
 from crawler_ops.executor.leases import LeaseBook
 from crawler_ops.status_table import ClaimedRow
 from crawler_ops.udf_child import read_frame, write_frame
 
 log = logging.getLogger(__name__)
 STOP_WAIT_S = 2.0
+
+
+def load_function(cfg: ExecutorTaskConfig) -> udf.UserFunction:
+    """The executor's function, imported; a config error naming the executor when it cannot be used."""
+    try:
+        return udf.load_function(cfg.function)
+    except udf.FunctionLoadError as exc:
+        raise ConfigError(f"executor '{cfg.name}': {exc}") from exc
 
 
 class Caller(Protocol):

@@ -22,12 +22,12 @@ import psycopg
 
 from crawler_ops.config import ExecutorTaskConfig
 from crawler_ops.errors import ConfigError, CrawlerError, StatusTableError
-from crawler_ops.executor.calls import Caller, ProcessCaller, ThreadCaller, run_calls
+from crawler_ops.executor.calls import Caller, ProcessCaller, ThreadCaller, load_function, run_calls
 from crawler_ops.executor.leases import LeaseBook, LeaseTimes, Outcomes
 from crawler_ops.executor.tables import Tables, executor_hook, resolve_tables
 from crawler_ops.hooks.store import CrawlerDbHook
 from crawler_ops.status_table import PARKED
-from crawler_ops.udf import FunctionLoadError, load_function
+from crawler_ops.udf import FunctionLoadError
 
 log = logging.getLogger(__name__)
 PROGRESS_EVERY_S = 5.0
@@ -116,14 +116,14 @@ class ExecutorWorker:
 
     def first_caller(self, tables: Tables) -> Caller:
         """The caller of the configured isolation; the function must load, or the worker fails at once."""
+        if self.cfg.isolation == "thread":
+            return ThreadCaller(load_function(self.cfg), self.cfg.function_style, tables.names)
+        caller = ProcessCaller(self.cfg.function, self.cfg.function_style, tables.names)
         try:
-            if self.cfg.isolation == "process":
-                caller = ProcessCaller(self.cfg.function, self.cfg.function_style, tables.names)
-                caller.start()
-                return caller
-            return ThreadCaller(load_function(self.cfg.function), self.cfg.function_style, tables.names)
+            caller.start()
         except FunctionLoadError as exc:
             raise ConfigError(f"executor '{self.cfg.name}': {exc}") from exc
+        return caller
 
     def start_runner(self, caller: Caller) -> None:
         self.callers.append(caller)
