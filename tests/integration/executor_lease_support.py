@@ -3,10 +3,8 @@ executor configs, and workers in their own processes that can start claiming tog
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
-import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -15,7 +13,7 @@ from typing import Any
 import psycopg
 
 from crawler_ops.config import ExecutorTaskConfig
-from tests.support import query
+from tests.support import query, runner_result, spawn_runner
 
 REPO = Path(__file__).resolve().parents[2]
 FUNCTIONS = "tests.integration.executor_lease_functions"
@@ -61,14 +59,7 @@ def spawn(
 ) -> subprocess.Popen[str]:
     """One worker in its own process; with ``go``, it waits for that file before claiming."""
     spec = {"config": cfg.model_dump(mode="json"), "run_id": run_id, "index": index, "go": str(go) if go else None}
-    full_env = {**os.environ, **env, "PYTHONPATH": os.pathsep.join([str(REPO / "plugins"), str(REPO)])}
-    return subprocess.Popen(
-        [sys.executable, str(REPO / "tests/integration/executor_worker_process.py"), json.dumps(spec)],
-        env=full_env,
-        cwd=REPO,
-        stdout=subprocess.PIPE,
-        text=True,
-    )
+    return spawn_runner("executor_worker_process.py", spec, **env)
 
 
 def run_together(cfg: ExecutorTaskConfig, run_id: str, workers: int, folder: Path, **env: str) -> list[dict[str, int]]:
@@ -77,9 +68,7 @@ def run_together(cfg: ExecutorTaskConfig, run_id: str, workers: int, folder: Pat
     procs = [spawn(cfg, run_id, index, go, **env) for index in range(workers)]
     wait_for(lambda: all(Path(f"{go}.ready.{i}").exists() for i in range(workers)), 120, "workers ready")
     go.touch()
-    results = [json.loads(proc.communicate(timeout=300)[0].strip().splitlines()[-1]) for proc in procs]
-    assert all(proc.returncode == 0 for proc in procs)
-    return results
+    return [runner_result(proc) for proc in procs]
 
 
 def wait_for(check: Callable[[], Any], timeout: float, what: str) -> Any:

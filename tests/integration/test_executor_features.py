@@ -12,7 +12,7 @@ import pytest
 
 from crawler_ops.executor import run_worker, sync_rows
 from tests.integration.executor_lease_support import FUNCTIONS, REPO, calls, executor, make_source, rows
-from tests.support import query, use_config
+from tests.support import query
 
 pytestmark = pytest.mark.integration
 
@@ -69,12 +69,12 @@ def test_every_category_takes_turns_in_one_run(pg_schema, pg_uri, unique_id):
     assert order == [1, 2, 4, 3, 5, 6, 8, 7, 9]
 
 
-def test_parked_rows_show_in_the_status_view_and_the_cli_puts_them_back(pg_schema, pg_uri, unique_id, tmp_path):
+def test_parked_rows_show_in_the_status_view_and_the_cli_puts_them_back(pg_schema, pg_uri, unique_id, use_config):
     make_source(pg_uri, pg_schema, ["A"] * 4)
     cfg = executor(pg_schema, unique_id, function=f"{FUNCTIONS}.fail_always", max_attempts=1)
     sync_rows(cfg)
     assert run_worker(cfg, "run-1", 0)["parked"] == 4
-    use_config(cfg, tmp_path, section="executors")
+    use_config(cfg, "executors")
 
     view = cli("status", "--executor", unique_id, "--json")
     text = cli("status", "--executor", unique_id)

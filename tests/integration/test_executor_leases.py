@@ -5,7 +5,6 @@ its timeout is killed under ``isolation: process``."""
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import time
@@ -28,7 +27,7 @@ from tests.integration.executor_lease_support import (
     spawn,
     wait_for,
 )
-from tests.support import query, use_config
+from tests.support import query, runner_result
 
 pytestmark = pytest.mark.integration
 
@@ -67,7 +66,7 @@ def test_rows_waiting_behind_a_slow_call_are_given_back_and_run_by_another_worke
     slow_call = [c for c in calls(pg_uri, pg_schema) if c[0] == 10]
     assert slow_call[0][3] is None, "the held rows were done by another worker while the slow call still ran"
 
-    result = json.loads(slow.communicate(timeout=60)[0].strip().splitlines()[-1])
+    result = runner_result(slow, timeout=60)
     assert result["given_back"] >= len(held) and result["fenced"] == 0, result
     assert call_counts(pg_uri, pg_schema) == {i: 1 for i in range(1, 41)}, "each row called exactly once"
     pids = {i: pid for i, pid, _, _ in calls(pg_uri, pg_schema)}
@@ -175,7 +174,7 @@ def test_a_call_past_its_timeout_is_killed_with_isolation_process(pg_schema, pg_
 
     stuck, second = wait_for(lambda: len(found := calls(pg_uri, pg_schema)) == 2 and found, 120, "the second call")
     assert process_gone(stuck[1]), "the timed-out call was killed before the next call started"
-    result = json.loads(worker.communicate(timeout=60)[0].strip().splitlines()[-1])
+    result = runner_result(worker, timeout=60)
     assert (result["done"], result["parked"]) == (1, 1)
 
     stuck, second = calls(pg_uri, pg_schema)
@@ -185,10 +184,10 @@ def test_a_call_past_its_timeout_is_killed_with_isolation_process(pg_schema, pg_
     assert error == [(3, "timed out after 2s")]
 
 
-def test_the_executor_dag_keeps_to_cycle_index_over_its_mapped_workers(pg_schema, pg_uri, unique_id, tmp_path):
+def test_the_executor_dag_keeps_to_cycle_index_over_its_mapped_workers(pg_schema, pg_uri, unique_id, use_config):
     make_source(pg_uri, pg_schema, ["A"] * 50)
     cfg = executor(pg_schema, unique_id, cycle_index=10, workers=4)
-    use_config(cfg, tmp_path, section="executors")
+    use_config(cfg, "executors")
 
     dagrun = build_executor_dag(cfg).test(run_conf={})
 
