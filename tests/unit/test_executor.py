@@ -24,10 +24,6 @@ def blocks_until_released(row: dict[str, Any]) -> None:
     RELEASE.wait(60)
 
 
-def raises(row: dict[str, Any]) -> None:
-    raise ValueError(f"row {row['id']} is bad")
-
-
 def executor(function: str, **overrides: Any) -> ExecutorTaskConfig:
     return ExecutorTaskConfig(
         name="ex",
