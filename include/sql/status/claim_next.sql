@@ -1,13 +1,13 @@
--- Claim up to %(limit)s rows of this task for one executor worker, in the order sync ranked them (seq),
--- skipping rows other workers hold: status 0 (a failed row only after the retry delay), or status 1 whose
--- lease expired and whose end time is empty. Parentheses matter: "task AND status=0 OR (...)" would claim
--- other tasks' rows. Rows sync did not rank (seq NULL: outside the configured category) are not claimed.
--- The run's quota row caps what all its workers claim together: it is locked first, so concurrent claims of
--- one run take turns, and the claim adds what it took. The candidates are read with a plain LIMIT (so the
--- planner walks the open-rows index) and cut to the quota afterwards. A locking subquery the planner
--- re-scans would claim new rows on every scan, hence MATERIALIZED. Returns each claimed row's id, whether
--- its source row still exists, and its output fields; the source rows are looked up by their ids (= ANY), so
--- the source table is never scanned whole.
+-- Claim up to %(limit)s rows of this task for one executor worker, in the order sync ranked them (seq), skipping
+-- rows other workers hold: status 0 (a failed row only after the retry delay), or status 1 whose lease expired
+-- and whose end time is empty. Parentheses matter: "task AND status=0 OR (...)" would claim other tasks' rows.
+-- Rows sync did not rank (seq NULL: outside the configured category) are not claimed. The run's quota row caps
+-- what all its workers claim together: every claim locks it (FOR UPDATE re-reads it after waiting), so
+-- concurrent claims of one run take turns on it, and the claim adds what it took. The candidates are read with a
+-- plain LIMIT (so the planner walks the open-rows index) and cut to the quota afterwards. A locking subquery the
+-- planner re-scans would claim new rows on every scan, hence MATERIALIZED. Returns each claimed row's id,
+-- whether its source row still exists, and its output fields; the source rows are looked up by their ids
+-- (= ANY), so the source table is never scanned whole.
 WITH quota AS MATERIALIZED (
     SELECT q.quota - q.claimed AS rows_left
       FROM crawler_ops.executor_run AS q

@@ -26,7 +26,7 @@ from crawler_ops.executor.calls import Caller, ProcessCaller, ThreadCaller, load
 from crawler_ops.executor.leases import LeaseBook, LeaseTimes, Outcomes
 from crawler_ops.executor.tables import Tables, executor_hook, resolve_tables
 from crawler_ops.hooks.store import CrawlerDbHook
-from crawler_ops.status_table import PARKED
+from crawler_ops.status_table import PARKED, ClaimedRow
 from crawler_ops.udf import FunctionLoadError
 
 log = logging.getLogger(__name__)
@@ -143,13 +143,7 @@ class ExecutorWorker:
 
     def step(self) -> bool:
         """Do what is due; True when the worker is finished (its runner idle, and nothing more to claim)."""
-        if self.book.handoff.crash is not None:
-            raise CrawlerError(f"executor {self.cfg.name}: the runner thread failed") from self.book.handoff.crash
-        overdue = self.book.overdue(self.cfg.timeout_s)
-        if overdue is not None:
-            log.warning("executor %s: row %s timed out after %ss", self.cfg.name, overdue.id, self.cfg.timeout_s)
-        if self.book.generation != self.generation:
-            self.replace_runner()
+        self.watch_runner()
         idle = self.book.idle()
         outcomes, stale, due = self.book.take_outcomes(), self.book.stale(), self.book.due()
         want = 0 if self.dry and not idle else self.book.claim_size()
@@ -165,20 +159,30 @@ class ExecutorWorker:
             claimed = self.rows.claim(cur, self.parts, self.run_id, self.token, want, self.lease) if want else []
         lost = self.book.renewed(due, kept, leased) if due else []
         self.book.add(claimed, leased)
+        self.tally(claimed, given, lost)
+        self.dry = bool(want) and not claimed
+        return self.dry and idle
+
+    def watch_runner(self) -> None:
+        """Fail with a crashed runner; abandon a call past ``timeout_s`` and start a fresh runner after it."""
+        if self.book.handoff.crash is not None:
+            raise CrawlerError(f"executor {self.cfg.name}: the runner thread failed") from self.book.handoff.crash
+        overdue = self.book.overdue(self.cfg.timeout_s)
+        if overdue is not None:
+            log.warning("executor %s: row %s timed out after %ss", self.cfg.name, overdue.id, self.cfg.timeout_s)
+        if self.book.generation != self.generation:
+            self.replace_runner()
+
+    def tally(self, claimed: list[ClaimedRow], given: list[int], lost: list[int]) -> None:
+        """Count the rows a step claimed, gave back unstarted and lost while in progress."""
         self.counts.claimed += len(claimed) - len(given)
         self.counts.given_back += len(given)
         self.counts.fenced += len(lost)
         if lost:
             log.warning("executor %s: rows %s were taken over by another worker while in progress", self.cfg.name, lost)
         if given:
-            log.info(
-                "executor %s: gave back %d rows that could not start within %ss",
-                self.cfg.name,
-                len(given),
-                self.cfg.period / 2,
-            )
-        self.dry = bool(want) and not claimed
-        return self.dry and idle
+            hold = self.book.times.hold_limit
+            log.info("executor %s: gave back %d rows that could not start within %ss", self.cfg.name, len(given), hold)
 
     @property
     def lease(self) -> tuple[int, int]:
