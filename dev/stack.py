@@ -28,6 +28,7 @@ import subprocess
 import sys
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 import uuid
 from dataclasses import dataclass
@@ -41,6 +42,7 @@ STATE_FILE = STACK / "stack.json"
 KAFKA_DIR = REPO / "dev" / "kafka"
 PG_SYSTEM_USER = "crawler_pg"
 PG_DATABASE = "crawler"
+AIRFLOW_DATABASE = "airflow"
 
 DEFAULT_PORTS = {
     "kafka": 19092,
@@ -377,12 +379,30 @@ def pg_ready(uri: str) -> bool:
         return False
 
 
-def ensure_database(port: int) -> None:
+def ensure_database(server_uri: str, name: str) -> None:
+    """Create database ``name`` on the server ``server_uri`` connects to, unless it exists."""
     import psycopg
 
-    with psycopg.connect(pg_uri(port, "postgres"), autocommit=True, connect_timeout=5) as conn:
-        if conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", (PG_DATABASE,)).fetchone() is None:
-            conn.execute(f'CREATE DATABASE "{PG_DATABASE}"')
+    try:
+        with psycopg.connect(server_uri, autocommit=True, connect_timeout=5) as conn:
+            if conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", (name,)).fetchone() is None:
+                conn.execute(f'CREATE DATABASE "{name}"')
+    except psycopg.Error as exc:
+        raise StackError(f"cannot create the PostgreSQL database {name!r}: {exc}".strip()) from exc
+
+
+def with_database(uri: str, name: str, driver: str = "postgresql") -> str:
+    """``uri`` (a postgresql:// URL) naming database ``name`` instead, with scheme ``driver``."""
+    parts = urllib.parse.urlsplit(uri)
+    return urllib.parse.urlunsplit((driver, parts.netloc, f"/{name}", parts.query, parts.fragment))
+
+
+def metadata_db_uri(postgres_uri: str) -> str:
+    """Airflow's metadata DB: database ``airflow`` on the crawler's PostgreSQL server (as in docker-compose),
+    unless ``AIRFLOW__DATABASE__SQL_ALCHEMY_CONN`` names another."""
+    return os.environ.get("AIRFLOW__DATABASE__SQL_ALCHEMY_CONN") or with_database(
+        postgres_uri, AIRFLOW_DATABASE, "postgresql+psycopg2"
+    )
 
 
 def start_postgres(ports: Ports) -> str:
@@ -396,6 +416,8 @@ def start_postgres(ports: Ports) -> str:
         except psycopg.OperationalError as exc:
             raise StackError(f"cannot connect to CRAWLER_OPS_PG_URI within 5s: {exc}".strip()) from exc
         log("postgres: using the external server from CRAWLER_OPS_PG_URI")
+        if not os.environ.get("AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"):
+            ensure_database(external, AIRFLOW_DATABASE)
         return external
     data = STACK / "pg" / "data"
     data.mkdir(parents=True, exist_ok=True)
@@ -461,7 +483,8 @@ def start_postgres(ports: Ports) -> str:
         if result.returncode != 0:
             raise StackError(f"postgres did not start:\n{result.stdout}{result.stderr}\n{log_tail('postgres')}")
         log(f"postgres: started on 127.0.0.1:{ports.postgres} in {time.monotonic() - started:.1f}s")
-    ensure_database(ports.postgres)
+    for database in (PG_DATABASE, AIRFLOW_DATABASE):
+        ensure_database(pg_uri(ports.postgres, "postgres"), database)
     seed_demo_tables(pg_uri(ports.postgres))
     return pg_uri(ports.postgres)
 
@@ -533,6 +556,7 @@ def stack_env(ports: Ports, postgres_uri: str, bootstrap: str | None = None) -> 
         "AIRFLOW__CORE__EXECUTOR": "LocalExecutor",
         "AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION": "False",
         "AIRFLOW__LOGGING__BASE_LOG_FOLDER": str(STACK / "airflow" / "logs"),
+        "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": metadata_db_uri(postgres_uri),
         "AIRFLOW_CONN_CRAWLER_DB": postgres_uri,
         "AIRFLOW_CONN_KAFKA_DEFAULT": json.dumps(
             {
@@ -653,7 +677,8 @@ def migrate_airflow(env: dict[str, str]) -> None:
     (LOGS / "airflow-migrate.log").write_text(result.stdout + result.stderr)
     if result.returncode != 0:
         raise StackError(f"airflow db migrate failed; see {LOGS / 'airflow-migrate.log'}:\n{result.stderr[-2000:]}")
-    log(f"airflow: metadata DB migrated in {time.monotonic() - started:.1f}s ({env['AIRFLOW_HOME']}/airflow.db)")
+    db = urllib.parse.urlsplit(env["AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"])
+    log(f"airflow: metadata DB migrated in {time.monotonic() - started:.1f}s ({db.hostname}:{db.port}{db.path})")
 
 
 # --------------------------------------------------------------------------- commands
