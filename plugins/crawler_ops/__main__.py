@@ -1,4 +1,5 @@
-"""Command line: ``python -m crawler_ops status [--task ID] [--json] [--no-live]``.
+"""Command line: ``python -m crawler_ops status [--task ID | --executor NAME] [--json] [--no-live]`` and
+``python -m crawler_ops unpark --executor NAME [--id ID ...]``.
 
 Run it where the DAGs run (same ``AIRFLOW_CONN_*`` connections, same ``CRAWLER_OPS_CONFIG``) with
 ``plugins/`` on ``PYTHONPATH``; ``make status`` does that for the local stack.
@@ -19,27 +20,64 @@ from crawler_ops.errors import ConfigError
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m crawler_ops", description="crawler_ops operations")
     commands = parser.add_subparsers(dest="command", required=True)
-    status = commands.add_parser("status", help="per crawl task: source total, watermark, runs, errors, Kafka lag")
+    status = commands.add_parser(
+        "status", help="per crawl task: source total, watermark, runs, errors, Kafka lag; per executor: rows, parked"
+    )
     status.add_argument("--task", help="only this crawl task id")
+    status.add_argument("--executor", help="only this executor (its name)")
     status.add_argument("--json", action="store_true", help="print JSON instead of text")
     status.add_argument("--no-live", action="store_true", help="do not ask the sources and Kafka (PostgreSQL only)")
+    unpark = commands.add_parser("unpark", help="parked executor rows back to pending with a fresh attempt count")
+    unpark.add_argument("--executor", required=True, help="the executor's name")
+    unpark.add_argument("--id", type=int, nargs="+", dest="ids", help="only these row ids (default: every parked row)")
     args = parser.parse_args(argv)
-
-    from crawler_ops.status import collect  # imports Airflow: after argument errors are reported
-
     try:
-        report = collect(load_config(), args.task, live=not args.no_live)
+        if args.command == "unpark":
+            return run_unpark(args.executor, args.ids)
+        return run_status(args)
     except ConfigError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+
+
+def run_status(args: argparse.Namespace) -> int:
+    from crawler_ops.status import collect  # imports Airflow: after argument errors are reported
+
+    if args.task and args.executor:
+        print("error: name a crawl task (--task) or an executor (--executor), not both", file=sys.stderr)
+        return 2
+    try:
+        report = collect(load_config(), args.task, live=not args.no_live, executor=args.executor)
     except KeyError:
-        print(f"error: no crawl task '{args.task}' in the config; see the 'tasks' list", file=sys.stderr)
+        what = f"crawl task '{args.task}'" if args.task else f"executor '{args.executor}'"
+        print(f"error: no {what} in the config; see the 'tasks' and 'executors' lists", file=sys.stderr)
         return 2
     if args.json:
         print(json.dumps(report, ensure_ascii=False, indent=2, default=str))
     else:
         print(render_text(report))
     return 0
+
+
+def run_unpark(name: str, ids: list[int] | None) -> int:
+    """Un-park an executor's rows; exit status 1 when an asked-for id was not parked."""
+    from crawler_ops.executor import unpark  # imports Airflow: after argument errors are reported
+
+    loaded = load_config()
+    executor = next((e for e in loaded.executors if e.name == name), None)
+    if executor is None:
+        problem = loaded.executor_errors.get(name, f"no executor '{name}' in the config; see the 'executors' list")
+        raise ConfigError(problem)
+    result = unpark(executor, ids)
+    print(f"executor {name}: {len(result.unparked)} rows back to pending: {show_ids(result.unparked)}")
+    for row_id, status in sorted(result.not_parked.items()):
+        print(f"executor {name}: row {row_id} is not parked ({status}); left as it is", file=sys.stderr)
+    return 1 if result.not_parked else 0
+
+
+def show_ids(ids: Sequence[int], most: int = 20) -> str:
+    shown = ", ".join(map(str, ids[:most]))
+    return (shown + f", ... ({len(ids) - most} more)" if len(ids) > most else shown) or "none"
 
 
 def render_text(report: Mapping[str, Any]) -> str:
@@ -77,7 +115,27 @@ def render_text(report: Mapping[str, Any]) -> str:
             lines.append("  kafka " + render_kafka(row["kafka"]))
     for bad in report.get("invalid_tasks", []):
         lines += ["", f"{bad['task_id']}: INVALID CONFIG: {bad['error']}"]
+    for executor in report.get("executors", []):
+        lines += ["", *render_executor(executor)]
+    for bad in report.get("invalid_executors", []):
+        lines += ["", f"executor {bad['name']}: INVALID CONFIG: {bad['error']}"]
     return "\n".join(lines)
+
+
+def render_executor(row: Mapping[str, Any]) -> list[str]:
+    """An executor's rows per status and its latest parked rows with their errors."""
+    lines = [f"executor {row['name']}  dag {row['dag_id']}  status table {row['status_table']}"]
+    if row.get("db_error"):
+        return [*lines, f"  db error: {row['db_error']}"]
+    lines.append("  rows " + "  ".join(f"{k} {v}" for k, v in row["rows"].items()))
+    for parked in row.get("parked", []):
+        lines.append(
+            f"  parked row {parked['id']} after {parked['attempts']} attempts at {show(parked['failed_at'])}: "
+            f"{parked['last_error']}"
+        )
+    if row.get("parked"):
+        lines.append(f"  un-park: python -m crawler_ops unpark --executor {row['name']} [--id ID ...]")
+    return lines
 
 
 def show(value: Any) -> str:

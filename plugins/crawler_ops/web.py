@@ -57,6 +57,8 @@ def visible_report(user: Any, task: str | None, live: bool) -> dict[str, Any]:
         visible = {
             "tasks": tuple(t for t in loaded.tasks if may_read(t.dag_id)),
             "errors": {k: v for k, v in loaded.errors.items() if may_read(broken_dag_id(k))},
+            "executors": tuple(e for e in loaded.executors if may_read(e.dag_id)),
+            "executor_errors": {k: v for k, v in loaded.executor_errors.items() if may_read(broken_dag_id(k, "exec_"))},
         }
         return collect(loaded.model_copy(update=visible), task, live=live)
     except ConfigError as exc:
@@ -130,6 +132,9 @@ def render_html(report: dict[str, Any]) -> str:
     )
     invalid = "".join(
         f"<p class=bad><b>{escape(b['task_id'])}</b>: {escape(b['error'])}</p>" for b in report["invalid_tasks"]
+    ) + "".join(
+        f"<p class=bad><b>executor {escape(b['name'])}</b>: {escape(b['error'])}</p>"
+        for b in report.get("invalid_executors", [])
     )
     return (
         "<!doctype html><html><head><meta charset=utf-8><meta http-equiv=refresh content=30>"
@@ -138,8 +143,32 @@ def render_html(report: dict[str, Any]) -> str:
         "text-align:left}small{color:#555}.bad{color:#b00}</style></head><body>"
         f"<h2>crawler_ops status</h2><p><small>{escape(report['generated_at'])} &middot; JSON: "
         f"<a href='{URL_PREFIX}/api/status'>{URL_PREFIX}/api/status</a> &middot; refreshes every 30 s</small></p>"
-        f"<table><tr>{head}</tr>{rows}</table>{invalid}</body></html>"
+        f"<table><tr>{head}</tr>{rows}</table>{executors_html(report.get('executors', []))}{invalid}</body></html>"
     )
+
+
+def executors_html(executors: list[dict[str, Any]]) -> str:
+    """A table of executors: rows per status and the latest parked rows with their errors."""
+    if not executors:
+        return ""
+    cells = []
+    for row in executors:
+        counts = (
+            escape(row["db_error"])
+            if row.get("db_error")
+            else escape(", ".join(f"{k} {v}" for k, v in row["rows"].items()))
+        )
+        parked = "".join(
+            f"<br><small>{p['id']} ({p['attempts']} attempts, {escape(str(p['failed_at']))}): "
+            f"{escape(str(p['last_error']))}</small>"
+            for p in row.get("parked", [])
+        )
+        cells.append(
+            f"<tr><td>{escape(row['name'])}<br><small>{escape(row['dag_id'])}</small></td>"
+            f"<td>{escape(row['status_table'])}</td><td>{counts}</td><td>{len(row.get('parked', []))}{parked}</td></tr>"
+        )
+    head = "<tr><th>executor</th><th>status table</th><th>rows</th><th>parked (latest)</th></tr>"
+    return f"<h3>Executors</h3><table>{head}{''.join(cells)}</table>"
 
 
 # Cells that build their own (escaped) HTML.
