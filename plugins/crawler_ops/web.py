@@ -44,6 +44,23 @@ app = FastAPI(
 )
 
 
+# The page needs no script and no resource from elsewhere; Airflow's own UI may frame it.
+SECURITY_HEADERS = {
+    "Cache-Control": "no-store",
+    "X-Content-Type-Options": "nosniff",
+    "Content-Security-Policy": (
+        "default-src 'none'; style-src 'unsafe-inline'; frame-ancestors 'self'; base-uri 'none'; form-action 'none'"
+    ),
+}
+
+
+@app.middleware("http")
+async def security_headers(request: Request, call_next: Any) -> Any:
+    response = await call_next(request)
+    response.headers.update(SECURITY_HEADERS)
+    return response
+
+
 def visible_report(user: Any, task: str | None, live: bool) -> dict[str, Any]:
     """The status report restricted to the DAGs ``user`` may read."""
     from airflow.api_fastapi.app import get_auth_manager
@@ -83,9 +100,9 @@ def status_page(user: User, task: str | None = None, live: bool = True) -> str:
 
 COLUMNS = (
     ("task", lambda r: f"{escape(r['task_id'])}<br><small>{escape(str(r['task_name']))}</small>"),
-    ("running", lambda r: {True: "yes", False: "no", None: "?"}[r.get("running")]),
-    ("status", lambda r: r.get("status")),
-    ("source total", lambda r: r.get("source_total", r.get("source_error", "-"))),
+    ("running", lambda r: {True: "yes", False: "no"}.get(r.get("running"), f"? {r.get('running_error', '')}".strip())),
+    ("status", lambda r: r.get("status") if not r.get("db_error") else f"database: {r['db_error']}"),
+    ("source total", lambda r: r["source_total"] if r.get("source_total") is not None else r.get("source_error", "-")),
     ("watermark", lambda r: f"{r.get('watermark')} ({r['progress']})"),
     ("last start offset", lambda r: r.get("last_start_offset")),
     ("filtered / produced", lambda r: f"{r.get('filtered_count', 0)} / {r.get('produced_count', 0)}"),
