@@ -218,6 +218,14 @@ def choose_port(service: str, taken: list[int]) -> int:
     return chosen
 
 
+def write_private(path: Path, text: str) -> None:
+    """Write a file only its owner may read (it holds secrets or connection strings)."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    os.fchmod(fd, 0o600)
+    with os.fdopen(fd, "w", encoding="utf-8") as out:
+        out.write(text)
+
+
 def load_state() -> dict:
     try:
         return json.loads(STATE_FILE.read_text())
@@ -605,7 +613,7 @@ def secret(name: str) -> str:
     values = json.loads(path.read_text()) if path.exists() else {}
     if name not in values:
         values[name] = uuid.uuid4().hex + uuid.uuid4().hex
-        path.write_text(json.dumps(values))
+        write_private(path, json.dumps(values))
     return str(values[name])
 
 
@@ -613,7 +621,7 @@ def passwords_file() -> Path:
     """The simple auth manager's password file with the documented local login (admin / admin)."""
     path = STACK / "airflow" / "passwords.json"
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps({AIRFLOW_LOGIN[0]: AIRFLOW_LOGIN[1]}))
+    write_private(path, json.dumps({AIRFLOW_LOGIN[0]: AIRFLOW_LOGIN[1]}))
     return path
 
 
@@ -623,8 +631,12 @@ def airflow_cli() -> str:
 
 
 def airflow_service_args(service: str, port: int) -> list[str]:
-    """The ``airflow`` arguments that start ``service``; the api-server listens on 127.0.0.1:``port``."""
-    return ["api-server", "-H", "127.0.0.1", "-p", str(port)] if service == "api-server" else [service]
+    """The ``airflow`` arguments that start ``service``; the api-server listens on 127.0.0.1:``port``. The
+    scheduler's and triggerer's log servers would listen on every interface: they are skipped, the logs are
+    local files the api-server reads itself."""
+    if service == "api-server":
+        return ["api-server", "-H", "127.0.0.1", "-p", str(port)]
+    return [service, "--skip-serve-logs"] if service in ("scheduler", "triggerer") else [service]
 
 
 def airflow_healthy(url: str) -> bool:
@@ -680,7 +692,7 @@ def airflow_up(executor: str = "local", workers: int = 2) -> None:
         "executor": executor,
         "workers": [celery_stack.worker_name(i) for i in range(1, workers + 1)],
     }
-    STATE_FILE.write_text(json.dumps(state, indent=2))
+    write_private(STATE_FILE, json.dumps(state, indent=2))
     log(f"airflow: UI and REST API on {url} (login {AIRFLOW_LOGIN[0]} / {AIRFLOW_LOGIN[1]}); logs in {LOGS}")
     if workers:
         log(f"airflow: CeleryExecutor with {workers} workers ({', '.join(state['airflow']['workers'])})")
@@ -721,7 +733,7 @@ def airflow_down() -> None:
             log(f"{name}: stopped")
     state = load_state()
     if state.pop("airflow", None) is not None:
-        STATE_FILE.write_text(json.dumps(state, indent=2))
+        write_private(STATE_FILE, json.dumps(state, indent=2))
 
 
 def migrate_airflow(env: dict[str, str]) -> None:
@@ -791,7 +803,7 @@ def up(kafka_brokers: int | None = None) -> dict[str, str]:
         stop_pid("kafka", pid)
     env = stack_env(ports, postgres_uri, bootstrap)
     state = {"ports": ports.__dict__, "env": env, "kafka_brokers": brokers}
-    STATE_FILE.write_text(json.dumps(state, indent=2))
+    write_private(STATE_FILE, json.dumps(state, indent=2))
     write_env_file(env)
     migrate_airflow(env)
     log(f"ready; environment in {STACK / 'env.sh'} (source it to use the airflow CLI)")
@@ -801,7 +813,7 @@ def up(kafka_brokers: int | None = None) -> dict[str, str]:
 def write_env_file(env: dict[str, str]) -> None:
     lines = [f"export {key}={shell_quote(value)}" for key, value in env.items()]
     lines.append(f'export PATH={shell_quote(str(Path(sys.executable).parent))}:"$PATH"')
-    (STACK / "env.sh").write_text("\n".join(lines) + "\n")
+    write_private(STACK / "env.sh", "\n".join(lines) + "\n")
 
 
 def shell_quote(value: str) -> str:

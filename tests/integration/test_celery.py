@@ -5,6 +5,7 @@ the stack's PostgreSQL). What reached Kafka and PostgreSQL is checked against th
 from __future__ import annotations
 
 import contextlib
+import ipaddress
 import json
 import os
 import signal
@@ -226,3 +227,25 @@ def test_a_worker_killed_mid_chunk_loses_nothing_the_other_worker_finishes_the_r
     assert len({offset // BATCH for offset in repeated}) <= len(victims), f"more than a batch per kill: {repeated}"
     # The killed worker comes back with the next airflow-up (the executor and worker count are unchanged).
     subprocess.run([*STACK_PY, "airflow-up", "--executor", "celery", "--workers", "2"], check=True)
+
+
+def loopback(ip: str) -> bool:
+    address = ipaddress.ip_address(ip.split("%")[0])
+    mapped = getattr(address, "ipv4_mapped", None)  # Java listens on ::ffff:127.0.0.1
+    return (mapped or address).is_loopback
+
+
+def test_no_process_of_the_stack_listens_beyond_loopback(celery):
+    """Airflow's services, the Celery workers, Redis, PostgreSQL, Kafka and the source: loopback only."""
+    roots = [int(f.read_text()) for f in (STACK_DIR / "run").glob("*.pid")]
+    pids = set()
+    for root in roots:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            process = psutil.Process(root)
+            pids |= {process.pid, *(child.pid for child in process.children(recursive=True))}
+    exposed = [
+        (c.pid, c.laddr)
+        for c in psutil.net_connections(kind="inet")
+        if c.status == psutil.CONN_LISTEN and c.pid in pids and not loopback(c.laddr.ip)
+    ]
+    assert pids and not exposed, exposed
