@@ -1,5 +1,6 @@
 """Command line: ``python -m crawler_ops status [--task ID | --executor NAME] [--json] [--no-live]`` and
-``python -m crawler_ops unpark --executor NAME [--id ID ...]``.
+``python -m crawler_ops unpark --executor NAME [--id ID ...]`` and ``python -m crawler_ops dag-shards N
+[--dags-folder DIR]``.
 
 Run it where the DAGs run (same ``AIRFLOW_CONN_*`` connections, same ``CRAWLER_OPS_CONFIG``) with
 ``plugins/`` on ``PYTHONPATH``; ``make status`` does that for the local stack.
@@ -11,10 +12,13 @@ import argparse
 import json
 import sys
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 from crawler_ops.config import load_config
 from crawler_ops.errors import ConfigError
+
+DAGS_FOLDER = Path(__file__).resolve().parents[2] / "dags"
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -30,14 +34,30 @@ def main(argv: Sequence[str] | None = None) -> int:
     unpark = commands.add_parser("unpark", help="parked executor rows back to pending with a fresh attempt count")
     unpark.add_argument("--executor", required=True, help="the executor's name")
     unpark.add_argument("--id", type=int, nargs="+", dest="ids", help="only these row ids (default: every parked row)")
+    shards = commands.add_parser("dag-shards", help="spread the crawl DAGs over N DAG files (by task id hash)")
+    shards.add_argument("count", type=int, help="the number of crawl DAG files")
+    shards.add_argument("--dags-folder", type=Path, default=DAGS_FOLDER, help=f"default {DAGS_FOLDER}")
     args = parser.parse_args(argv)
     try:
         if args.command == "unpark":
             return run_unpark(args.executor, args.ids)
+        if args.command == "dag-shards":
+            return run_dag_shards(args.count, args.dags_folder)
         return run_status(args)
     except ConfigError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+
+
+def run_dag_shards(count: int, folder: Path) -> int:
+    from crawler_ops.factory.shards import write_shard_files
+
+    if count < 1 or not folder.is_dir():
+        print(f"error: need a count >= 1 and an existing DAG folder (got {count}, {folder})", file=sys.stderr)
+        return 2
+    written = write_shard_files(folder, count)
+    print(f"{len(written)} crawl DAG files in {folder}: {', '.join(p.name for p in written)}")
+    return 0
 
 
 def run_status(args: argparse.Namespace) -> int:
