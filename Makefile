@@ -26,8 +26,11 @@ stack-status:
 status: stack-up
 	. .stack/env.sh && PYTHONPATH=plugins $(BIN)/python -m crawler_ops status $(STATUS_ARGS)
 
+# EXECUTOR=celery WORKERS=2: CeleryExecutor with a Redis broker and that many workers (LocalExecutor by default).
+EXECUTOR ?= local
+WORKERS ?= 2
 airflow-up: stack-up
-	$(BIN)/python dev/stack.py airflow-up
+	$(BIN)/python dev/stack.py airflow-up --executor $(EXECUTOR) --workers $(WORKERS)
 
 airflow-down:
 	$(BIN)/python dev/stack.py airflow-down

@@ -3,8 +3,8 @@ every topic counted against the demo source's ground truth. Bounded, stops by it
 addresses.
 
 Each scenario crawls fresh data sets, one task per delivery mode (``at_least_once``, ``exactly_once``) at the same
-time, on a private Airflow (api-server, scheduler, dag-processor, LocalExecutor on a private copy of the stack's
-metadata DB). Failed chunk tries are retried by Airflow (``retries`` 30, ``retry_delay_s`` 3): that is the
+time, on a private Airflow (api-server, scheduler, dag-processor, LocalExecutor on a private metadata DB on
+the stack's PostgreSQL). Failed chunk tries are retried by Airflow (``retries`` 30, ``retry_delay_s`` 3): that is the
 recovery measured. Scenarios:
 
 * ``chunk_kills``: SIGKILLs of ``crawl_chunk`` task processes (20 per mode, spread over 3 runs, each at a random

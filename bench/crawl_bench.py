@@ -13,7 +13,7 @@ Variants, on one fresh demo-source data set ``bench_<random>``:
   lines, each chunk's records/s from its return value (XCom), and the topic's keys checked against the
   source's ground truth;
 * with ``--scheduler``, also the DAG on a real scheduler + LocalExecutor (own api-server, scheduler and
-  dag-processor on a private copy of the metadata DB), triggered with ``airflow dags trigger``.
+  dag-processor on a private metadata DB), triggered with ``airflow dags trigger``.
 
 Examples::
 
@@ -75,7 +75,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument(
         "--shared-airflow-db",
         action="store_true",
-        help="run dags test on the stack's own SQLite metadata DB instead of a private copy of it",
+        help="run dags test on the stack's own metadata DB instead of a private one",
     )
     parser.add_argument(
         "--latencies",

@@ -19,7 +19,7 @@ import sys
 from crawlbench.common import REPO
 from crawlbench.environment import load_stack
 
-MODULES = ("crawler_ops_plugin", "crawl_dags", "executor_dags", "maintenance_dag", "sample_downstream")
+MODULES = ("crawler_ops_plugin", "crawl_dags_1_of_8", "executor_dags", "maintenance_dag", "sample_downstream")
 PROBE = (
     "import importlib, sys, time\n"
     "import airflow.sdk, airflow.sdk.execution_time.task_runner\n"

@@ -28,10 +28,13 @@ import subprocess
 import sys
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
+
+import celery_stack
 
 REPO = Path(__file__).resolve().parent.parent
 STACK = Path(os.environ.get("CRAWLER_OPS_STACK_DIR", REPO / ".stack")).resolve()
@@ -41,6 +44,7 @@ STATE_FILE = STACK / "stack.json"
 KAFKA_DIR = REPO / "dev" / "kafka"
 PG_SYSTEM_USER = "crawler_pg"
 PG_DATABASE = "crawler"
+AIRFLOW_DATABASE = "airflow"
 
 DEFAULT_PORTS = {
     "kafka": 19092,
@@ -169,6 +173,18 @@ def spawn(
     return proc.pid
 
 
+def log_size(name: str) -> int:
+    path = LOGS / f"{name}.log"
+    return path.stat().st_size if path.exists() else 0
+
+
+def logged_since(name: str, offset: int, text: str) -> bool:
+    """Whether ``name``'s log holds ``text`` after byte ``offset``."""
+    with (LOGS / f"{name}.log").open("rb") as log:
+        log.seek(offset)
+        return text.encode() in log.read()
+
+
 def log_tail(name: str, lines: int = 25, logs: Path | None = None) -> str:
     path = (logs or LOGS) / f"{name}.log"
     if not path.exists():
@@ -193,13 +209,21 @@ def wait_until(name: str, pid: int | None, ready, timeout: float, logs: Path | N
 
 def choose_port(service: str, taken: list[int]) -> int:
     """The preferred port if free, else any free port (reported)."""
-    default = DEFAULT_PORTS.get(service, AIRFLOW_PORT)
+    default = {**DEFAULT_PORTS, "airflow": AIRFLOW_PORT, "redis": celery_stack.REDIS_PORT}[service]
     preferred = int(os.environ.get(f"CRAWLER_OPS_{service.upper()}_PORT", default))
     if not port_open(preferred) and preferred not in taken:
         return preferred
     chosen = free_port()
     log(f"{service}: port {preferred} is taken by another program; using free port {chosen}")
     return chosen
+
+
+def write_private(path: Path, text: str) -> None:
+    """Write a file only its owner may read (it holds secrets or connection strings)."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    os.fchmod(fd, 0o600)
+    with os.fdopen(fd, "w", encoding="utf-8") as out:
+        out.write(text)
 
 
 def load_state() -> dict:
@@ -377,12 +401,30 @@ def pg_ready(uri: str) -> bool:
         return False
 
 
-def ensure_database(port: int) -> None:
+def ensure_database(server_uri: str, name: str) -> None:
+    """Create database ``name`` on the server ``server_uri`` connects to, unless it exists."""
     import psycopg
 
-    with psycopg.connect(pg_uri(port, "postgres"), autocommit=True, connect_timeout=5) as conn:
-        if conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", (PG_DATABASE,)).fetchone() is None:
-            conn.execute(f'CREATE DATABASE "{PG_DATABASE}"')
+    try:
+        with psycopg.connect(server_uri, autocommit=True, connect_timeout=5) as conn:
+            if conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", (name,)).fetchone() is None:
+                conn.execute(f'CREATE DATABASE "{name}"')
+    except psycopg.Error as exc:
+        raise StackError(f"cannot create the PostgreSQL database {name!r}: {exc}".strip()) from exc
+
+
+def with_database(uri: str, name: str, driver: str = "postgresql") -> str:
+    """``uri`` (a postgresql:// URL) naming database ``name`` instead, with scheme ``driver``."""
+    parts = urllib.parse.urlsplit(uri)
+    return urllib.parse.urlunsplit((driver, parts.netloc, f"/{name}", parts.query, parts.fragment))
+
+
+def metadata_db_uri(postgres_uri: str) -> str:
+    """Airflow's metadata DB: database ``airflow`` on the crawler's PostgreSQL server (as in docker-compose),
+    unless ``AIRFLOW__DATABASE__SQL_ALCHEMY_CONN`` names another."""
+    return os.environ.get("AIRFLOW__DATABASE__SQL_ALCHEMY_CONN") or with_database(
+        postgres_uri, AIRFLOW_DATABASE, "postgresql+psycopg2"
+    )
 
 
 def start_postgres(ports: Ports) -> str:
@@ -396,6 +438,8 @@ def start_postgres(ports: Ports) -> str:
         except psycopg.OperationalError as exc:
             raise StackError(f"cannot connect to CRAWLER_OPS_PG_URI within 5s: {exc}".strip()) from exc
         log("postgres: using the external server from CRAWLER_OPS_PG_URI")
+        if not os.environ.get("AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"):
+            ensure_database(external, AIRFLOW_DATABASE)
         return external
     data = STACK / "pg" / "data"
     data.mkdir(parents=True, exist_ok=True)
@@ -461,7 +505,8 @@ def start_postgres(ports: Ports) -> str:
         if result.returncode != 0:
             raise StackError(f"postgres did not start:\n{result.stdout}{result.stderr}\n{log_tail('postgres')}")
         log(f"postgres: started on 127.0.0.1:{ports.postgres} in {time.monotonic() - started:.1f}s")
-    ensure_database(ports.postgres)
+    for database in (PG_DATABASE, AIRFLOW_DATABASE):
+        ensure_database(pg_uri(ports.postgres, "postgres"), database)
     seed_demo_tables(pg_uri(ports.postgres))
     return pg_uri(ports.postgres)
 
@@ -533,6 +578,7 @@ def stack_env(ports: Ports, postgres_uri: str, bootstrap: str | None = None) -> 
         "AIRFLOW__CORE__EXECUTOR": "LocalExecutor",
         "AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION": "False",
         "AIRFLOW__LOGGING__BASE_LOG_FOLDER": str(STACK / "airflow" / "logs"),
+        "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": metadata_db_uri(postgres_uri),
         "AIRFLOW_CONN_CRAWLER_DB": postgres_uri,
         "AIRFLOW_CONN_KAFKA_DEFAULT": json.dumps(
             {
@@ -567,7 +613,7 @@ def secret(name: str) -> str:
     values = json.loads(path.read_text()) if path.exists() else {}
     if name not in values:
         values[name] = uuid.uuid4().hex + uuid.uuid4().hex
-        path.write_text(json.dumps(values))
+        write_private(path, json.dumps(values))
     return str(values[name])
 
 
@@ -575,7 +621,7 @@ def passwords_file() -> Path:
     """The simple auth manager's password file with the documented local login (admin / admin)."""
     path = STACK / "airflow" / "passwords.json"
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps({AIRFLOW_LOGIN[0]: AIRFLOW_LOGIN[1]}))
+    write_private(path, json.dumps({AIRFLOW_LOGIN[0]: AIRFLOW_LOGIN[1]}))
     return path
 
 
@@ -585,8 +631,12 @@ def airflow_cli() -> str:
 
 
 def airflow_service_args(service: str, port: int) -> list[str]:
-    """The ``airflow`` arguments that start ``service``; the api-server listens on 127.0.0.1:``port``."""
-    return ["api-server", "-H", "127.0.0.1", "-p", str(port)] if service == "api-server" else [service]
+    """The ``airflow`` arguments that start ``service``; the api-server listens on 127.0.0.1:``port``. The
+    scheduler's and triggerer's log servers would listen on every interface: they are skipped, the logs are
+    local files the api-server reads itself."""
+    if service == "api-server":
+        return ["api-server", "-H", "127.0.0.1", "-p", str(port)]
+    return [service, "--skip-serve-logs"] if service in ("scheduler", "triggerer") else [service]
 
 
 def airflow_healthy(url: str) -> bool:
@@ -594,14 +644,20 @@ def airflow_healthy(url: str) -> bool:
     return http_ok(f"{url}/api/v2/monitor/health")
 
 
-def airflow_up() -> None:
-    """api-server, scheduler, dag-processor and triggerer (LocalExecutor) on the running stack."""
+def airflow_up(executor: str = "local", workers: int = 2) -> None:
+    """api-server, scheduler, dag-processor and triggerer on the running stack, with LocalExecutor; or with
+    ``executor`` "celery": CeleryExecutor, a Redis broker and ``workers`` Celery workers. A running Airflow
+    with the other executor (or another number of workers) is stopped first."""
     state = load_state()
     if not state:
         raise StackError("the stack is not up: run `python dev/stack.py up` first")
+    if executor not in celery_stack.EXECUTORS:
+        raise StackError(f"unknown executor {executor!r}: one of {', '.join(celery_stack.EXECUTORS)}")
+    workers = workers if executor == "celery" else 0
     RUN.mkdir(parents=True, exist_ok=True)
-    previous = own_port("airflow")
-    port = previous or choose_port("airflow", [])
+    if (executor, workers) != running_executor(state):
+        airflow_down()
+    port = own_port("airflow") or choose_port("airflow", [])
     url = f"http://127.0.0.1:{port}"
     env = {
         **state["env"],
@@ -611,34 +667,73 @@ def airflow_up() -> None:
         "AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL": "10",
         "AIRFLOW__SCHEDULER__SCHEDULER_HEARTBEAT_SEC": "2",
     }
-    for service in AIRFLOW_SERVICES:
-        name = f"airflow-{service}"
+    if executor == "celery":
+        env.update(celery_stack.celery_env(start_redis(), env["AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"]))
+    services = [(f"airflow-{s}", [airflow_cli(), *airflow_service_args(s, port)], env) for s in AIRFLOW_SERVICES]
+    services += [
+        (f"airflow-worker-{i}", celery_stack.worker_command(airflow_cli(), i), {**env, **celery_stack.worker_env(i)})
+        for i in range(1, workers + 1)
+    ]
+    started: dict[str, int] = {}  # where each started service's log began
+    for name, command, service_env in services:
         if running_pid(name) is not None:
             log(f"{name}: already running")
             continue
-        spawn(name, [airflow_cli(), *airflow_service_args(service, port)], env=env)
+        started[name] = log_size(name)
+        spawn(name, command, env=service_env)
     (RUN / "airflow.ports").write_text(json.dumps({"airflow": port}))
-    wait_until(
-        "airflow-api-server",
-        running_pid("airflow-api-server"),
-        lambda: airflow_healthy(url),
-        timeout=120,
-    )
-    state["airflow"] = {"url": url, "login": list(AIRFLOW_LOGIN), "config": env["CRAWLER_OPS_CONFIG"]}
-    STATE_FILE.write_text(json.dumps(state, indent=2))
+    wait_until("airflow-api-server", running_pid("airflow-api-server"), lambda: airflow_healthy(url), timeout=120)
+    for name in (n for n in started if n.startswith("airflow-worker-")):
+        wait_until(name, running_pid(name), lambda name=name: logged_since(name, started[name], " ready."), 180)
+    state["airflow"] = {
+        "url": url,
+        "login": list(AIRFLOW_LOGIN),
+        "config": env["CRAWLER_OPS_CONFIG"],
+        "executor": executor,
+        "workers": [celery_stack.worker_name(i) for i in range(1, workers + 1)],
+    }
+    write_private(STATE_FILE, json.dumps(state, indent=2))
     log(f"airflow: UI and REST API on {url} (login {AIRFLOW_LOGIN[0]} / {AIRFLOW_LOGIN[1]}); logs in {LOGS}")
+    if workers:
+        log(f"airflow: CeleryExecutor with {workers} workers ({', '.join(state['airflow']['workers'])})")
+
+
+def running_executor(state: dict) -> tuple[str, int] | None:
+    """The executor and worker count of the Airflow that runs on this stack, if one does."""
+    running = state.get("airflow")
+    if not running or running_pid("airflow-scheduler") is None:
+        return None
+    return running.get("executor", "local"), len(running.get("workers", []))
+
+
+def start_redis() -> int:
+    """The Celery broker: a private Redis (installed first when missing); its port."""
+    port = own_port("redis")
+    if port is not None:
+        return port
+    port = choose_port("redis", [])
+    try:
+        binary = celery_stack.redis_server(log)
+    except celery_stack.RedisMissing as exc:
+        raise StackError(str(exc)) from exc
+    pid = spawn("redis", celery_stack.redis_command(binary, port, STACK / "redis"))
+    (RUN / "redis.ports").write_text(json.dumps({"redis": port}))
+    wait_until("redis", pid, lambda: port_open(port), timeout=30)
+    log(f"redis: started (pid {pid}) on 127.0.0.1:{port}")
+    return port
 
 
 def airflow_down() -> None:
-    for service in AIRFLOW_SERVICES:
-        name = f"airflow-{service}"
+    """Stop Airflow's services, its Celery workers and their broker."""
+    workers = sorted(path.stem for path in RUN.glob("airflow-worker-*.pid")) if RUN.exists() else []
+    for name in [f"airflow-{service}" for service in AIRFLOW_SERVICES] + workers + ["redis"]:
         pid = running_pid(name)
         if pid is not None:
             stop_pid(name, pid)
             log(f"{name}: stopped")
     state = load_state()
     if state.pop("airflow", None) is not None:
-        STATE_FILE.write_text(json.dumps(state, indent=2))
+        write_private(STATE_FILE, json.dumps(state, indent=2))
 
 
 def migrate_airflow(env: dict[str, str]) -> None:
@@ -653,7 +748,8 @@ def migrate_airflow(env: dict[str, str]) -> None:
     (LOGS / "airflow-migrate.log").write_text(result.stdout + result.stderr)
     if result.returncode != 0:
         raise StackError(f"airflow db migrate failed; see {LOGS / 'airflow-migrate.log'}:\n{result.stderr[-2000:]}")
-    log(f"airflow: metadata DB migrated in {time.monotonic() - started:.1f}s ({env['AIRFLOW_HOME']}/airflow.db)")
+    db = urllib.parse.urlsplit(env["AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"])
+    log(f"airflow: metadata DB migrated in {time.monotonic() - started:.1f}s ({db.hostname}:{db.port}{db.path})")
 
 
 # --------------------------------------------------------------------------- commands
@@ -707,7 +803,7 @@ def up(kafka_brokers: int | None = None) -> dict[str, str]:
         stop_pid("kafka", pid)
     env = stack_env(ports, postgres_uri, bootstrap)
     state = {"ports": ports.__dict__, "env": env, "kafka_brokers": brokers}
-    STATE_FILE.write_text(json.dumps(state, indent=2))
+    write_private(STATE_FILE, json.dumps(state, indent=2))
     write_env_file(env)
     migrate_airflow(env)
     log(f"ready; environment in {STACK / 'env.sh'} (source it to use the airflow CLI)")
@@ -717,7 +813,7 @@ def up(kafka_brokers: int | None = None) -> dict[str, str]:
 def write_env_file(env: dict[str, str]) -> None:
     lines = [f"export {key}={shell_quote(value)}" for key, value in env.items()]
     lines.append(f'export PATH={shell_quote(str(Path(sys.executable).parent))}:"$PATH"')
-    (STACK / "env.sh").write_text("\n".join(lines) + "\n")
+    write_private(STACK / "env.sh", "\n".join(lines) + "\n")
 
 
 def shell_quote(value: str) -> str:
@@ -780,6 +876,10 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("command", choices=["up", "down", "status", "env", "airflow-up", "airflow-down"])
     parser.add_argument(
+        "--executor", choices=celery_stack.EXECUTORS, default="local", help="airflow-up: LocalExecutor or Celery"
+    )
+    parser.add_argument("--workers", type=int, default=2, help="airflow-up --executor celery: Celery workers")
+    parser.add_argument(
         "--kafka-brokers", type=int, default=None, help="up: nodes of the Kafka cluster (default: as last time, else 1)"
     )
     args = parser.parse_args(argv)
@@ -790,7 +890,7 @@ def main(argv: list[str] | None = None) -> int:
             airflow_down()
             down()
         elif args.command == "airflow-up":
-            airflow_up()
+            airflow_up(args.executor, args.workers)
         elif args.command == "airflow-down":
             airflow_down()
         elif args.command == "status":

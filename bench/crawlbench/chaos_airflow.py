@@ -1,5 +1,5 @@
-"""The chaos run's own Airflow (api-server, scheduler, dag-processor, LocalExecutor on a private copy of the
-metadata DB, see :mod:`crawlbench.scheduler`): runs triggered through its REST API, their states, the processes
+"""The chaos run's own Airflow (api-server, scheduler, dag-processor, LocalExecutor on a private metadata DB,
+see :mod:`crawlbench.scheduler`): runs triggered through its REST API, their states, the processes
 of running ``crawl_chunk`` task instances, failed attempts, and a restart of its services."""
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import psutil
 
 from crawlbench.common import REPO, BenchError
 from crawlbench.environment import devstack, metadata_db
-from crawlbench.metadata import sqlite_rows
+from crawlbench.metadata import metadata_rows
 from crawlbench.scheduler import Services, wait_for_api_server
 
 CHUNK_TASK = "crawl_chunk"
@@ -60,7 +60,7 @@ class ChaosAirflow:
 
     def trigger(self, dag_id: str) -> str:
         """A manual run without a logical date (its reference time is its ``run_after``); its run id.
-        The metadata DB is SQLite, shared with a busy scheduler: a server error is retried, a 4xx is not."""
+        A server error is retried, a 4xx is not."""
         for _ in range(6):
             answer = self.rest().post(f"/dags/{dag_id}/dagRuns", json={"logical_date": None, "conf": {}}, timeout=60)
             if answer.status_code < 500:
@@ -71,17 +71,17 @@ class ChaosAirflow:
         return str(answer.json()["dag_run_id"])
 
     def run_state(self, dag_id: str, run_id: str) -> str | None:
-        rows = sqlite_rows(self.db, "SELECT state FROM dag_run WHERE dag_id = ? AND run_id = ?", dag_id, run_id)
+        query = "SELECT state FROM dag_run WHERE dag_id = :dag AND run_id = :run"
+        rows = metadata_rows(self.db, query, dag=dag_id, run=run_id)
         return rows[0][0] if rows else None
 
     def running_chunks(self, dag_ids: list[str]) -> list[ChunkAttempt]:
-        marks = ",".join("?" * len(dag_ids))
-        rows = sqlite_rows(
+        rows = metadata_rows(
             self.db,
             "SELECT dag_id, run_id, map_index, try_number, id FROM task_instance "
-            f"WHERE task_id = ? AND state = 'running' AND dag_id IN ({marks})",
-            CHUNK_TASK,
-            *dag_ids,
+            "WHERE task_id = :task AND state = 'running' AND dag_id IN :dags",
+            task=CHUNK_TASK,
+            dags=list(dag_ids),
         )
         return [ChunkAttempt(d, r, int(m), int(t), str(i).replace("-", "")) for d, r, m, t, i in rows]
 
@@ -98,9 +98,10 @@ class ChaosAirflow:
 
     def failed_chunk_attempts(self, dag_id: str) -> int:
         """Tries of ``crawl_chunk`` that did not succeed: earlier tries (history) and failed current ones."""
-        history = "SELECT count(*) FROM task_instance_history WHERE dag_id = ? AND task_id = ? AND state != 'success'"
-        current = "SELECT count(*) FROM task_instance WHERE dag_id = ? AND task_id = ? AND state = 'failed'"
-        return sum(int(sqlite_rows(self.db, sql, dag_id, CHUNK_TASK)[0][0]) for sql in (history, current))
+        where = "WHERE dag_id = :dag AND task_id = :task"
+        history = f"SELECT count(*) FROM task_instance_history {where} AND state != 'success'"
+        current = f"SELECT count(*) FROM task_instance {where} AND state = 'failed'"
+        return sum(int(metadata_rows(self.db, sql, dag=dag_id, task=CHUNK_TASK)[0][0]) for sql in (history, current))
 
     def restart(self, names: tuple[str, ...], down_s: float) -> None:
         """Stop ``names`` (SIGTERM to each process group, SIGKILL after 20 s), wait ``down_s``, start them again

@@ -1,13 +1,14 @@
 """The running local stack as the benchmark sees it, through ``dev/stack.py``: its environment, the
-project's producer settings, and Airflow homes on private copies of the stack's metadata DB."""
+project's producer settings, and Airflow homes on private metadata DBs."""
 
 from __future__ import annotations
 
 import os
 import shutil
-import sqlite3
+import subprocess
 import sys
 import tempfile
+import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -81,46 +82,45 @@ def airflow_command() -> list[str]:
     return [devstack.airflow_cli()]
 
 
-def metadata_db(env: dict[str, str]) -> Path:
-    """The SQLite metadata DB an Airflow environment uses (a private copy's, else its home's)."""
-    conn = env.get("AIRFLOW__DATABASE__SQL_ALCHEMY_CONN")
-    return Path(conn.removeprefix("sqlite:///")) if conn else Path(env["AIRFLOW_HOME"]) / "airflow.db"
+def metadata_db(env: dict[str, str]) -> str:
+    """The SQLAlchemy URL of the metadata DB an Airflow environment uses."""
+    return env.get("AIRFLOW__DATABASE__SQL_ALCHEMY_CONN") or f"sqlite:///{Path(env['AIRFLOW_HOME']) / 'airflow.db'}"
 
 
 @contextmanager
-def airflow_env(stack: Stack, shared: bool, quiesce: bool = False) -> Iterator[dict[str, str]]:
-    """The environment for Airflow commands: the stack's, on a private copy of its metadata DB unless
-    ``shared`` (so the benchmark never holds the SQLite lock other users of the stack need).
-
-    With ``quiesce`` (for a real scheduler on the copy), every DAG already in the copy is paused and its
-    queued or running runs are marked failed, so only the benchmark's own DAG can run.
-    """
+def airflow_env(stack: Stack, shared: bool) -> Iterator[dict[str, str]]:
+    """The environment for Airflow commands: the stack's own metadata DB when ``shared``; else a fresh one of the
+    benchmark's own (a database on the stack's PostgreSQL, migrated, dropped afterwards), where a benchmark's
+    scheduler sees only the DAGs it parses and never a run of anyone else using the stack."""
     env = {**os.environ, **stack.env}
     if shared:
         yield env
         return
     home = Path(tempfile.mkdtemp(prefix="crawl_bench_airflow_"))
+    name = f"crawl_bench_{uuid.uuid4().hex[:12]}"
     try:
-        try:
-            copy_airflow_home(Path(stack.env["AIRFLOW_HOME"]), home, quiesce)
-        except (OSError, sqlite3.Error) as exc:
-            raise BenchError(f"cannot copy the Airflow metadata DB from {stack.env['AIRFLOW_HOME']}: {exc}") from exc
+        devstack.ensure_database(stack.pg_uri, name)
+    except devstack.StackError as exc:
+        raise BenchError(f"cannot create a private Airflow metadata DB: {exc}") from exc
+    try:
         env.update(
             AIRFLOW_HOME=str(home),
-            AIRFLOW__DATABASE__SQL_ALCHEMY_CONN=f"sqlite:///{home / 'airflow.db'}",
+            AIRFLOW__DATABASE__SQL_ALCHEMY_CONN=devstack.with_database(stack.pg_uri, name, "postgresql+psycopg2"),
             AIRFLOW__LOGGING__BASE_LOG_FOLDER=str(home / "logs"),
         )
+        (home / "logs").mkdir()
+        migrated = subprocess.run([*airflow_command(), "db", "migrate"], env=env, capture_output=True, text=True)
+        if migrated.returncode != 0:
+            raise BenchError(f"airflow db migrate of the private metadata DB failed:\n{migrated.stderr[-2000:]}")
         yield env
     finally:
+        drop_database(stack.pg_uri, name)
         shutil.rmtree(home, ignore_errors=True)
 
 
-def copy_airflow_home(source: Path, home: Path, quiesce: bool) -> None:
-    """``airflow.cfg`` and a consistent copy of ``airflow.db`` (SQLite's backup API) into ``home``."""
-    shutil.copy2(source / "airflow.cfg", home / "airflow.cfg")
-    with sqlite3.connect(source / "airflow.db") as src, sqlite3.connect(home / "airflow.db") as dst:
-        src.backup(dst)
-        if quiesce:
-            dst.execute("UPDATE dag SET is_paused = 1")
-            dst.execute("UPDATE dag_run SET state = 'failed' WHERE state IN ('queued', 'running')")
-    (home / "logs").mkdir()
+def drop_database(server_uri: str, name: str) -> None:
+    """Drop database ``name`` of the server ``server_uri`` connects to, closing what still uses it."""
+    import psycopg
+
+    with psycopg.connect(server_uri, autocommit=True, connect_timeout=5) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')

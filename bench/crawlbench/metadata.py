@@ -1,47 +1,68 @@
-"""Reads of an Airflow metadata DB (SQLite) after or during a run: each task instance's timings and the
-return value every mapped ``crawl_chunk`` pushed to XCom, the source of a chunk's records/s."""
+"""Reads of an Airflow metadata DB (SQLite or PostgreSQL, by its SQLAlchemy URL) after or during a run: each
+task instance's timings and the return value every mapped ``crawl_chunk`` pushed to XCom, the source of a
+chunk's records/s."""
 
 from __future__ import annotations
 
 import json
-import sqlite3
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import UTC, datetime
-from pathlib import Path
-from typing import Any
+from functools import cache
+from typing import TYPE_CHECKING, Any
 
 from crawlbench.sampling import TreeMemory
 
+if TYPE_CHECKING:
+    from sqlalchemy.engine import Engine
+
 TASK_ORDER = ("plan", "crawl_chunk", "commit")
+Moment = datetime | str | None
 
 
-def sqlite_rows(db: Path, statement: str, *params: Any) -> list[tuple[Any, ...]]:
-    """Read-only query on the metadata DB, which a scheduler may be writing to."""
-    conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=30)
-    try:
-        return conn.execute(statement, params).fetchall()
-    finally:
-        conn.close()
+@cache
+def engine(url: str) -> Engine:
+    from sqlalchemy import create_engine
+    from sqlalchemy.pool import NullPool
+
+    return create_engine(url, poolclass=NullPool)
 
 
-def utc(text: str | None) -> float | None:
-    """Epoch seconds of a naive-UTC SQLite timestamp."""
-    return datetime.fromisoformat(text).replace(tzinfo=UTC).timestamp() if text else None
+def metadata_rows(url: str, statement: str, **params: Any) -> list[tuple[Any, ...]]:
+    """A read of the metadata DB at ``url``; a list parameter expands (``IN :names``)."""
+    from sqlalchemy import bindparam, text
+
+    query = text(statement)
+    lists = [name for name, value in params.items() if isinstance(value, list | tuple)]
+    if lists:
+        query = query.bindparams(*(bindparam(name, expanding=True) for name in lists))
+    with engine(url).connect() as conn:
+        return [tuple(row) for row in conn.execute(query, params)]
 
 
-def chunk_results(db: Path, dag_id: str) -> dict[int, dict[str, Any]]:
+def utc(value: Moment) -> float | None:
+    """Epoch seconds of a metadata timestamp: a datetime (PostgreSQL) or naive-UTC text (SQLite)."""
+    if not value:
+        return None
+    moment = value if isinstance(value, datetime) else datetime.fromisoformat(value)
+    return (moment if moment.tzinfo else moment.replace(tzinfo=UTC)).timestamp()
+
+
+def chunk_results(db: str, dag_id: str) -> dict[int, dict[str, Any]]:
     """The return value of each mapped ``crawl_chunk`` task instance of the DAG's newest run, by map index.
 
-    XCom values are stored as JSON in ``xcom.value``.
+    XCom values are JSON in ``xcom.value`` (text on SQLite, decoded already from PostgreSQL's jsonb).
     """
-    rows = sqlite_rows(
+    rows = metadata_rows(
         db,
-        "SELECT map_index, value FROM xcom WHERE dag_id = ? AND task_id = 'crawl_chunk' AND key = 'return_value' "
-        "AND dag_run_id = (SELECT max(id) FROM dag_run WHERE dag_id = ?)",
-        dag_id,
-        dag_id,
+        "SELECT map_index, value FROM xcom WHERE dag_id = :dag AND task_id = 'crawl_chunk' "
+        "AND key = 'return_value' AND dag_run_id = (SELECT max(id) FROM dag_run WHERE dag_id = :dag)",
+        dag=dag_id,
     )
-    results = {int(index): json.loads(value) for index, value in rows if value is not None}
+    results = {
+        int(index): json.loads(value) if isinstance(value, str | bytes) else value
+        for index, value in rows
+        if value is not None
+    }
     return {index: value for index, value in results.items() if isinstance(value, dict)}
 
 
@@ -71,15 +92,14 @@ def add_chunk_figures(
             row.update({k: v for k, v in figures.items() if k in names} if names else figures)
 
 
-def dag_run(db: Path, dag_id: str) -> tuple[Any, ...] | None:
+def dag_run(db: str, dag_id: str) -> tuple[Any, ...] | None:
     """State, queued, start and end of the DAG's run (the newest)."""
-    rows = sqlite_rows(
-        db, "SELECT state, queued_at, start_date, end_date FROM dag_run WHERE dag_id = ? ORDER BY id DESC", dag_id
-    )
+    query = "SELECT state, queued_at, start_date, end_date FROM dag_run WHERE dag_id = :dag ORDER BY id DESC"
+    rows = metadata_rows(db, query, dag=dag_id)
     return rows[0] if rows else None
 
 
-def run_times(queued: str | None, start: str | None, end: str | None) -> dict[str, float | None]:
+def run_times(queued: Moment, start: Moment, end: Moment) -> dict[str, float | None]:
     q, s, e = utc(queued), utc(start), utc(end)
     return {
         "queued_to_start_s": (s - q) if q and s else None,
@@ -87,16 +107,15 @@ def run_times(queued: str | None, start: str | None, end: str | None) -> dict[st
     }
 
 
-def task_instances(db: Path, dag_id: str, memory: TreeMemory) -> list[dict[str, Any]]:
+def task_instances(db: str, dag_id: str, memory: TreeMemory) -> list[dict[str, Any]]:
     """Per task instance of the DAG's newest run: executor latency (queued->start), duration, its process's peak
     RSS."""
-    rows = sqlite_rows(
+    rows = metadata_rows(
         db,
         "SELECT task_id, map_index, queued_dttm, start_date, end_date, pid, state FROM task_instance "
-        "WHERE dag_id = ? AND run_id = (SELECT run_id FROM dag_run WHERE dag_id = ? ORDER BY id DESC LIMIT 1) "
+        "WHERE dag_id = :dag AND run_id = (SELECT run_id FROM dag_run WHERE dag_id = :dag ORDER BY id DESC LIMIT 1) "
         "ORDER BY start_date",
-        dag_id,
-        dag_id,
+        dag=dag_id,
     )
     ends: dict[str, float] = {}
     for task_id, _, _, _, end, _, _ in rows:

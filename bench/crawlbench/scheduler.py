@@ -1,5 +1,5 @@
 """The crawl DAG on a real scheduler with LocalExecutor: an api-server, a scheduler and a dag-processor
-started by ``dev/stack.py``'s helpers on a quiesced private copy of the metadata DB, one triggered run."""
+started by ``dev/stack.py``'s helpers on a private metadata DB, one triggered run."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from typing import Any
 
 from crawlbench.common import REPO, BenchError
 from crawlbench.environment import Stack, airflow_command, airflow_env, devstack, metadata_db
-from crawlbench.metadata import add_chunk_figures, chunk_results, dag_run, run_times, sqlite_rows, task_instances
+from crawlbench.metadata import add_chunk_figures, chunk_results, dag_run, metadata_rows, run_times, task_instances
 from crawlbench.project import crawl_seconds, read_run_record, write_config
 from crawlbench.results import Variant
 from crawlbench.sampling import TreeMemory
@@ -44,10 +44,10 @@ class Services:
 def scheduler_services(
     stack: Stack, config_path: Path, log_dir: Path, extra_env: Mapping[str, str] | None = None
 ) -> Iterator[Services]:
-    """api-server + scheduler (LocalExecutor) + dag-processor on a quiesced private copy of the metadata DB,
+    """api-server + scheduler (LocalExecutor) + dag-processor on a private metadata DB,
     parsing only the benchmark's config (``extra_env`` added to their environment); all three are stopped (by
     pid) on exit, their task logs kept."""
-    with airflow_env(stack, shared=False, quiesce=True) as env:
+    with airflow_env(stack, shared=False) as env:
         port = devstack.free_port()
         env.update(
             CRAWLER_OPS_CONFIG=str(config_path),
@@ -101,10 +101,10 @@ def wait_for_dag(env: dict[str, str], dag_id: str, timeout: float = SERVICE_STAR
     deadline = time.monotonic() + timeout
     query = (
         "SELECT d.is_paused FROM dag d JOIN serialized_dag s ON s.dag_id = d.dag_id "
-        "WHERE d.dag_id = ? AND d.is_stale = 0"
+        "WHERE d.dag_id = :dag AND NOT d.is_stale"
     )
     while time.monotonic() < deadline:
-        rows = sqlite_rows(metadata_db(env), query, dag_id)
+        rows = metadata_rows(metadata_db(env), query, dag=dag_id)
         if rows:
             if rows[0][0]:
                 subprocess.run(

@@ -1,5 +1,6 @@
-"""Command line: ``python -m crawler_ops status [--task ID] [--json] [--no-live]`` and
-``python -m crawler_ops skip-batch --task ID --offset O``.
+"""Command line: ``python -m crawler_ops status [--task ID | --executor NAME] [--json] [--no-live]``,
+``python -m crawler_ops skip-batch --task ID --offset O``, ``python -m crawler_ops unpark --executor NAME
+[--id ID ...]`` and ``python -m crawler_ops dag-shards N [--dags-folder DIR]``.
 
 Run it where the DAGs run (same ``AIRFLOW_CONN_*`` connections, same ``CRAWLER_OPS_CONFIG``) with
 ``plugins/`` on ``PYTHONPATH``; ``make status`` does that for the local stack.
@@ -11,35 +12,70 @@ import argparse
 import json
 import sys
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 from crawler_ops.config import load_config
 from crawler_ops.errors import ConfigError
 
+DAGS_FOLDER = Path(__file__).resolve().parents[2] / "dags"
+
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m crawler_ops", description="crawler_ops operations")
     commands = parser.add_subparsers(dest="command", required=True)
-    status = commands.add_parser("status", help="per crawl task: source total, watermark, runs, errors, Kafka lag")
+    status = commands.add_parser(
+        "status", help="per crawl task: source total, watermark, runs, errors, Kafka lag; per executor: rows, parked"
+    )
     status.add_argument("--task", help="only this crawl task id")
+    status.add_argument("--executor", help="only this executor (its name)")
     status.add_argument("--json", action="store_true", help="print JSON instead of text")
     status.add_argument("--no-live", action="store_true", help="do not ask the sources and Kafka (PostgreSQL only)")
     skip = commands.add_parser("skip-batch", help="let the watermark pass a parked batch (its records are lost)")
     skip.add_argument("--task", required=True, help="the crawl task id")
     skip.add_argument("--offset", type=int, required=True, help="the parked batch's start offset")
+    unpark = commands.add_parser("unpark", help="parked executor rows back to pending with a fresh attempt count")
+    unpark.add_argument("--executor", required=True, help="the executor's name")
+    unpark.add_argument("--id", type=int, nargs="+", dest="ids", help="only these row ids (default: every parked row)")
+    shards = commands.add_parser("dag-shards", help="spread the crawl DAGs over N DAG files (by task id hash)")
+    shards.add_argument("count", type=int, help="the number of crawl DAG files")
+    shards.add_argument("--dags-folder", type=Path, default=DAGS_FOLDER, help=f"default {DAGS_FOLDER}")
     args = parser.parse_args(argv)
     if args.command == "skip-batch":
         return skip_batch(args.task, args.offset)
-
-    from crawler_ops.status import collect  # imports Airflow: after argument errors are reported
-
     try:
-        report = collect(load_config(), args.task, live=not args.no_live)
+        if args.command == "unpark":
+            return run_unpark(args.executor, args.ids)
+        if args.command == "dag-shards":
+            return run_dag_shards(args.count, args.dags_folder)
+        return run_status(args)
     except ConfigError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+
+
+def run_dag_shards(count: int, folder: Path) -> int:
+    from crawler_ops.factory.shards import write_shard_files
+
+    if count < 1 or not folder.is_dir():
+        print(f"error: need a count >= 1 and an existing DAG folder (got {count}, {folder})", file=sys.stderr)
+        return 2
+    written = write_shard_files(folder, count)
+    print(f"{len(written)} crawl DAG files in {folder}: {', '.join(p.name for p in written)}")
+    return 0
+
+
+def run_status(args: argparse.Namespace) -> int:
+    from crawler_ops.status import collect  # imports Airflow: after argument errors are reported
+
+    if args.task and args.executor:
+        print("error: name a crawl task (--task) or an executor (--executor), not both", file=sys.stderr)
+        return 2
+    try:
+        report = collect(load_config(), args.task, live=not args.no_live, executor=args.executor)
     except KeyError:
-        print(f"error: no crawl task '{args.task}' in the config; see the 'tasks' list", file=sys.stderr)
+        what = f"crawl task '{args.task}'" if args.task else f"executor '{args.executor}'"
+        print(f"error: no {what} in the config; see the 'tasks' and 'executors' lists", file=sys.stderr)
         return 2
     if args.json:
         print(json.dumps(report, ensure_ascii=False, indent=2, default=str))
@@ -73,6 +109,27 @@ def skip_batch(task_id: str, offset: int) -> int:
         return 1
     print(f"skipped {skipped[0].describe()}; the next run's commit moves the watermark past it")
     return 0
+
+
+def run_unpark(name: str, ids: list[int] | None) -> int:
+    """Un-park an executor's rows; exit status 1 when an asked-for id was not parked."""
+    from crawler_ops.executor import unpark  # imports Airflow: after argument errors are reported
+
+    loaded = load_config()
+    executor = next((e for e in loaded.executors if e.name == name), None)
+    if executor is None:
+        problem = loaded.executor_errors.get(name, f"no executor '{name}' in the config; see the 'executors' list")
+        raise ConfigError(problem)
+    result = unpark(executor, ids)
+    print(f"executor {name}: {len(result.unparked)} rows back to pending: {show_ids(result.unparked)}")
+    for row_id, status in sorted(result.not_parked.items()):
+        print(f"executor {name}: row {row_id} is not parked ({status}); left as it is", file=sys.stderr)
+    return 1 if result.not_parked else 0
+
+
+def show_ids(ids: Sequence[int], most: int = 20) -> str:
+    shown = ", ".join(map(str, ids[:most]))
+    return (shown + f", ... ({len(ids) - most} more)" if len(ids) > most else shown) or "none"
 
 
 def render_text(report: Mapping[str, Any]) -> str:
@@ -112,7 +169,27 @@ def render_text(report: Mapping[str, Any]) -> str:
             lines.append("  kafka " + render_kafka(row["kafka"]))
     for bad in report.get("invalid_tasks", []):
         lines += ["", f"{bad['task_id']}: INVALID CONFIG: {bad['error']}"]
+    for executor in report.get("executors", []):
+        lines += ["", *render_executor(executor)]
+    for bad in report.get("invalid_executors", []):
+        lines += ["", f"executor {bad['name']}: INVALID CONFIG: {bad['error']}"]
     return "\n".join(lines)
+
+
+def render_executor(row: Mapping[str, Any]) -> list[str]:
+    """An executor's rows per status and its latest parked rows with their errors."""
+    lines = [f"executor {row['name']}  dag {row['dag_id']}  status table {row['status_table']}"]
+    if row.get("db_error"):
+        return [*lines, f"  db error: {row['db_error']}"]
+    lines.append("  rows " + "  ".join(f"{k} {v}" for k, v in row["rows"].items()))
+    for parked in row.get("parked", []):
+        lines.append(
+            f"  parked row {parked['id']} after {parked['attempts']} attempts at {show(parked['failed_at'])}: "
+            f"{parked['last_error']}"
+        )
+    if row.get("parked"):
+        lines.append(f"  un-park: python -m crawler_ops unpark --executor {row['name']} [--id ID ...]")
+    return lines
 
 
 def show(value: Any) -> str:

@@ -154,6 +154,7 @@ DOTTED_PATH = re.compile(r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)+$")
 # A table (optionally schema-qualified) or column name from config: word characters only, so nothing that
 # could carry SQL; names are also checked against the catalog and used only as quoted identifiers.
 SQL_NAME = re.compile(r"^[^\W\d]\w{0,62}$")
+ALL_CATEGORIES = "*"
 
 
 def check_id(value: str) -> str:
@@ -311,18 +312,30 @@ class ExecutorTaskConfig(DagSettings):
     name: str = Field(max_length=50)
     source_table: str
     status_table: str
-    category: str | None = None
+    category: str | None = Field(
+        None, description='only rows whose category_field equals this; "*": every category, taking turns'
+    )
     category_field: str = "category"
     sort_fields: tuple[str, ...] = ()
     output_fields: tuple[str, ...]
     function: str
-    period: int = Field(600, ge=1, description="lease seconds: a claimed row is re-claimable after this long")
+    period: int = Field(
+        600, ge=1, description="lease seconds: a claimed row nobody renews is re-claimable after this long"
+    )
     cycle_index: int = Field(1000, ge=1, description="rows processed per run, over all workers")
     workers: int = Field(4, ge=1, le=256)
-    claim_batch: int = Field(100, ge=1, le=10_000, description="rows claimed per statement by a worker")
+    claim_batch: int = Field(100, ge=1, le=10_000, description="most rows a worker claims ahead in one statement")
     max_attempts: int = Field(3, ge=1)
     row_retry_delay_s: int = Field(300, ge=0, description="a failed row is claimable again after this long")
     timeout_s: float = Field(300, gt=0, description="seconds one function call may take")
+    function_style: Literal["dict", "legacy"] = Field(
+        "dict",
+        description="dict: function(row: dict); legacy: function(data) with data = [tuple of the output fields], "
+        "returning (id, status)",
+    )
+    isolation: Literal["thread", "process"] = Field(
+        "thread", description="process: each call runs in a child process, killed when it outlives timeout_s"
+    )
     create_status_table: bool = True
 
     @field_validator("name")
@@ -361,6 +374,11 @@ class ExecutorTaskConfig(DagSettings):
     @property
     def dag_id(self) -> str:
         return f"exec_{self.name}"
+
+    @property
+    def all_categories(self) -> bool:
+        """``category: "*"``: every category of the source table, taking turns row by row."""
+        return self.category == ALL_CATEGORIES
 
 
 class MaintenanceConfig(DagSettings):
@@ -459,11 +477,18 @@ def parse_config(document: Any, origin: str = "<config>", check_imports: bool = 
     defaults = document.get("defaults") or {}
     if not isinstance(defaults, Mapping):
         raise ConfigError(f"{origin}: 'defaults' must be a mapping")
+    crawl_defaults = {key: value for key, value in defaults.items() if key != EXECUTOR_DEFAULTS}
     tasks, errors = validate_entries(
-        document.get("tasks") or [], CrawlTaskConfig, "id", defaults, "task", origin, check_imports
+        document.get("tasks") or [], CrawlTaskConfig, "id", crawl_defaults, "task", origin, check_imports
     )
     executors, executor_errors = validate_entries(
-        document.get("executors") or [], ExecutorTaskConfig, "name", {}, "executor", origin, check_imports
+        document.get("executors") or [],
+        ExecutorTaskConfig,
+        "name",
+        executor_defaults(defaults, origin),
+        "executor",
+        origin,
+        check_imports,
     )
     maintenance, maintenance_error = parse_maintenance(document.get("maintenance"), defaults, origin)
     return LoadedConfig(
@@ -474,6 +499,20 @@ def parse_config(document: Any, origin: str = "<config>", check_imports: bool = 
         maintenance=maintenance,
         maintenance_error=maintenance_error,
     )
+
+
+# ``defaults.executor``: keys for every executor only (crawl tasks do not see it).
+EXECUTOR_DEFAULTS = "executor"
+
+
+def executor_defaults(defaults: Mapping[str, Any], origin: str) -> dict[str, Any]:
+    """What executors take from ``defaults``: the settings every generated DAG has (schedule, retries,
+    connection, ...), then the ``defaults.executor`` block over them."""
+    own = defaults.get(EXECUTOR_DEFAULTS) or {}
+    if not isinstance(own, Mapping):
+        raise ConfigError(f"{origin}: 'defaults.{EXECUTOR_DEFAULTS}' must be a mapping")
+    shared = {key: value for key, value in defaults.items() if key in DagSettings.model_fields}
+    return deep_merge(shared, own)
 
 
 # What the retention DAG takes from ``defaults`` (schedule and retries are the crawl tasks' own).

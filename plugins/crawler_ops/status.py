@@ -17,6 +17,7 @@ from confluent_kafka import ConsumerGroupTopicPartitions, KafkaException, TopicP
 from confluent_kafka.admin import AdminClient, OffsetSpec
 
 from crawler_ops.config import CrawlTaskConfig, LoadedConfig
+from crawler_ops.executor import executor_status
 from crawler_ops.hooks.producer import IdempotentProducerHook
 from crawler_ops.hooks.source import SourceApiHook
 from crawler_ops.hooks.store import CrawlStoreHook
@@ -39,23 +40,34 @@ RUN_FIELDS = (
 )
 
 
-def collect(loaded: LoadedConfig, task_id: str | None = None, live: bool = True) -> dict[str, Any]:
-    """The status of every crawl task of ``loaded`` (or of ``task_id``), plus invalid tasks' config errors.
+def collect(
+    loaded: LoadedConfig, task_id: str | None = None, live: bool = True, executor: str | None = None
+) -> dict[str, Any]:
+    """The status of every crawl task of ``loaded`` (or of ``task_id``) and of every executor (or of
+    ``executor``: rows per status and the latest parked rows), plus invalid entries' config errors. Naming
+    one crawl task shows no executor, and naming one executor no crawl task.
 
     :param live: also ask each source for its current total and Kafka for consumer lag.
-    :raises KeyError: when ``task_id`` names no configured task.
+    :raises KeyError: when ``task_id`` or ``executor`` names nothing configured.
     """
-    tasks = [t for t in loaded.tasks if task_id is None or t.id == task_id]
-    invalid = {k: v for k, v in loaded.errors.items() if task_id is None or k == task_id}
+    tasks = [t for t in loaded.tasks if executor is None and (task_id is None or t.id == task_id)]
+    invalid = {k: v for k, v in loaded.errors.items() if executor is None and (task_id is None or k == task_id)}
     if task_id is not None and not tasks and not invalid:
         raise KeyError(task_id)
+    executors = [e for e in loaded.executors if task_id is None and (executor is None or e.name == executor)]
+    bad = {k: v for k, v in loaded.executor_errors.items() if task_id is None and (executor is None or k == executor)}
+    if executor is not None and not executors and not bad:
+        raise KeyError(executor)
     running, running_error = active_runs([t.dag_id for t in tasks])
-    with ThreadPoolExecutor(max(1, min(8, len(tasks)))) as pool:
+    with ThreadPoolExecutor(max(1, min(8, len(tasks) + len(executors)))) as pool:
         rows = list(pool.map(lambda t: task_status(t, running, running_error, live), tasks))
+        executor_rows = list(pool.map(executor_status, executors))
     return {
         "generated_at": datetime.now(UTC).isoformat(),
         "tasks": rows,
         "invalid_tasks": [{"task_id": k, "error": v} for k, v in sorted(invalid.items())],
+        "executors": executor_rows,
+        "invalid_executors": [{"name": k, "error": v} for k, v in sorted(bad.items())],
     }
 
 

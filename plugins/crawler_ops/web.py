@@ -44,6 +44,23 @@ app = FastAPI(
 )
 
 
+# The page needs no script and no resource from elsewhere; Airflow's own UI may frame it.
+SECURITY_HEADERS = {
+    "Cache-Control": "no-store",
+    "X-Content-Type-Options": "nosniff",
+    "Content-Security-Policy": (
+        "default-src 'none'; style-src 'unsafe-inline'; frame-ancestors 'self'; base-uri 'none'; form-action 'none'"
+    ),
+}
+
+
+@app.middleware("http")
+async def security_headers(request: Request, call_next: Any) -> Any:
+    response = await call_next(request)
+    response.headers.update(SECURITY_HEADERS)
+    return response
+
+
 def visible_report(user: Any, task: str | None, live: bool) -> dict[str, Any]:
     """The status report restricted to the DAGs ``user`` may read."""
     from airflow.api_fastapi.app import get_auth_manager
@@ -57,6 +74,8 @@ def visible_report(user: Any, task: str | None, live: bool) -> dict[str, Any]:
         visible = {
             "tasks": tuple(t for t in loaded.tasks if may_read(t.dag_id)),
             "errors": {k: v for k, v in loaded.errors.items() if may_read(broken_dag_id(k))},
+            "executors": tuple(e for e in loaded.executors if may_read(e.dag_id)),
+            "executor_errors": {k: v for k, v in loaded.executor_errors.items() if may_read(broken_dag_id(k, "exec_"))},
         }
         return collect(loaded.model_copy(update=visible), task, live=live)
     except ConfigError as exc:
@@ -81,9 +100,9 @@ def status_page(user: User, task: str | None = None, live: bool = True) -> str:
 
 COLUMNS = (
     ("task", lambda r: f"{escape(r['task_id'])}<br><small>{escape(str(r['task_name']))}</small>"),
-    ("running", lambda r: {True: "yes", False: "no", None: "?"}[r.get("running")]),
-    ("status", lambda r: r.get("status")),
-    ("source total", lambda r: r.get("source_total", r.get("source_error", "-"))),
+    ("running", lambda r: {True: "yes", False: "no"}.get(r.get("running"), f"? {r.get('running_error', '')}".strip())),
+    ("status", lambda r: r.get("status") if not r.get("db_error") else f"database: {r['db_error']}"),
+    ("source total", lambda r: r["source_total"] if r.get("source_total") is not None else r.get("source_error", "-")),
     ("watermark", lambda r: f"{r.get('watermark')} ({r['progress']})"),
     ("last start offset", lambda r: r.get("last_start_offset")),
     ("filtered / produced", lambda r: f"{r.get('filtered_count', 0)} / {r.get('produced_count', 0)}"),
@@ -131,6 +150,9 @@ def render_html(report: dict[str, Any]) -> str:
     )
     invalid = "".join(
         f"<p class=bad><b>{escape(b['task_id'])}</b>: {escape(b['error'])}</p>" for b in report["invalid_tasks"]
+    ) + "".join(
+        f"<p class=bad><b>executor {escape(b['name'])}</b>: {escape(b['error'])}</p>"
+        for b in report.get("invalid_executors", [])
     )
     return (
         "<!doctype html><html><head><meta charset=utf-8><meta http-equiv=refresh content=30>"
@@ -139,8 +161,32 @@ def render_html(report: dict[str, Any]) -> str:
         "text-align:left}small{color:#555}.bad{color:#b00}</style></head><body>"
         f"<h2>crawler_ops status</h2><p><small>{escape(report['generated_at'])} &middot; JSON: "
         f"<a href='{URL_PREFIX}/api/status'>{URL_PREFIX}/api/status</a> &middot; refreshes every 30 s</small></p>"
-        f"<table><tr>{head}</tr>{rows}</table>{invalid}</body></html>"
+        f"<table><tr>{head}</tr>{rows}</table>{executors_html(report.get('executors', []))}{invalid}</body></html>"
     )
+
+
+def executors_html(executors: list[dict[str, Any]]) -> str:
+    """A table of executors: rows per status and the latest parked rows with their errors."""
+    if not executors:
+        return ""
+    cells = []
+    for row in executors:
+        counts = (
+            escape(row["db_error"])
+            if row.get("db_error")
+            else escape(", ".join(f"{k} {v}" for k, v in row["rows"].items()))
+        )
+        parked = "".join(
+            f"<br><small>{p['id']} ({p['attempts']} attempts, {escape(str(p['failed_at']))}): "
+            f"{escape(str(p['last_error']))}</small>"
+            for p in row.get("parked", [])
+        )
+        cells.append(
+            f"<tr><td>{escape(row['name'])}<br><small>{escape(row['dag_id'])}</small></td>"
+            f"<td>{escape(row['status_table'])}</td><td>{counts}</td><td>{len(row.get('parked', []))}{parked}</td></tr>"
+        )
+    head = "<tr><th>executor</th><th>status table</th><th>rows</th><th>parked (latest)</th></tr>"
+    return f"<h3>Executors</h3><table>{head}{''.join(cells)}</table>"
 
 
 # Cells that build their own (escaped) HTML.

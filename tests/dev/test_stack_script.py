@@ -81,3 +81,19 @@ def test_kafka_cluster_ids_never_start_with_a_dash_and_hold_a_uuid():
     assert all(len(base64.urlsafe_b64decode(i + "==")) == 16 for i in ids)
     assert len(set(ids)) == len(ids)
     assert uuid.UUID(bytes=base64.urlsafe_b64decode(ids[0] + "=="))
+
+
+def test_the_scheduler_and_triggerer_serve_no_logs_on_every_interface():
+    for service in ("scheduler", "triggerer"):
+        assert stack.airflow_service_args(service, 1) == [service, "--skip-serve-logs"]
+    assert stack.airflow_service_args("api-server", 8080) == ["api-server", "-H", "127.0.0.1", "-p", "8080"]
+
+
+def test_files_with_secrets_are_private_even_when_they_existed_before(tmp_path: Path):
+    path = tmp_path / "env.sh"
+    path.write_text("old")
+    path.chmod(0o644)
+
+    stack.write_private(path, "export SECRET=x\n")
+
+    assert path.read_text() == "export SECRET=x\n" and path.stat().st_mode & 0o777 == 0o600

@@ -46,3 +46,9 @@ def hang_on_row_two(row: dict[str, Any]) -> None:
         RELEASE.wait(120)
         return
     record_call(row)
+
+
+def record_call_slowly(row: dict[str, Any]) -> None:
+    """Records the call after 20 ms of work, so concurrent workers overlap in time."""
+    time.sleep(0.02)
+    record_call(row)

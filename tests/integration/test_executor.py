@@ -4,7 +4,6 @@ category and order, bad config, and the old INT-epoch layout."""
 from __future__ import annotations
 
 import signal
-import subprocess
 import time
 from typing import Any
 
@@ -16,7 +15,8 @@ from crawler_ops.errors import ConfigError
 from crawler_ops.executor import run_worker, sync_rows
 from crawler_ops.status_table import StatusTable
 from tests.integration import executor_functions
-from tests.support import query, runner_result, spawn_runner
+from tests.integration import executor_lease_support as lease_support
+from tests.support import query, runner_result
 
 pytestmark = pytest.mark.integration
 
@@ -58,29 +58,12 @@ def add_rows(pg_uri: str, schema: str, count: int, categories: tuple[str, ...] =
 
 
 def executor(schema: str, name: str, **overrides: Any) -> ExecutorTaskConfig:
-    base: dict[str, Any] = {
-        "name": name,
-        "source_table": f"{schema}.source_data_table",
-        "status_table": f"{schema}.status_table",
-        "output_fields": ["id", "province", "city"],
-        "function": f"{FUNCTIONS}.record_call",
-        "cycle_index": 100_000,
-        "workers": 1,
-        "schedule": None,
-        "retries": 0,
-    }
-    return ExecutorTaskConfig.model_validate({**base, **overrides})
+    return lease_support.executor(schema, name, **{"function": f"{FUNCTIONS}.record_call", **overrides})
 
 
 def statuses(pg_uri: str, schema: str, task: str) -> dict[int, int]:
     rows = query(pg_uri, f'SELECT status, count(*) FROM "{schema}".status_table WHERE task_name = %s GROUP BY 1', task)
     return dict(rows)
-
-
-def spawn_worker(cfg: ExecutorTaskConfig, run_id: str, index: int, **env: str) -> subprocess.Popen[str]:
-    return spawn_runner(
-        "executor_runner.py", {"config": cfg.model_dump(mode="json"), "run_id": run_id, "index": index}, **env
-    )
 
 
 def age_claims(pg_uri: str, schema: str, task: str, seconds: int, where: str = "TRUE") -> list[int]:
@@ -101,7 +84,7 @@ def test_four_concurrent_workers_process_every_row_exactly_once(schema, pg_uri, 
     cfg = executor(schema, unique_id, workers=4, cycle_index=10_000, claim_batch=50)
     assert sync_rows(cfg)["inserted"] == 10_000
 
-    workers = [spawn_worker(cfg, "run-1", index) for index in range(4)]
+    workers = [lease_support.spawn(cfg, "run-1", index) for index in range(4)]
     results = [runner_result(w) for w in workers]
 
     assert sum(r["done"] for r in results) == 10_000
@@ -153,7 +136,7 @@ def test_a_killed_worker_lease_expires_and_its_late_completion_is_fenced(schema,
     add_rows(pg_uri, schema, 5)
     cfg = executor(schema, unique_id, period=600, claim_batch=1, function=f"{FUNCTIONS}.sleep_then_succeed")
     sync_rows(cfg)
-    worker = spawn_worker(cfg, "run-1", 0, EXECUTOR_TEST_SLEEP_S="600")
+    worker = lease_support.spawn(cfg, "run-1", 0, EXECUTOR_TEST_SLEEP_S="600")
     deadline = time.monotonic() + 120
     claimed: list[tuple[Any, ...]] = []
     while not claimed:

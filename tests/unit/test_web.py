@@ -117,3 +117,35 @@ def test_the_html_page_has_one_row_per_visible_task_with_its_fields(client):
     assert cells[1] == "no" and cells[2] == "incomplete" and cells[4] == "40 (80.0%)"
     assert "secret_task" not in page.text and "broken_secret" not in page.text
     assert "<b>broken_open</b>" in page.text
+
+
+@pytest.mark.parametrize("path", ["/api/status", "/", "/docs"])
+def test_every_answer_is_not_cached_not_sniffed_and_runs_no_script(client, path):
+    log_in("alice")
+
+    headers = client.get(path).headers
+
+    assert headers["cache-control"] == "no-store" and headers["x-content-type-options"] == "nosniff"
+    policy = headers["content-security-policy"]
+    assert "default-src 'none'" in policy and "script-src" not in policy
+    assert "frame-ancestors 'self'" in policy, "Airflow's own UI may frame the page, other origins may not"
+
+
+def test_the_page_shows_the_source_database_and_running_errors_the_json_has():
+    row = {
+        "task_id": "t<1>",
+        "task_name": "t",
+        "running": None,
+        "running_error": "OperationalError: <metadata down>",
+        "status": "unknown",
+        "db_error": "OperationalError: crawler db down",
+        "source_total": None,
+        "source_error": "SourceError: GET /api/t/count timed out after 5s",
+        "watermark": None,
+        "progress": "-",
+    }
+    page = web.render_html({"generated_at": "now", "tasks": [row], "invalid_tasks": []})
+
+    assert "<td>SourceError: GET /api/t/count timed out after 5s</td>" in page, "not None in the source total cell"
+    assert "database: OperationalError: crawler db down" in page
+    assert "? OperationalError: &lt;metadata down&gt;" in page and "t&lt;1&gt;" in page

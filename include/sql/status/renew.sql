@@ -1,4 +1,4 @@
--- Still ours? Renew the lease of a claimed row; nothing when the claim was given back or taken over.
+-- Still ours? Renew the leases of claimed rows; a row given back or taken over is left alone (not returned).
 UPDATE {table} SET start_time = {now}
- WHERE task_name = %(task)s AND id = %(id)s AND claim_token = %(token)s AND status = 1
+ WHERE task_name = %(task)s AND id = ANY(%(ids)s) AND claim_token = %(token)s AND status = 1
 RETURNING id

@@ -9,6 +9,7 @@ from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
 
 from crawler_ops.config import CrawlTaskConfig, LoadedConfig, load_config
 from crawler_ops.factory.common import TAGS, build_dags, dag_settings, no_retry_for_permanent_errors, timetable_for
+from crawler_ops.factory.shards import file_shard, in_shard
 
 # Each step imports its module (and through it the source, Kafka and PostgreSQL clients) when it runs, not
 # when the DAG file is parsed: parsing stays cheap, and a task process loads only what its own step needs.
@@ -123,7 +124,13 @@ def build_crawl_dag(cfg: CrawlTaskConfig) -> DAG:
     return dag
 
 
-def build_crawl_dags(loaded: LoadedConfig | None = None) -> dict[str, DAG]:
-    """All crawl DAGs ``crawl_<id>`` of the config."""
+def build_crawl_dags(loaded: LoadedConfig | None = None, shard_file: str | None = None) -> dict[str, DAG]:
+    """The crawl DAGs ``crawl_<id>`` of the config: all of them, or those of the shard a DAG file named
+    ``crawl_dags_<i>_of_<n>.py`` stands for (:mod:`.shards`)."""
     loaded = loaded or load_config(check_imports=True)
-    return build_dags(loaded.tasks, loaded.errors, build_crawl_dag, "crawl_")
+    tasks, errors = loaded.tasks, loaded.errors
+    if shard_file is not None:
+        index, count = file_shard(shard_file)
+        tasks = tuple(in_shard({t.id: t for t in tasks}, index, count).values())
+        errors = in_shard(errors, index, count)
+    return build_dags(tasks, errors, build_crawl_dag, "crawl_")

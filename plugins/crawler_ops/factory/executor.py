@@ -21,12 +21,7 @@ def build_executor_dag(cfg: ExecutorTaskConfig) -> DAG:
         dag_id=cfg.dag_id,
         description=f"Run {cfg.function} over {cfg.source_table} (status in {cfg.status_table})",
         tags=["crawler_ops", "executor", *cfg.tags],
-        doc_md=(
-            f"### executor {cfg.name}\n\n**sync** adds new ids of `{cfg.source_table}`"
-            f"{f' (category {cfg.category})' if cfg.category else ''} to `{cfg.status_table}`; **work** runs "
-            f"{cfg.workers} workers that claim rows (lease {cfg.period}s) and call `{cfg.function}` on up to "
-            f"{cfg.cycle_index} rows in all; **summary** counts rows per status."
-        ),
+        doc_md=doc_for(cfg),
         schedule=timetable_for(cfg),
         **dag_settings(cfg),
     ) as dag:
@@ -64,6 +59,21 @@ def build_executor_dag(cfg: ExecutorTaskConfig) -> DAG:
         worked = work.expand(worker=list(range(cfg.workers)))
         synced >> worked >> summary()
     return dag
+
+
+def doc_for(cfg: ExecutorTaskConfig) -> str:
+    if cfg.all_categories:
+        scope = " (every category, taking turns)"
+    else:
+        scope = f" (category {cfg.category})" if cfg.category else ""
+    style = " (legacy style)" if cfg.function_style == "legacy" else ""
+    isolation = ", each call in a child process" if cfg.isolation == "process" else ""
+    return (
+        f"### executor {cfg.name}\n\n**sync** adds new ids of `{cfg.source_table}`{scope} to `{cfg.status_table}`; "
+        f"**work** runs {cfg.workers} workers that claim rows (lease {cfg.period}s, renewed while a call runs) and "
+        f"call `{cfg.function}`{style} on up to {cfg.cycle_index} rows in all{isolation}; **summary** counts rows "
+        "per status. Parked rows: `python -m crawler_ops unpark --executor " + cfg.name + "`."
+    )
 
 
 def build_executor_dags(loaded: LoadedConfig | None = None) -> dict[str, DAG]:

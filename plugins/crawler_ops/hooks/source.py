@@ -5,6 +5,7 @@ from __future__ import annotations
 import email.utils
 import functools
 import time
+import zlib
 from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from functools import cached_property
@@ -20,6 +21,9 @@ from crawler_ops.records import Page, head_struct
 
 RETRIABLE_STATUS = frozenset({408, 425, 429, 500, 502, 503, 504})
 MAX_RETRY_AFTER_S = 600.0
+# Of an error response, this much of the body is read (and inflated, if compressed); this much is quoted.
+ERROR_BODY_BYTES = 1024
+ERROR_EXCERPT_CHARS = 200
 
 
 def json_path(document: Any, path: str) -> Any:
@@ -89,6 +93,28 @@ def http_client(conn: Any, source: SourceConfig) -> httpx.Client:
         timeout=httpx.Timeout(source.timeout_s),
         verify=base.lower().startswith("https://"),
     )
+
+
+def error_excerpt(response: httpx.Response) -> str:
+    """The start of an error response's body as text: at most ``ERROR_BODY_BYTES`` read from the wire, and a
+    compressed body inflated only that far, so a hostile error body costs neither memory nor time."""
+    if response.is_stream_consumed:  # a body in memory already (decoded): nothing more to read
+        return response.content[:ERROR_EXCERPT_CHARS].decode("utf-8", "replace")
+    raw = b""
+    for part in response.iter_raw():
+        raw += part
+        if len(raw) >= ERROR_BODY_BYTES:
+            break
+    raw = raw[:ERROR_BODY_BYTES]
+    encoding = response.headers.get("content-encoding", "").strip().lower()
+    if encoding in ("gzip", "deflate"):
+        try:  # wbits 47: a gzip or zlib header, detected
+            raw = zlib.decompressobj(wbits=47).decompress(raw, ERROR_BODY_BYTES)
+        except zlib.error:
+            return f"({encoding} body that does not inflate)"
+    elif encoding and encoding != "identity":
+        return f"({encoding} body)"
+    return raw[:ERROR_EXCERPT_CHARS].decode("utf-8", "replace")
 
 
 def read_bounded(response: httpx.Response, max_bytes: int, label: str) -> bytes:
@@ -223,7 +249,7 @@ class SourceApiHook(BaseHook):
             with self.client.stream("GET", path, params=dict(params)) as response:
                 if response.status_code != 200:
                     raise SourceError(
-                        f"{label} answered HTTP {response.status_code}: {response.read()[:200]!r}",
+                        f"{label} answered HTTP {response.status_code}: {error_excerpt(response)!r}",
                         retriable=response.status_code in RETRIABLE_STATUS,
                         retry_after=retry_after_seconds(response.headers.get("retry-after")),
                     )
@@ -242,3 +268,8 @@ class SourceApiHook(BaseHook):
             ) from exc
         except msgspec.DecodeError as exc:
             raise SourceError(f"{label} returned malformed JSON ({len(body)} bytes): {exc}", retriable=True) from exc
+        except RecursionError as exc:
+            raise SourceError(
+                f"{label} returned JSON nested too deeply to decode ({len(body)} bytes); retrying will not change it",
+                retriable=False,
+            ) from exc

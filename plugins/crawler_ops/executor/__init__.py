@@ -1,0 +1,40 @@
+"""Executor DAGs: a user function over the rows of a source table, driven by a status table.
+
+Steps of a run of ``exec_<name>``:
+
+- :func:`sync_rows` checks the configured tables and columns against the catalog, creates or upgrades the
+  status table, adds the source ids it has not seen (for the category) in one set-wise INSERT and ranks the
+  open rows in claim order (with ``category: "*"`` the categories take turns);
+- :func:`run_worker` (one mapped instance per worker) claims rows of its own task a few at a time within the
+  run's shared quota (``cycle_index``), calls the user function on each in a runner thread (or a child
+  process), keeps the lease of the row in progress alive, gives back rows it could not start in time, and
+  records the outcomes set-wise: done (2), or pending again (0) with the error and attempt count, parked (3)
+  at ``max_attempts``. Every write to a claimed row is fenced by the claim token;
+- :func:`summarize` gives back claims the run's workers left and counts rows per status.
+
+The user function contract is in :mod:`crawler_ops.udf`.
+"""
+
+from __future__ import annotations
+
+from crawler_ops.executor.calls import load_function
+from crawler_ops.executor.runs import Unparked, executor_status, summarize, unpark
+from crawler_ops.executor.tables import Tables, executor_hook, find_table, resolve_tables, split_name, sync_rows
+from crawler_ops.executor.worker import ExecutorWorker, WorkerCounts, run_worker
+
+__all__ = [
+    "ExecutorWorker",
+    "Tables",
+    "Unparked",
+    "WorkerCounts",
+    "executor_hook",
+    "executor_status",
+    "find_table",
+    "load_function",
+    "resolve_tables",
+    "run_worker",
+    "split_name",
+    "summarize",
+    "sync_rows",
+    "unpark",
+]

@@ -1,0 +1,50 @@
+"""The Celery settings of the local stack (dev/celery_stack.py), without starting anything."""
+
+from __future__ import annotations
+
+import socket
+
+import pytest
+
+import celery_stack
+import stack
+import worker_hostname
+
+
+def test_every_airflow_process_gets_the_broker_the_results_db_and_the_executor():
+    env = celery_stack.celery_env(16379, "postgresql+psycopg2://postgres@127.0.0.1:15432/airflow")
+    assert env["AIRFLOW__CORE__EXECUTOR"] == "CeleryExecutor"
+    assert env["AIRFLOW__CELERY__BROKER_URL"] == "redis://127.0.0.1:16379/0"
+    assert env["AIRFLOW__CELERY__RESULT_BACKEND"] == "db+postgresql://postgres@127.0.0.1:15432/airflow"
+
+
+def test_each_worker_reports_its_own_hostname(monkeypatch: pytest.MonkeyPatch):
+    names = []
+    for index in (1, 2):
+        for key, value in celery_stack.worker_env(index).items():
+            monkeypatch.setenv(key, value)
+        names.append(worker_hostname.hostname())
+    assert names == ["celery-worker-1", "celery-worker-2"]
+    assert celery_stack.worker_command("airflow", 2)[-3:] == [
+        "--celery-hostname",
+        "celery-worker-2@%h",
+        "--skip-serve-logs",
+    ]
+
+
+def test_without_the_variable_the_hostname_is_the_machines(monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.delenv("CRAWLER_OPS_WORKER_HOSTNAME", raising=False)
+    assert worker_hostname.hostname() == socket.getfqdn()
+
+
+def test_a_missing_redis_without_root_names_the_command_to_run(monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.setattr(celery_stack.shutil, "which", lambda name: None)
+    monkeypatch.setattr(celery_stack.os, "geteuid", lambda: 1000)
+    with pytest.raises(celery_stack.RedisMissing, match="apt-get install -y redis-server"):
+        celery_stack.redis_server(print)
+
+
+def test_an_unknown_executor_is_refused(monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.setattr(stack, "load_state", lambda: {"env": {}})
+    with pytest.raises(stack.StackError, match="unknown executor 'kubernetes'"):
+        stack.airflow_up("kubernetes", 2)
