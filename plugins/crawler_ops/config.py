@@ -9,7 +9,7 @@ from __future__ import annotations
 import importlib.util
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
@@ -533,18 +533,64 @@ def parse_maintenance(
 
 
 def load_config(path: Path | None = None, check_imports: bool = False) -> LoadedConfig:
-    """Read and validate the YAML file at ``path`` (default: ``$CRAWLER_OPS_CONFIG`` or the repo sample); with
-    ``check_imports`` (DAG parsing, the status page), also that each transform's and function's module exists."""
+    """Read and validate the config at ``path`` (default: ``$CRAWLER_OPS_CONFIG`` or the repo sample): one YAML
+    file, or a folder whose ``*.yaml`` / ``*.yml`` files are read in name order, each with its own ``defaults``.
+    With ``check_imports`` (DAG parsing, the status page), also that each transform's and function's module
+    exists."""
     path = path or config_path()
+    if not path.is_dir():
+        return parse_config(read_document(path), str(path), check_imports)
+    files = sorted(p for p in path.iterdir() if p.suffix in (".yaml", ".yml") and p.is_file())
+    if not files:
+        raise ConfigError(f"the config folder {path} holds no .yaml file; set {CONFIG_ENV} to a file or a folder")
+    documents = [(str(f), read_document(f)) for f in files]
+    return merge_configs([(origin, parse_config(doc, origin, check_imports), doc) for origin, doc in documents])
+
+
+def read_document(path: Path) -> Any:
     try:
-        document = yaml.safe_load(path.read_text(encoding="utf-8"))
+        return yaml.safe_load(path.read_text(encoding="utf-8"))
     except OSError as exc:
         raise ConfigError(f"cannot read crawler config {path}: {exc}; set {CONFIG_ENV}") from exc
     except UnicodeDecodeError as exc:
         raise ConfigError(f"{path} is not UTF-8 text ({exc}); save it as UTF-8") from exc
     except yaml.YAMLError as exc:
         raise ConfigError(f"{path} is not valid YAML: {exc}") from exc
-    return parse_config(document, str(path), check_imports)
+
+
+def merge_configs(parts: Sequence[tuple[str, LoadedConfig, Any]]) -> LoadedConfig:
+    """One config from the files of a folder. A task id (or executor name) defined in two files is an error on
+    that entry, which then builds no DAG; at most one file may hold the ``maintenance`` block."""
+    tasks, errors = merge_entries([(origin, part.tasks, part.errors) for origin, part, _ in parts], "id", "task")
+    executors: list[ExecutorTaskConfig]
+    executors, executor_errors = merge_entries(
+        [(origin, part.executors, part.executor_errors) for origin, part, _ in parts], "name", "executor"
+    )
+    with_block = [(origin, part) for origin, part, doc in parts if isinstance(doc, Mapping) and "maintenance" in doc]
+    maintenance: MaintenanceConfig | None = with_block[0][1].maintenance if with_block else MaintenanceConfig()
+    maintenance_error = with_block[0][1].maintenance_error if with_block else None
+    if len(with_block) > 1:
+        maintenance = None
+        maintenance_error = f"maintenance: defined in {' and '.join(o for o, _ in with_block)}; keep one"
+    merged: dict[str, Any] = {"tasks": tuple(tasks), "errors": errors, "executors": tuple(executors)}
+    merged |= {"executor_errors": executor_errors, "maintenance": maintenance, "maintenance_error": maintenance_error}
+    return parts[0][1].model_copy(update=merged)
+
+
+def merge_entries(
+    parts: Sequence[tuple[str, Sequence[M], Mapping[str, str]]], key: str, kind: str
+) -> tuple[list[M], dict[str, str]]:
+    """Entries and errors of several files by ``key``; a key seen in more than one file becomes an error."""
+    seen: dict[str, list[str]] = {}
+    for origin, entries, problems in parts:
+        for label in [getattr(entry, key) for entry in entries] + list(problems):
+            seen.setdefault(label, []).append(origin)
+    twice = {label: origins for label, origins in seen.items() if len(origins) > 1}
+    entries = [e for _, found, _ in parts for e in found if getattr(e, key) not in twice]
+    errors = {label: message for _, _, problems in parts for label, message in problems.items() if label not in twice}
+    for label, origins in twice.items():
+        errors[label] = f"{kind} '{label}' is defined in {' and '.join(origins)}; keep it in one file"
+    return entries, errors
 
 
 def get_task(task_id: str, path: Path | None = None) -> CrawlTaskConfig:

@@ -66,3 +66,15 @@ def test_three_thousand_tasks_load_from_eight_files_each_building_its_share(monk
     every = [dag_id for dag_ids in built.values() for dag_id in dag_ids]
     assert len(every) == len(set(every)) == TASKS, "each task in exactly one file"
     assert "config-error" in broken_tags, "the invalid task t00007 is a config-error DAG in its shard's file"
+
+
+def test_a_config_folder_builds_the_dags_of_every_file(monkeypatch, tmp_path):
+    for name in ("beijing", "shanghai"):
+        document = {"tasks": [{"id": f"jobs_{name}", "kafka": {"topic": f"jobs.{name}"}}]}
+        (tmp_path / f"{name}.yaml").write_text(yaml.safe_dump(document), encoding="utf-8")
+    monkeypatch.setenv("CRAWLER_OPS_CONFIG", str(tmp_path))
+
+    bag = BundleDagBag(dag_folder=str(DAGS), bundle_path=str(DAGS))
+
+    assert bag.import_errors == {}
+    assert {"crawl_jobs_beijing", "crawl_jobs_shanghai"} <= set(bag.dag_ids)

@@ -479,3 +479,52 @@ def test_a_module_that_exists_is_found_without_being_imported(tmp_path: Path, mo
 def test_the_repo_config_passes_the_import_check() -> None:
     loaded = load_config(REPO_CONFIG, check_imports=True)
     assert dict(loaded.errors) == {} and dict(loaded.executor_errors) == {}
+
+
+# --------------------------------------------------------------------------- a config folder
+
+
+def write_yaml(path: Path, document: dict[str, Any]) -> None:
+    path.write_text(yaml.safe_dump(document, allow_unicode=True), encoding="utf-8")
+
+
+def test_a_folder_of_yaml_files_is_one_config_each_file_with_its_own_defaults(tmp_path: Path) -> None:
+    write_yaml(
+        tmp_path / "a_beijing.yaml",
+        {"defaults": {"batch_size": 200}, "tasks": [{"id": "bj", "kafka": {"topic": "bj"}}]},
+    )
+    write_yaml(tmp_path / "b_shanghai.yml", {"tasks": [{"id": "sh", "kafka": {"topic": "sh"}}]})
+    write_yaml(tmp_path / "c_maintenance.yaml", {"maintenance": {"keep_runs_days": 7}})
+    (tmp_path / "notes.txt").write_text("not read", encoding="utf-8")
+
+    loaded = load_config(tmp_path)
+
+    assert [(t.id, t.batch_size) for t in loaded.tasks] == [
+        ("bj", 200),
+        ("sh", 100),
+    ]
+    assert loaded.errors == {} and loaded.maintenance is not None and loaded.maintenance.keep_runs_days == 7
+
+
+def test_a_task_in_two_files_is_an_error_naming_both_and_builds_no_dag(tmp_path: Path) -> None:
+    write_yaml(
+        tmp_path / "one.yaml",
+        {"tasks": [{"id": "dup", "kafka": {"topic": "a"}}, {"id": "ok", "kafka": {"topic": "o"}}]},
+    )
+    write_yaml(tmp_path / "two.yaml", {"tasks": [{"id": "dup", "kafka": {"topic": "b"}}]})
+
+    loaded = load_config(tmp_path)
+
+    assert [t.id for t in loaded.tasks] == ["ok"]
+    assert re.search(r"task 'dup' is defined in .*one\.yaml and .*two\.yaml; keep it in one file", loaded.errors["dup"])
+
+
+def test_two_maintenance_blocks_and_an_empty_folder_are_refused(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match=r"holds no \.yaml file"):
+        load_config(tmp_path)
+    write_yaml(tmp_path / "a.yaml", {"maintenance": {"keep_runs_days": 7}})
+    write_yaml(tmp_path / "b.yaml", {"maintenance": {"keep_runs_days": 9}})
+
+    loaded = load_config(tmp_path)
+
+    assert loaded.maintenance is None and "defined in" in (loaded.maintenance_error or "")
