@@ -661,6 +661,9 @@ def airflow_up(executor: str = "local", workers: int = 2) -> None:
     url = f"http://127.0.0.1:{port}"
     env = {
         **state["env"],
+        # The checkout that starts Airflow serves its own DAGs and plugins, whichever checkout started the stack.
+        "AIRFLOW__CORE__DAGS_FOLDER": str(REPO / "dags"),
+        "AIRFLOW__CORE__PLUGINS_FOLDER": str(REPO / "plugins"),
         "CRAWLER_OPS_CONFIG": os.environ.get("CRAWLER_OPS_CONFIG", state["env"]["CRAWLER_OPS_CONFIG"]),
         "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"{url}/execution/",
         "AIRFLOW__API__BASE_URL": url,

@@ -61,6 +61,15 @@ class SourceConfig(_Model):
     )
 
 
+def known_timezone(value: str) -> str:
+    """An IANA zone name such as ``Asia/Shanghai`` or ``UTC``."""
+    try:
+        ZoneInfo(value)
+    except (ZoneInfoNotFoundError, ValueError) as exc:
+        raise ValueError(f"unknown timezone {value!r}; use an IANA name such as 'Asia/Shanghai' or 'UTC'") from exc
+    return value
+
+
 class FilterConfig(_Model):
     date_fields: tuple[str, ...] = ("aae397", "Collect_time")
     days: float = Field(7, gt=0, le=36_500)
@@ -70,11 +79,7 @@ class FilterConfig(_Model):
     @field_validator("timezone")
     @classmethod
     def _known_timezone(cls, value: str) -> str:
-        try:
-            ZoneInfo(value)
-        except (ZoneInfoNotFoundError, ValueError) as exc:
-            raise ValueError(f"unknown timezone {value!r}") from exc
-        return value
+        return known_timezone(value)
 
     @field_validator("date_fields")
     @classmethod
@@ -230,6 +235,8 @@ class DagSettings(_Model):
     enabled: bool = True
     postgres_conn_id: str = "crawler_db"
     schedule: str | None = "@hourly"
+    # Cron times (and a start_date given without an offset) are read in this zone.
+    schedule_timezone: str = "Asia/Shanghai"
     start_date: datetime = datetime(2026, 1, 1, tzinfo=UTC)
     retries: int = Field(2, ge=0)
     retry_delay_s: int = Field(30, ge=0)
@@ -242,9 +249,14 @@ class DagSettings(_Model):
     def _valid_schedule(cls, value: str | None) -> str | None:
         return check_schedule(value)
 
+    @field_validator("schedule_timezone")
+    @classmethod
+    def _known_schedule_timezone(cls, value: str) -> str:
+        return known_timezone(value)
+
     @field_validator("start_date", mode="before")
     @classmethod
-    def _iso_start(cls, value: Any) -> datetime:
+    def _iso_start(cls, value: Any, info: ValidationInfo) -> datetime:
         if isinstance(value, datetime):
             moment = value
         elif isinstance(value, date):
@@ -254,7 +266,8 @@ class DagSettings(_Model):
                 moment = datetime.fromisoformat(str(value))
             except ValueError as exc:
                 raise ValueError(f"{value!r} is not an ISO date such as 2026-01-01") from exc
-        return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
+        zone = info.data.get("schedule_timezone")
+        return moment if moment.tzinfo else moment.replace(tzinfo=ZoneInfo(zone) if zone else UTC)
 
 
 class CrawlTaskConfig(DagSettings):
@@ -516,7 +529,15 @@ def executor_defaults(defaults: Mapping[str, Any], origin: str) -> dict[str, Any
 
 
 # What the retention DAG takes from ``defaults`` (schedule and retries are the crawl tasks' own).
-SHARED_DEFAULTS = ("postgres_conn_id", "start_date", "retry_delay_s", "execution_timeout_min", "paused", "tags")
+SHARED_DEFAULTS = (
+    "postgres_conn_id",
+    "schedule_timezone",
+    "start_date",
+    "retry_delay_s",
+    "execution_timeout_min",
+    "paused",
+    "tags",
+)
 
 
 def parse_maintenance(

@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 import yaml
 from airflow.dag_processing.dagbag import BundleDagBag
-from airflow.sdk import CronTriggerTimetable, TriggerRule
+from airflow.sdk import CronDataIntervalTimetable, TriggerRule
 from airflow.sdk.exceptions import AirflowFailException
 
 REPO = Path(__file__).resolve().parents[2]
@@ -178,8 +178,8 @@ def test_the_sample_config_dags_import_without_errors(monkeypatch):
 @pytest.mark.parametrize(
     ("dag_id", "timetable"),
     [
-        ("crawl_jobs_beijing", CronTriggerTimetable("@hourly", timezone="UTC", interval=timedelta(hours=1))),
-        ("crawl_jobs_shanghai", CronTriggerTimetable("0 */2 * * *", timezone="UTC", interval=timedelta(hours=2))),
+        ("crawl_jobs_beijing", CronDataIntervalTimetable("@hourly", timezone="Asia/Shanghai")),
+        ("crawl_jobs_shanghai", CronDataIntervalTimetable("0 */2 * * *", timezone="Asia/Shanghai")),
     ],
     ids=["beijing-hourly", "shanghai-every-two-hours"],
 )
@@ -189,7 +189,7 @@ def test_crawl_dag_has_the_production_settings(monkeypatch, dag_id, timetable):
     assert dag.max_active_runs == 1
     assert dag.catchup is False
     assert dag.is_paused_upon_creation is False, "deploying starts crawling"
-    assert dag.timetable == timetable, "a cron schedule's data interval is one period, for backfills"
+    assert dag.timetable == timetable, "cron in the users' zone; a run covers previous fire to its own"
     assert {"crawler_ops", "crawl"} <= set(dag.tags)
     assert dag.doc_md and "Params" in dag.doc_md
     assert set(dag.params.keys()) == {
@@ -239,7 +239,7 @@ def test_configured_retries_timeouts_pool_schedule_and_pause_reach_every_task(mo
     tuned, manual = bag.dags["crawl_tuned"], bag.dags["crawl_manual"]
 
     assert tuned.is_paused_upon_creation is True
-    assert tuned.timetable == CronTriggerTimetable("*/15 * * * *", timezone="UTC", interval=timedelta(minutes=15))
+    assert tuned.timetable == CronDataIntervalTimetable("*/15 * * * *", timezone="Asia/Shanghai")
     for t in tuned.tasks:
         assert (t.retries, t.retry_delay, t.execution_timeout) == (5, timedelta(seconds=7), timedelta(minutes=13))
     assert tuned.task_dict["crawl_chunk"].pool == "crawl_pool"
@@ -252,7 +252,7 @@ def test_executor_and_maintenance_dags_have_their_settings(monkeypatch):
     bag = load_bag(monkeypatch, SAMPLE)
     executor, maintenance = bag.dags["exec_area_addresses"], bag.dags["crawler_ops_maintenance"]
 
-    daily = CronTriggerTimetable("@daily", timezone="UTC", interval=timedelta(days=1))
+    daily = CronDataIntervalTimetable("@daily", timezone="Asia/Shanghai")
     assert executor.timetable == daily and maintenance.timetable == daily
     assert executor.max_active_runs == maintenance.max_active_runs == 1
     assert {t.task_id for t in executor.tasks} == {"sync", "work", "summary"}

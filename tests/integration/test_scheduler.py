@@ -3,6 +3,7 @@ LocalExecutor) started by dev/stack.py, runs triggered through the REST API with
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import re
@@ -14,9 +15,10 @@ import time
 import uuid
 from collections import Counter
 from collections.abc import Iterator
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
+from zoneinfo import ZoneInfo
 
 import httpx
 import pytest
@@ -45,6 +47,9 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 BACKFILL_REF = datetime(2026, 10, 8, tzinfo=UTC)
+# An irregular cron in the default schedule zone (Asia/Shanghai): 09:00 and 18:00 there, 01:00 and 10:00 UTC.
+TWICE_A_DAY = "0 9,18 * * *"
+SHANGHAI = ZoneInfo("Asia/Shanghai")
 
 
 @pytest.fixture(scope="session")
@@ -83,7 +88,7 @@ def session_tasks(task_ids: dict[str, str]) -> list[dict[str, Any]]:
     run it started then fails (its tasks cannot reach the execution API); the fixture unpauses them once it does."""
     tasks = [
         make_task(task_ids["rest"]),
-        make_task(task_ids["backfill"], schedule="@daily", batch_size=500),
+        make_task(task_ids["backfill"], schedule=TWICE_A_DAY, batch_size=500),
         make_task(task_ids["minutely"], schedule="* * * * *"),
         ops_task(task_ids["ops"]),
         cancel_task(task_ids["cancel"]),
@@ -301,7 +306,7 @@ def test_backfill_publishes_each_interval_by_probing_and_leaves_the_watermark(
     airflow, source_url, kafka_bootstrap, pg_uri, task_ids
 ):
     task = task_ids["backfill"]
-    cfg = make_task(task, schedule="@daily", batch_size=500)
+    cfg = make_task(task, schedule=TWICE_A_DAY, batch_size=500)
     source = DemoSource(source_url)
     wait_until_idle(airflow, cfg.dag_id)  # the schedule's own first run (its window holds no data)
     before = watermark(pg_uri, task)
@@ -311,22 +316,26 @@ def test_backfill_publishes_each_interval_by_probing_and_leaves_the_watermark(
         "backfill", "create", "--dag-id", cfg.dag_id, "--from-date", "2026-10-05", "--to-date", "2026-10-07"
     )
     assert created.returncode == 0, created.stdout[-2000:] + created.stderr[-2000:]
-    runs = backfill_runs(airflow, cfg.dag_id, 3)
+    # Runs start at each fire from 2026-10-05 00:00 UTC to 2026-10-07 00:00 UTC: 01:00 and 10:00 UTC of two days.
+    runs = backfill_runs(airflow, cfg.dag_id, 4)
 
-    assert [r["state"] for r in runs] == ["success"] * 3
+    assert [r["state"] for r in runs] == ["success"] * 4
+    intervals = [
+        (datetime.fromisoformat(r["data_interval_start"]), datetime.fromisoformat(r["data_interval_end"])) for r in runs
+    ]
+    assert intervals[0][0] == datetime(2026, 10, 5, 9, tzinfo=SHANGHAI)
+    assert all(a[1] == b[0] for a, b in itertools.pairwise(intervals)), f"gap or overlap: {intervals}"
+    assert [(e - s).total_seconds() / 3600 for s, e in intervals] == [9, 15, 9, 15], "previous fire to this fire"
     messages = read_topic(kafka_bootstrap, cfg.kafka.topic)
     bound = 0
-    for run in runs:
-        start = datetime.fromisoformat(run["data_interval_start"])
-        end = datetime.fromisoformat(run["data_interval_end"])
-        assert end - start == timedelta(days=1)
-        truth = source.truth(task, end, days=1)
+    for run, (start, end) in zip(runs, intervals, strict=True):
+        truth = source.ids_between(task, start, end)
         published = [m.key for m in messages if m.headers["run_id"] == run["dag_run_id"]]
-        assert truth["in_window_count"] > 1_000
-        assert sorted(published) == sorted(truth["in_window_ids"]), run["dag_run_id"]
+        assert len(truth) > 300
+        assert sorted(published) == sorted(truth), run["dag_run_id"]
         # A run reads its interval's records and one batch of margin each side, in batches of 500 (the
         # first and last batch partly outside): not a scan of the source's 20,000 records (40 pages a run).
-        bound += -(-(truth["in_window_count"] + 2 * 500) // 500) + 1
+        bound += -(-(len(truth) + 2 * 500) // 500) + 1
     pages = len(source.page_requests(task))
     assert pages <= bound < 3 * 20_000 // 500 // 4, f"probing bounds the reads ({pages} pages, at most {bound})"
     assert watermark(pg_uri, task) == before

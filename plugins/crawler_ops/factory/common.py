@@ -8,11 +8,10 @@ from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from airflow.sdk import DAG, CronTriggerTimetable, get_parsing_context, task
+from airflow.sdk import DAG, CronDataIntervalTimetable, get_parsing_context, task
 from airflow.sdk.exceptions import AirflowFailException
-from croniter import croniter
 
-from crawler_ops.config import CrawlTaskConfig, DagSettings, ExecutorTaskConfig, broken_dag_id
+from crawler_ops.config import SPECIAL_SCHEDULES, CrawlTaskConfig, DagSettings, ExecutorTaskConfig, broken_dag_id
 from crawler_ops.errors import ConfigError, SourceError
 
 log = logging.getLogger(__name__)
@@ -20,13 +19,12 @@ TAGS = ("crawler_ops", "crawl")
 
 
 def timetable_for(cfg: DagSettings) -> Any:
-    """A cron schedule fires at its cron times (CronTriggerTimetable) with a data interval of one period, so
-    a backfill run knows which dates are its own; other schedules are passed to Airflow as they are."""
-    if cfg.schedule is None or not croniter.is_valid(cfg.schedule):
+    """A cron schedule is read in ``schedule_timezone``; each run covers the data interval from the previous
+    fire to its own fire and runs at its end, so runs (and backfills) tile the days with neither gaps nor overlaps
+    even for irregular crons such as ``0 9,18 * * *``. Other schedules are passed to Airflow as they are."""
+    if cfg.schedule is None or cfg.schedule in SPECIAL_SCHEDULES:
         return cfg.schedule
-    fires = croniter(cfg.schedule, cfg.start_date)
-    first, second = fires.get_next(datetime), fires.get_next(datetime)
-    return CronTriggerTimetable(cfg.schedule, timezone="UTC", interval=second - first)
+    return CronDataIntervalTimetable(cfg.schedule, timezone=cfg.schedule_timezone)
 
 
 def no_retry_for_permanent_errors(step: Callable[[], Any]) -> Any:
