@@ -11,3 +11,6 @@ COPY --chown=airflow:root dags/ /opt/airflow/dags/
 COPY --chown=airflow:root plugins/ /opt/airflow/plugins/
 COPY --chown=airflow:root include/ /opt/airflow/include/
 ENV CRAWLER_OPS_CONFIG=/opt/airflow/include/crawler_tasks.yaml
+# The `crawler-ops` command (status, validate, schema, ...), running the code in /opt/airflow/plugins.
+COPY --chown=airflow:root pyproject.toml /opt/airflow/pyproject.toml
+RUN pip install --no-cache-dir --no-deps -e /opt/airflow

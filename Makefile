@@ -7,11 +7,12 @@ STAMP := $(VENV)/.installed
 
 .PHONY: demo test test-unit stack-up stack-down stack-status airflow-up airflow-down status lint fmt bench clean
 
-$(STAMP): requirements.txt requirements-dev.txt
+$(STAMP): requirements.txt requirements-dev.txt pyproject.toml
 	@command -v $(PY) >/dev/null || { echo "Python 3.11 is required ($(PY) not found): apt-get install python3.11 python3.11-venv"; exit 1; }
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q -r requirements-dev.txt
+	$(BIN)/pip install -q --no-deps -e .
 	touch $(STAMP)
 
 stack-up: $(STAMP)
@@ -24,7 +25,7 @@ stack-status:
 	$(BIN)/python dev/stack.py status
 
 status: stack-up
-	. .stack/env.sh && PYTHONPATH=plugins $(BIN)/python -m crawler_ops status $(STATUS_ARGS)
+	. .stack/env.sh && $(BIN)/crawler-ops status $(STATUS_ARGS)
 
 # EXECUTOR=celery WORKERS=2: CeleryExecutor with a Redis broker and that many workers (LocalExecutor by default).
 EXECUTOR ?= local

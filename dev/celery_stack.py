@@ -74,12 +74,14 @@ def celery_env(redis_port: int, metadata_uri: str) -> dict[str, str]:
     }
 
 
-def worker_env(index: int) -> dict[str, str]:
-    """Worker ``index``'s own settings: the hostname its task instances report."""
+def worker_env(index: int, python_path: str | None = None) -> dict[str, str]:
+    """Worker ``index``'s own settings: the hostname its task instances report (its callable is found in dev/,
+    ahead of ``python_path``, default ``$PYTHONPATH``)."""
+    path = python_path if python_path is not None else os.environ.get("PYTHONPATH")
     return {
         "CRAWLER_OPS_WORKER_HOSTNAME": worker_name(index),
         "AIRFLOW__CORE__HOSTNAME_CALLABLE": "worker_hostname.hostname",
-        "PYTHONPATH": os.pathsep.join(filter(None, [str(Path(__file__).parent), os.environ.get("PYTHONPATH")])),
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(Path(__file__).parent), path])),
     }
 
 

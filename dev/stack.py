@@ -664,6 +664,8 @@ def airflow_up(executor: str = "local", workers: int = 2) -> None:
         # The checkout that starts Airflow serves its own DAGs and plugins, whichever checkout started the stack.
         "AIRFLOW__CORE__DAGS_FOLDER": str(REPO / "dags"),
         "AIRFLOW__CORE__PLUGINS_FOLDER": str(REPO / "plugins"),
+        # Ahead of any installed copy of the package (``make`` installs one, editable, for the CLI).
+        "PYTHONPATH": str(REPO / "plugins"),
         "CRAWLER_OPS_CONFIG": os.environ.get("CRAWLER_OPS_CONFIG", state["env"]["CRAWLER_OPS_CONFIG"]),
         "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"{url}/execution/",
         "AIRFLOW__API__BASE_URL": url,
@@ -673,10 +675,9 @@ def airflow_up(executor: str = "local", workers: int = 2) -> None:
     if executor == "celery":
         env.update(celery_stack.celery_env(start_redis(), env["AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"]))
     services = [(f"airflow-{s}", [airflow_cli(), *airflow_service_args(s, port)], env) for s in AIRFLOW_SERVICES]
-    services += [
-        (f"airflow-worker-{i}", celery_stack.worker_command(airflow_cli(), i), {**env, **celery_stack.worker_env(i)})
-        for i in range(1, workers + 1)
-    ]
+    for i in range(1, workers + 1):
+        worker = {**env, **celery_stack.worker_env(i, env["PYTHONPATH"])}
+        services.append((f"airflow-worker-{i}", celery_stack.worker_command(airflow_cli(), i), worker))
     started: dict[str, int] = {}  # where each started service's log began
     for name, command, service_env in services:
         if running_pid(name) is not None:

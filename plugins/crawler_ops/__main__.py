@@ -1,9 +1,9 @@
-"""Command line: ``python -m crawler_ops status [--task ID | --executor NAME] [--json] [--no-live]``,
-``python -m crawler_ops skip-batch --task ID --offset O``, ``python -m crawler_ops unpark --executor NAME
-[--id ID ...]`` and ``python -m crawler_ops dag-shards N [--dags-folder DIR]``.
+"""Command line ``crawler-ops`` (or ``python -m crawler_ops``): ``status [--task ID | --executor NAME] [--json]
+[--no-live]``, ``validate [CONFIG]``, ``schema``, ``skip-batch --task ID --offset O``, ``unpark --executor NAME
+[--id ID ...]`` and ``dag-shards N [--dags-folder DIR]``.
 
-Run it where the DAGs run (same ``AIRFLOW_CONN_*`` connections, same ``CRAWLER_OPS_CONFIG``) with
-``plugins/`` on ``PYTHONPATH``; ``make status`` does that for the local stack.
+Run it where the DAGs run (same ``AIRFLOW_CONN_*`` connections, same ``CRAWLER_OPS_CONFIG``); ``make`` installs
+the ``crawler-ops`` command into the project's virtualenv, and ``make status`` runs it on the local stack.
 """
 
 from __future__ import annotations
@@ -15,14 +15,14 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from crawler_ops.config import load_config
+from crawler_ops.config import config_schema, load_config
 from crawler_ops.errors import ConfigError
 
 DAGS_FOLDER = Path(__file__).resolve().parents[2] / "dags"
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m crawler_ops", description="crawler_ops operations")
+    parser = argparse.ArgumentParser(prog="crawler-ops", description="crawler_ops operations")
     commands = parser.add_subparsers(dest="command", required=True)
     status = commands.add_parser(
         "status", help="per crawl task: source total, watermark, runs, errors, Kafka lag; per executor: rows, parked"
@@ -31,6 +31,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     status.add_argument("--executor", help="only this executor (its name)")
     status.add_argument("--json", action="store_true", help="print JSON instead of text")
     status.add_argument("--no-live", action="store_true", help="do not ask the sources and Kafka (PostgreSQL only)")
+    validate = commands.add_parser(
+        "validate", help="check the config as DAG parsing does: every task and executor, with the same messages"
+    )
+    validate.add_argument("config", nargs="?", type=Path, help="a YAML file or folder (default: $CRAWLER_OPS_CONFIG)")
+    commands.add_parser("schema", help="print the config's JSON schema (for editors)")
     skip = commands.add_parser("skip-batch", help="let the watermark pass a parked batch (its records are lost)")
     skip.add_argument("--task", required=True, help="the crawl task id")
     skip.add_argument("--offset", type=int, required=True, help="the parked batch's start offset")
@@ -43,7 +48,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.command == "skip-batch":
         return skip_batch(args.task, args.offset)
+    if args.command == "schema":
+        print(json.dumps(config_schema(), ensure_ascii=False, indent=2))
+        return 0
     try:
+        if args.command == "validate":
+            return run_validate(args.config)
         if args.command == "unpark":
             return run_unpark(args.executor, args.ids)
         if args.command == "dag-shards":
@@ -52,6 +62,22 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ConfigError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+
+
+def run_validate(path: Path | None) -> int:
+    """Exit status 0 when every task, executor and the maintenance block is valid, 1 when one is not (each
+    reported with the message its DAG would show), 2 when the file itself cannot be read."""
+    loaded = load_config(path, check_imports=True)
+    problems = [*loaded.errors.values(), *loaded.executor_errors.values()]
+    problems += [loaded.maintenance_error] if loaded.maintenance_error else []
+    for task in loaded.tasks:
+        print(f"ok: task {task.id} (DAG {task.dag_id})")
+    for executor in loaded.executors:
+        print(f"ok: executor {executor.name} (DAG {executor.dag_id})")
+    for problem in problems:
+        print(f"error: {problem}", file=sys.stderr)
+    print(f"{len(loaded.tasks)} tasks and {len(loaded.executors)} executors valid, {len(problems)} invalid")
+    return 1 if problems else 0
 
 
 def run_dag_shards(count: int, folder: Path) -> int:
