@@ -37,7 +37,7 @@ class ImportReport:
     """What an import found and did: the plan per task and every problem, each a line an operator can act on."""
 
     steps: list[ImportStep] = field(default_factory=list)
-    problems: list[str] = field(default_factory=list)
+    problems: list[tuple[int, str]] = field(default_factory=list)
     applied: bool = False
 
     @property
@@ -52,19 +52,18 @@ def import_progress(path: Path, loaded: LoadedConfig, apply: bool = False, force
     :raises StatusTableError: when PostgreSQL cannot be reached.
     """
     rows, row_problems = read_old_status(path)
-    report = ImportReport(problems=[p.describe() for p in row_problems])
+    report = ImportReport(problems=[(p.row, p.describe()) for p in row_problems])
     tasks = {task.id: task for task in loaded.tasks}
     for row in rows:
         if row.task_id in loaded.errors:
-            report.problems.append(
-                f"row {row.row} (task_id {row.task_id!r}): the task is in the config but invalid "
-                f"({loaded.errors[row.task_id]}); fix the config, then import again"
-            )
+            problem = f"the task is in the config but invalid ({loaded.errors[row.task_id]}); fix the config first"
+            report.problems.append((row.row, f"row {row.row} (task_id {row.task_id!r}): {problem}"))
         elif row.task_id not in tasks:
-            report.problems.append(
-                f"row {row.row} (task_id {row.task_id!r}): no crawl task with this id in the config ({config_path()}); "
-                "add it under 'tasks:' with the old task's settings, or leave the row out"
+            problem = (
+                f"no crawl task with this id in the config ({config_path()}); add it under 'tasks:' with the old "
+                "task's settings, or leave the row out"
             )
+            report.problems.append((row.row, f"row {row.row} (task_id {row.task_id!r}): {problem}"))
     known = [row for row in rows if row.task_id in tasks]
     by_database: dict[str, list[OldProgress]] = defaultdict(list)
     for row in known:
@@ -175,12 +174,12 @@ def count_by(values: Sequence[int]) -> dict[int, int]:
 
 def render(report: ImportReport, path: Path, apply: bool, echo: Callable[[str], None]) -> None:
     """The plan, then the problems, then what happened."""
-    echo(f"import-progress {path}: {len(report.steps)} configured tasks")
+    echo(f"import-progress {path}: {len(report.steps)} configured tasks" + (" [dry run]" if not apply else ""))
     for step in report.steps:
         echo(f"  {step.describe()}")
     if report.problems:
         echo(f"{len(report.problems)} rows cannot be imported:")
-        for problem in report.problems:
+        for _, problem in sorted(report.problems):
             echo(f"  {problem}")
     if report.applied:
         written = sum(step.action == "set" for step in report.steps)
