@@ -44,7 +44,8 @@ class OldProgress:
 
 @dataclass(frozen=True)
 class RowProblem:
-    """A row that cannot be imported: which row, which field, what is wrong and what to do."""
+    """A row that cannot be imported: which row (1 is the first task; in a CSV, the line after the header), which
+    field, what is wrong and what to do."""
 
     row: int
     task_id: str | None
