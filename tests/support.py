@@ -163,6 +163,14 @@ def read_topic(bootstrap: str, topic: str, timeout: float = 20.0, isolation: str
 REPO = Path(__file__).resolve().parent.parent
 
 
+def cli(*args: str) -> subprocess.CompletedProcess[str]:
+    """``python -m crawler_ops ARGS`` in its own process, with this checkout's plugins, as an operator runs it."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO / "plugins"), str(REPO)])}
+    return subprocess.run(
+        [sys.executable, "-m", "crawler_ops", *args], env=env, capture_output=True, text=True, timeout=120
+    )
+
+
 def spawn_runner(script: str, spec: dict[str, Any], **env: str) -> subprocess.Popen[str]:
     """Run ``tests/integration/<script>`` with ``spec`` in its own process, as an Airflow task process would, so a
     test can run several at once or SIGKILL one; its result is the last line of its stdout."""

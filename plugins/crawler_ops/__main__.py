@@ -1,6 +1,6 @@
 """Command line ``crawler-ops`` (or ``python -m crawler_ops``): ``status [--task ID | --executor NAME] [--json]
 [--no-live]``, ``validate [CONFIG]``, ``schema``, ``skip-batch --task ID --offset O``, ``unpark --executor NAME
-[--id ID ...]`` and ``dag-shards N [--dags-folder DIR]``.
+[--id ID ...]``, ``dag-shards N [--dags-folder DIR]`` and ``import-progress FILE [--apply] [--force]``.
 
 Run it where the DAGs run (same ``AIRFLOW_CONN_*`` connections, same ``CRAWLER_OPS_CONFIG``); ``make`` installs
 the ``crawler-ops`` command into the project's virtualenv, and ``make status`` runs it on the local stack.
@@ -16,7 +16,8 @@ from pathlib import Path
 from typing import Any
 
 from crawler_ops.config import config_schema, load_config
-from crawler_ops.errors import ConfigError
+from crawler_ops.errors import ConfigError, StatusTableError
+from crawler_ops.migrate import ImportFileError
 
 DAGS_FOLDER = Path(__file__).resolve().parents[2] / "dags"
 
@@ -45,6 +46,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     shards = commands.add_parser("dag-shards", help="spread the crawl DAGs over N DAG files (by task id hash)")
     shards.add_argument("count", type=int, help="the number of crawl DAG files")
     shards.add_argument("--dags-folder", type=Path, default=DAGS_FOLDER, help=f"default {DAGS_FOLDER}")
+    imports = commands.add_parser(
+        "import-progress", help="take over the old crawler service's positions (its status output, JSON or CSV)"
+    )
+    imports.add_argument("file", type=Path, help="the old status endpoint's JSON, or a CSV with its columns")
+    imports.add_argument("--apply", action="store_true", help="write the plan (default: print it, write nothing)")
+    imports.add_argument("--force", action="store_true", help="allow moving a watermark backwards")
     args = parser.parse_args(argv)
     if args.command == "skip-batch":
         return skip_batch(args.task, args.offset)
@@ -58,8 +65,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             return run_unpark(args.executor, args.ids)
         if args.command == "dag-shards":
             return run_dag_shards(args.count, args.dags_folder)
+        if args.command == "import-progress":
+            return run_import(args.file, args.apply, args.force)
         return run_status(args)
-    except ConfigError as exc:
+    except (ConfigError, ImportFileError, StatusTableError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
 
@@ -89,6 +98,15 @@ def run_dag_shards(count: int, folder: Path) -> int:
     written = write_shard_files(folder, count)
     print(f"{len(written)} crawl DAG files in {folder}: {', '.join(p.name for p in written)}")
     return 0
+
+
+def run_import(path: Path, apply: bool, force: bool) -> int:
+    """Exit status 0 when every row was importable (and, with ``apply``, written), 1 otherwise."""
+    from crawler_ops.import_progress import import_progress, render  # imports Airflow's hooks
+
+    report = import_progress(path, load_config(), apply=apply, force=force)
+    render(report, path, apply, print)
+    return 0 if report.ok else 1
 
 
 def run_status(args: argparse.Namespace) -> int:
@@ -214,7 +232,7 @@ def render_executor(row: Mapping[str, Any]) -> list[str]:
             f"{parked['last_error']}"
         )
     if row.get("parked"):
-        lines.append(f"  un-park: python -m crawler_ops unpark --executor {row['name']} [--id ID ...]")
+        lines.append(f"  un-park: crawler-ops unpark --executor {row['name']} [--id ID ...]")
     return lines
 
 

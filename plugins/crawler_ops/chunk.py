@@ -35,6 +35,7 @@ from crawler_ops.planning import Batch
 from crawler_ops.records import Message, Transform, build_messages, dead_letter_messages, full_record
 from crawler_ops.results import BatchOutcome, ChunkResult, DeadLetter, RunCounts
 from crawler_ops.run import RunContext
+from crawler_ops.transforms import bind_task_id
 
 log = logging.getLogger(__name__)
 Page = Future[list[Any]]
@@ -337,9 +338,10 @@ def load_transform(cfg: CrawlTaskConfig) -> Transform | None:
     if cfg.transform is None:
         return None
     try:
-        return import_string(cfg.transform)
+        transform = import_string(cfg.transform)
     except ImportError as exc:
         raise ConfigError(f"task {cfg.id}: transform '{cfg.transform}' cannot be imported: {exc}") from exc
+    return bind_task_id(transform, cfg.id)
 
 
 def crawl_chunk(run: RunContext, payload: Mapping[str, Any]) -> dict[str, Any]:

@@ -289,7 +289,9 @@ class CrawlTaskConfig(DagSettings):
         5, ge=1, description="a batch failing this many times is parked until an operator skips it"
     )
     on_shrink: Literal["warn", "fail", "reset"] = "warn"
-    transform: str | None = Field(None, description="dotted path of a callable(record) -> published value")
+    transform: str | None = Field(
+        None, description="dotted path of a callable(record) -> published value (given task_id= if it takes one)"
+    )
     notify: NotifyConfig | None = None
 
     @field_validator("id")

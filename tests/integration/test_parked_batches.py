@@ -4,27 +4,15 @@ status view, passed only when an operator skips them (a run param or the CLI), w
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from datetime import UTC, datetime
-from pathlib import Path
 
 import pytest
 
-from tests.support import make_task, query, read_topic, run_record, watermark
+from tests.support import cli, make_task, query, read_topic, run_record, watermark
 
 pytestmark = pytest.mark.integration
 
-REPO = Path(__file__).resolve().parents[2]
 REF = datetime(2026, 11, 1, tzinfo=UTC)
-
-
-def cli(*args: str) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO / "plugins"), str(REPO)])}
-    return subprocess.run(
-        [sys.executable, "-m", "crawler_ops", *args], env=env, capture_output=True, text=True, timeout=120
-    )
 
 
 def row_of(pg_uri: str, task_id: str, lo: int) -> tuple[int, int]:

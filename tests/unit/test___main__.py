@@ -1,4 +1,5 @@
-"""Unit tests of crawler_ops.__main__ (the ``python -m crawler_ops`` command line): the status text."""
+"""Unit tests of crawler_ops.__main__ (the ``python -m crawler_ops`` command line): the status text, and what
+import-progress reports without a database."""
 
 from __future__ import annotations
 
@@ -40,3 +41,29 @@ def test_status_text_shows_the_old_service_fields_and_errors():
     assert "errors (24h): 1 records, 2 batch/plan; latest: HTTP 500" in text
     assert "5 messages; g lag 2, h ? (unknown group)" in text
     assert "bad: INVALID CONFIG: field 'batch_size': too small" in text
+
+
+def test_import_progress_names_a_file_it_cannot_read_and_exits_2(tmp_path, capsys):
+    from crawler_ops.__main__ import main
+
+    assert main(["import-progress", str(tmp_path / "missing.json")]) == 2
+
+    assert "cannot read" in capsys.readouterr().err
+
+
+def test_import_progress_reports_unknown_task_ids_and_bad_rows_and_exits_1(tmp_path, capsys):
+    from crawler_ops.__main__ import main
+
+    path = tmp_path / "old.csv"
+    path.write_text(
+        "task_id,total,last_start_offset,status,filtered_count,produced_count\n"
+        "no_such_task,100,50,completed,5,5\n"
+        "other_unknown,100,x,completed,5,5\n"
+    )
+
+    assert main(["import-progress", str(path), "--apply"]) == 1
+
+    out = capsys.readouterr().out
+    assert "row 1 (task_id 'no_such_task'): no crawl task with this id in the config" in out
+    assert "row 2 (task_id 'other_unknown'): field 'last_start_offset': 'x' is not a whole number" in out
+    assert "nothing written" in out

@@ -130,6 +130,31 @@ class CrawlStoreHook(CrawlerDbHook):
         params = {"task": self.task_id, "run_id": run_id, "watermark": watermark, "total": total, **fields}
         cur.execute(read_sql("save_progress"), params)
 
+    def lock(self, cur: Cursor) -> None:
+        """Serialise this transaction against the task's plans and commits (held until it ends)."""
+        cur.execute(read_sql("lock_task"), {"task": self.task_id})
+
+    def schema_exists(self, cur: Cursor) -> bool:
+        return cur.execute(read_sql("view/schema_exists")).fetchone() is not None
+
+    def progress_locked(self, cur: Cursor) -> dict[str, Any] | None:
+        """Watermark, total and counts, with the progress row locked until the transaction ends (None: no row)."""
+        return fetch_dict(cur, read_sql("select_progress_locked"), {"task": self.task_id})
+
+    def open_runs(self, cur: Cursor) -> list[str]:
+        """Runs that planned from the watermark and have not committed (or were abandoned without closing)."""
+        return [str(row[0]) for row in cur.execute(read_sql("select_open_runs"), {"task": self.task_id})]
+
+    def import_progress(
+        self, cur: Cursor, run_id: str, watermark: int, total: int | None, filtered: int, produced: int
+    ) -> list[int]:
+        """Replace the watermark, total and counts with imported ones and drop the batch rows starting below the
+        new watermark; returns the dropped rows' statuses."""
+        params = {"task": self.task_id, "run_id": run_id, "watermark": watermark, "total": total}
+        cur.execute(read_sql("import_progress"), {**params, "filtered": filtered, "produced": produced})
+        rows = cur.execute(read_sql("drop_batches_below"), {"task": self.task_id, "watermark": watermark})
+        return [int(row[0]) for row in rows.fetchall()]
+
     def start_run(self, cur: Cursor, run_id: str, mode: str, ref: datetime, **fields: Any) -> None:
         """(Re)start a run record, counters at zero; ``fields``: ``total``, ``watermark``, ``planned``."""
         params = {"total": None, "watermark": None, "planned": 0, **fields}
