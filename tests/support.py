@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import os
 import subprocess
@@ -410,3 +411,10 @@ class SourceProxy:
         self.server.shutdown()
         self.server.server_close()
         self.upstream.close()
+
+
+def loopback(ip: str) -> bool:
+    """Whether a listening address is a loopback one (IPv4, IPv6, or IPv4 mapped into IPv6)."""
+    address = ipaddress.ip_address(ip.split("%")[0])
+    mapped = getattr(address, "ipv4_mapped", None)  # Java listens on ::ffff:127.0.0.1
+    return (mapped or address).is_loopback
