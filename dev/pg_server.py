@@ -144,17 +144,22 @@ class EmbeddedPostgres:
         return (folder / "pg" / "data" / "PG_VERSION").exists() and not password_file(folder).exists()
 
     def password(self) -> str | None:
-        """The superuser's password; None for a legacy ``trust`` server."""
+        """The superuser's password (generated on first use); None for a legacy ``trust`` server."""
         if self.legacy:
             return None
         if not self.password_file.exists():
-            if (self.data / "PG_VERSION").exists():
-                raise PostgresError(
-                    f"{self.data} was initialised with a password that {self.password_file} no longer holds; "
-                    f"remove {self.home} to start afresh"
-                )
             write_private(self.password_file, secrets.token_hex(24))
         return self.password_file.read_text(encoding="utf-8").strip()
+
+    def forget_orphan(self) -> bool:
+        """Stop and delete a server folder whose stack folder was deleted without ``clean`` (a new clone in the
+        same place): its password went with that folder, so nobody can log in to it any more."""
+        if self.home == self.folder / "pg" or self.password_file.exists() or not self.home.exists():
+            return False
+        if self.running():
+            self.stop("immediate")
+        shutil.rmtree(self.home)
+        return True
 
     def uri(self, database: str) -> str:
         secret = self.password()
@@ -165,6 +170,7 @@ class EmbeddedPostgres:
         """The server's folder, its binaries and an initialised data folder with the password."""
         if self.legacy:
             return
+        self.forget_orphan()
         password = self.password()
         if self.as_user:
             uid, gid = self.as_user["user"], self.as_user["group"]

@@ -398,6 +398,8 @@ def start_postgres(ports: Ports) -> str:
         return external
     server = pg_server(ports.postgres)
     try:
+        if server.forget_orphan():
+            log(f"postgres: removed {server.home}, left by an earlier {STACK} whose password is gone")
         server.prepare()
         if server.running() and pg_ready(server.uri("postgres")):
             log(f"postgres: already running on 127.0.0.1:{ports.postgres}")

@@ -72,6 +72,11 @@ class PrivatePostgres:
         if self.postmaster() is not None:
             self.server.stop("immediate")
 
+    def remove(self) -> None:
+        """Stop the server and delete its data, wherever it lives."""
+        self.stop()
+        self.server.remove()
+
 
 def kafka_cluster(home: Path, nodes: int) -> KafkaCluster:
     """A cluster's nodes and ports, fixed now; nothing runs until ``up()``."""

@@ -158,3 +158,21 @@ def test_no_process_of_the_stack_listens_beyond_loopback(private_stack):
     ports = {c.laddr.port for c in listening}
     assert set(private_stack.state()["ports"].values()) <= ports, "PostgreSQL, Kafka and the source all listen"
     assert [(c.pid, c.laddr) for c in listening if not loopback(c.laddr.ip)] == []
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="only a root-run server lives outside the stack folder")
+def test_a_server_whose_stack_folder_lost_its_password_is_recreated_by_up(private_stack):
+    old_uri = private_stack.state()["env"]["CRAWLER_OPS_PG_URI"]
+    (private_stack.folder / "postgres.password").unlink()  # as when a clone is deleted without `make clean`
+
+    again = private_stack.run("up")
+
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert "left by an earlier" in again.stdout
+    new_uri = private_stack.state()["env"]["CRAWLER_OPS_PG_URI"]
+    assert new_uri != old_uri
+    with psycopg.connect(new_uri, connect_timeout=5) as conn:
+        databases = conn.execute("SELECT count(*) FROM pg_database WHERE datname IN ('crawler', 'airflow')")
+        assert databases.fetchone() == (2,)
+    with pytest.raises(psycopg.OperationalError, match="password"):
+        psycopg.connect(old_uri, connect_timeout=5).close()
