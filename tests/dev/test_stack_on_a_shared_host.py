@@ -21,6 +21,8 @@ import stack
 from pg_server import SERVICE_BASE, SYSTEM_USER, EmbeddedPostgres, wheel_root
 from tests.support import loopback
 
+pytestmark = pytest.mark.slow  # brings a whole private stack up and removes it again: about a minute
+
 REPO = Path(__file__).resolve().parents[2]
 
 
