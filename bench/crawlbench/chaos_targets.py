@@ -6,9 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 import signal
-import subprocess
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -25,40 +23,38 @@ PG_START_S = 60
 
 
 class PrivatePostgres:
-    """An embedded PostgreSQL server (the stack's binaries) with its own data folder and port.
+    """An embedded PostgreSQL server (the stack's, see ``dev/pg_server.py``) with its own data folder, port and
+    password.
 
-    :param home: its folder (data directory and log).
+    :param home: its folder (the password file; data and log too unless run as root).
     :param port: the loopback port it listens on.
     """
 
     def __init__(self, home: Path, port: int) -> None:
-        self.data, self.log, self.port = home / "data", home / "postgres.log", port
-        self.bin = devstack.pg_bin()
+        from pg_server import EmbeddedPostgres  # dev/ is on the path once crawlbench.environment is imported
+
+        home.mkdir(mode=0o700, parents=True, exist_ok=True)
+        self.server = EmbeddedPostgres(home, port)
+        self.port = port
 
     @property
     def uri(self) -> str:
-        return devstack.pg_uri(self.port)
+        return self.server.uri(devstack.PG_DATABASE)
 
     def start(self) -> None:
         """Initialise the data folder once, start the server (crash recovery after a kill) and create the DB."""
-        self.data.mkdir(parents=True, exist_ok=True)
-        as_user = devstack.pg_user_kwargs(self.data)
-        if not (self.data / "PG_VERSION").exists():
-            initdb = [str(self.bin / "initdb"), "-D", str(self.data), "-U", "postgres", "--auth=trust", "-E", "UTF8"]
-            subprocess.run(initdb, check=True, capture_output=True, **as_user)
-        self.log.touch()
-        if as_user:
-            os.chown(self.log, as_user["user"], as_user["group"])
-        options = f"-h 127.0.0.1 -p {self.port} -k '' -c max_connections=100 -c fsync=off"
-        command = [str(self.bin / "pg_ctl"), "-D", str(self.data), "-l", str(self.log), "-w", "-t", str(PG_START_S)]
-        result = subprocess.run([*command, "-o", options, "start"], capture_output=True, text=True, **as_user)
-        if result.returncode != 0:
-            raise BenchError(f"private PostgreSQL did not start: {result.stdout}{result.stderr}")
-        devstack.ensure_database(self.port)
+        from pg_server import PostgresError
+
+        try:
+            self.server.prepare()
+            self.server.start(max_connections=100, timeout_s=PG_START_S)
+        except PostgresError as exc:
+            raise BenchError(f"private PostgreSQL did not start: {exc}") from exc
+        devstack.ensure_database(self.server.uri("postgres"), devstack.PG_DATABASE)
 
     def postmaster(self) -> psutil.Process | None:
         with contextlib.suppress(OSError, ValueError, IndexError, psutil.NoSuchProcess):
-            return psutil.Process(int((self.data / "postmaster.pid").read_text().splitlines()[0]))
+            return psutil.Process(int((self.server.data / "postmaster.pid").read_text().splitlines()[0]))
         return None
 
     def kill(self) -> None:
@@ -74,8 +70,12 @@ class PrivatePostgres:
 
     def stop(self) -> None:
         if self.postmaster() is not None:
-            command = [str(self.bin / "pg_ctl"), "-D", str(self.data), "-m", "immediate", "-w", "stop"]
-            subprocess.run(command, capture_output=True, **devstack.pg_user_kwargs(self.data))
+            self.server.stop("immediate")
+
+    def remove(self) -> None:
+        """Stop the server and delete its data, wherever it lives."""
+        self.stop()
+        self.server.remove()
 
 
 def kafka_cluster(home: Path, nodes: int) -> KafkaCluster:

@@ -221,12 +221,14 @@ class NotifyConfig(_Model):
     """A webhook called with the run summary when a run succeeds or fails.
 
     The URL and the HMAC secret come from an Airflow connection (``host`` = the URL, ``password`` =
-    the secret), never from this file.
+    the secret), never from this file. ``max_wait_s`` caps the time one delivery spends waiting between its
+    tries, ``Retry-After`` included.
     """
 
     conn_id: str
     on: tuple[Literal["success", "failure"], ...] = ("success", "failure")
     timeout_s: float = Field(10.0, gt=0, le=120)
+    max_wait_s: float = Field(30.0, ge=0, le=600)
 
 
 class DagSettings(_Model):

@@ -1,19 +1,18 @@
 """Run notifications: a signed webhook with the run summary, sent when a crawl run succeeds or fails.
 
 The URL and the secret come from an Airflow connection (``host`` = URL, ``password`` = HMAC secret). The
-body is JSON; the ``X-Crawler-Ops-Signature`` header is ``sha256=`` + the hex HMAC-SHA256 of
-``<timestamp>.<body>`` with the secret, the timestamp being the ``X-Crawler-Ops-Timestamp`` header (Unix
-seconds), so a receiver can reject replays. Delivery problems are logged and never fail the crawl.
+body is JSON, signed together with a delivery id and a timestamp as :mod:`crawler_ops.webhook` describes;
+receivers check it with :func:`crawler_ops.webhook.verify`. Delivery problems are logged and never fail the crawl.
 """
 
 from __future__ import annotations
 
-import hashlib
-import hmac
 import json
 import logging
 import time
+import uuid
 from collections.abc import Mapping
+from email.utils import parsedate_to_datetime
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -21,19 +20,11 @@ import httpx
 from airflow.sdk import BaseHook
 
 from crawler_ops.config import NotifyConfig
+from crawler_ops.webhook import DELIVERY_HEADER, EVENT_HEADER, SIGNATURE_HEADER, TIMESTAMP_HEADER, sign
 
 log = logging.getLogger(__name__)
 
-SIGNATURE_HEADER = "X-Crawler-Ops-Signature"
-TIMESTAMP_HEADER = "X-Crawler-Ops-Timestamp"
-EVENT_HEADER = "X-Crawler-Ops-Event"
 ATTEMPTS = 3
-
-
-def sign(secret: str, timestamp: str, body: bytes) -> str:
-    """The signature header's value for ``body`` sent at ``timestamp``."""
-    digest = hmac.new(secret.encode(), timestamp.encode() + b"." + body, hashlib.sha256).hexdigest()
-    return f"sha256={digest}"
 
 
 def webhook_url(conn: Any) -> str:
@@ -67,7 +58,7 @@ def notify_run(cfg: NotifyConfig | None, task_id: str, outcome: str, summary: Ma
         body = json.dumps(
             {"event": event, "task": task_id, "summary": dict(summary)}, ensure_ascii=False, default=str
         ).encode()
-        return post_signed(webhook_url(conn), body, conn.password, event, cfg.timeout_s, task_id)
+        return post_signed(webhook_url(conn), body, conn.password, event, cfg.timeout_s, task_id, cfg.max_wait_s)
     except Exception as exc:  # noqa: BLE001 - a notification problem must never fail the crawl
         log.error(
             "task %s: webhook via connection '%s' not sent: %s: %s", task_id, cfg.conn_id, type(exc).__name__, exc
@@ -75,34 +66,79 @@ def notify_run(cfg: NotifyConfig | None, task_id: str, outcome: str, summary: Ma
         return False
 
 
-def post_signed(url: str, body: bytes, secret: str, event: str, timeout_s: float, task_id: str) -> bool:
-    """Up to ``ATTEMPTS`` tries (connection errors and 5xx), each signed with a fresh timestamp."""
+def post_signed(
+    url: str, body: bytes, secret: str, event: str, timeout_s: float, task_id: str, max_wait_s: float
+) -> bool:
+    """One delivery: up to ``ATTEMPTS`` tries (connection errors, 429 and 5xx) under one delivery id, each
+    signed with a fresh timestamp.
+
+    Between tries it waits what the receiver's ``Retry-After`` asks, else a short backoff, but never more than
+    ``max_wait_s`` in all: a receiver asking for longer is given up on at once, so the commit never stalls on it.
+    """
     where = safe_target(url)
+    delivery_id = uuid.uuid4().hex
+    waited = 0.0
     for attempt in range(1, ATTEMPTS + 1):
         timestamp = str(int(time.time()))
         headers = {
             "Content-Type": "application/json",
             EVENT_HEADER: event,
+            DELIVERY_HEADER: delivery_id,
             TIMESTAMP_HEADER: timestamp,
-            SIGNATURE_HEADER: sign(secret, timestamp, body),
+            SIGNATURE_HEADER: sign(secret, delivery_id, timestamp, body),
         }
+        asked: float | None = None
         try:
             response = httpx.post(url, content=body, headers=headers, timeout=timeout_s)
         except httpx.HTTPError as exc:
             problem = f"{type(exc).__name__}: {exc}"
         else:
             if response.is_success:
-                log.info("task %s: webhook %s delivered to %s (HTTP %d)", task_id, event, where, response.status_code)
+                log.info(
+                    "task %s: webhook %s delivery %s delivered to %s (HTTP %d)",
+                    task_id,
+                    event,
+                    delivery_id,
+                    where,
+                    response.status_code,
+                )
                 return True
             problem = f"HTTP {response.status_code}: {response.text[:200]}"
             if response.status_code < 500 and response.status_code != 429:
                 break
-        if attempt < ATTEMPTS:
-            time.sleep(0.5 * attempt)
+            asked = retry_after_s(response.headers.get("Retry-After"))
+        if attempt == ATTEMPTS:
+            break
+        pause = 0.5 * attempt if asked is None else asked
+        if waited + pause > max_wait_s:
+            problem += f"; it asked to wait {pause:.0f}s, more than the {max_wait_s - waited:.0f}s left of max_wait_s"
+            break
+        time.sleep(pause)
+        waited += pause
     log.error(
-        "task %s: webhook %s to %s not delivered after %d attempt(s): %s", task_id, event, where, attempt, problem
+        "task %s: webhook %s delivery %s to %s not delivered after %d attempt(s): %s",
+        task_id,
+        event,
+        delivery_id,
+        where,
+        attempt,
+        problem,
     )
     return False
+
+
+def retry_after_s(value: str | None) -> float | None:
+    """Seconds a ``Retry-After`` header asks to wait (delay-seconds or an HTTP date); None when absent or unreadable."""
+    if not value:
+        return None
+    value = value.strip()
+    if value.isascii() and value.isdigit():
+        return float(value)
+    try:
+        when = parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    return max(0.0, when.timestamp() - time.time())
 
 
 def safe_target(url: str) -> str:

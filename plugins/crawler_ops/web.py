@@ -3,7 +3,7 @@
 ``GET /crawler-ops/api/status[?task=ID&live=false]`` returns the JSON of ``python -m crawler_ops status
 --json``; ``GET /crawler-ops/`` renders it as a small HTML page (linked from the Airflow UI's navigation).
 Both need an Airflow login (the UI's session cookie or ``Authorization: Bearer <JWT>``), and a user sees
-only the tasks whose DAG they may read.
+only the tasks whose DAG runs they may read (with the DAG's team in Airflow's multi-team mode).
 """
 
 from __future__ import annotations
@@ -62,26 +62,83 @@ async def security_headers(request: Request, call_next: Any) -> Any:
 
 
 def visible_report(user: Any, task: str | None, live: bool) -> dict[str, Any]:
-    """The status report restricted to the DAGs ``user`` may read."""
-    from airflow.api_fastapi.app import get_auth_manager
-    from airflow.api_fastapi.auth.managers.models.resource_details import DagDetails
+    """The status report restricted to the DAGs ``user`` may read.
 
-    def may_read(dag_id: str) -> bool:
-        return get_auth_manager().is_authorized_dag(method="GET", details=DagDetails(id=dag_id), user=user)
+    A task's row carries its runs, so it needs read access to the DAG's runs; a task's config error names only
+    its DAG, so it needs read access to that DAG. In multi-team mode each DAG is checked with its team, as
+    Airflow's own endpoints do. A config that does not load at all may quote any part of the YAML: only a user
+    who may read every DAG sees why, everyone else gets a generic error.
+    """
+    from airflow.api_fastapi.app import get_auth_manager
+    from airflow.api_fastapi.auth.managers.models.resource_details import DagAccessEntity
 
     try:
         loaded = load_config(check_imports=True)
-        visible = {
-            "tasks": tuple(t for t in loaded.tasks if may_read(t.dag_id)),
-            "errors": {k: v for k, v in loaded.errors.items() if may_read(broken_dag_id(k))},
-            "executors": tuple(e for e in loaded.executors if may_read(e.dag_id)),
-            "executor_errors": {k: v for k, v in loaded.executor_errors.items() if may_read(broken_dag_id(k, "exec_"))},
-        }
-        return collect(loaded.model_copy(update=visible), task, live=live)
     except ConfigError as exc:
-        raise HTTPException(status_code=500, detail=f"crawler_ops config: {exc}") from exc
+        if get_auth_manager().is_authorized_dag(method="GET", user=user):
+            raise HTTPException(status_code=500, detail=f"crawler_ops config: {exc}") from exc
+        raise HTTPException(status_code=500, detail=GENERIC_CONFIG_ERROR) from exc
+    broken = {k: broken_dag_id(k) for k in loaded.errors}
+    broken_executors = {k: broken_dag_id(k, "exec_") for k in loaded.executor_errors}
+    may_read = DagReader(
+        user,
+        [t.dag_id for t in loaded.tasks]
+        + [e.dag_id for e in loaded.executors]
+        + list(broken.values())
+        + list(broken_executors.values()),
+    )
+    visible = {
+        "tasks": tuple(t for t in loaded.tasks if may_read(t.dag_id, DagAccessEntity.RUN)),
+        "errors": {k: v for k, v in loaded.errors.items() if may_read(broken[k])},
+        "executors": tuple(e for e in loaded.executors if may_read(e.dag_id, DagAccessEntity.RUN)),
+        "executor_errors": {k: v for k, v in loaded.executor_errors.items() if may_read(broken_executors[k])},
+    }
+    try:
+        return collect(loaded.model_copy(update=visible), task, live=live)
     except KeyError as exc:
         raise HTTPException(status_code=404, detail=f"no crawl task '{task}' visible to you") from exc
+
+
+GENERIC_CONFIG_ERROR = "crawler_ops config is invalid; ask an Airflow administrator for the details"
+
+
+class DagReader:
+    """Answers whether ``user`` may read a DAG (or one kind of its details), asking the auth manager with the
+    DAG's team the way Airflow's ``requires_access_dag`` does.
+
+    :param user: the logged-in Airflow user
+    :param dag_ids: the DAGs that will be asked about; their teams are looked up in one query
+    """
+
+    def __init__(self, user: Any, dag_ids: list[str]) -> None:
+        from airflow.api_fastapi.app import get_auth_manager
+
+        self.user = user
+        self.auth_manager = get_auth_manager()
+        self.teams = dag_teams(dag_ids)
+
+    def __call__(self, dag_id: str, access_entity: Any = None) -> bool:
+        from airflow.api_fastapi.auth.managers.models.resource_details import DagDetails
+
+        return bool(
+            self.auth_manager.is_authorized_dag(
+                method="GET",
+                access_entity=access_entity,
+                details=DagDetails(id=dag_id, team_name=self.teams.get(dag_id)),
+                user=self.user,
+            )
+        )
+
+
+def dag_teams(dag_ids: list[str]) -> dict[str, str | None]:
+    """The team owning each DAG (through its bundle) in multi-team mode; a DAG not (yet) parsed has none."""
+    from airflow.configuration import conf
+
+    if not dag_ids or not conf.getboolean("core", "multi_team", fallback=False):
+        return {}
+    from airflow.models.dag import DagModel
+
+    return DagModel.get_dag_id_to_team_name_mapping(sorted(set(dag_ids)))
 
 
 @app.get("/api/status")

@@ -97,3 +97,37 @@ def test_files_with_secrets_are_private_even_when_they_existed_before(tmp_path: 
     stack.write_private(path, "export SECRET=x\n")
 
     assert path.read_text() == "export SECRET=x\n" and path.stat().st_mode & 0o777 == 0o600
+
+
+def test_a_stack_made_before_passwords_keeps_its_trust_login_and_its_folder_mode(monkeypatch, tmp_path: Path):
+    from pg_server import EmbeddedPostgres
+
+    folder = tmp_path / ".stack"
+    (folder / "pg" / "data").mkdir(parents=True)
+    (folder / "pg" / "data" / "PG_VERSION").write_text("18\n")
+    folder.chmod(0o755)  # its PostgreSQL user passes through it
+    monkeypatch.setattr(stack, "STACK", folder)
+    monkeypatch.setattr(stack, "LOGS", folder / "logs")
+    monkeypatch.setattr(stack, "RUN", folder / "run")
+    monkeypatch.setattr(stack.os, "umask", lambda mask: 0o022)  # the test process keeps its own umask
+
+    stack.make_stack_dir()
+    server = EmbeddedPostgres(folder, 15432)
+
+    assert server.legacy and server.home == folder / "pg" and not (folder / "postgres.password").exists()
+    assert server.uri("crawler") == "postgresql://postgres@127.0.0.1:15432/crawler"
+    assert folder.stat().st_mode & 0o777 == 0o755
+
+
+def test_a_stack_folder_made_by_hand_is_made_private(monkeypatch, tmp_path: Path):
+    folder = tmp_path / ".stack"
+    folder.mkdir(mode=0o755)
+    folder.chmod(0o755)  # as `mkdir -p .stack` leaves it
+    monkeypatch.setattr(stack, "STACK", folder)
+    monkeypatch.setattr(stack, "LOGS", folder / "logs")
+    monkeypatch.setattr(stack, "RUN", folder / "run")
+    monkeypatch.setattr(stack.os, "umask", lambda mask: 0o022)
+
+    stack.make_stack_dir()
+
+    assert folder.stat().st_mode & 0o777 == 0o700

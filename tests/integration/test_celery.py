@@ -5,7 +5,6 @@ the stack's PostgreSQL). What reached Kafka and PostgreSQL is checked against th
 from __future__ import annotations
 
 import contextlib
-import ipaddress
 import json
 import os
 import signal
@@ -25,7 +24,7 @@ import yaml
 
 from tests.conftest import STACK_DIR, STATE_FILE
 from tests.integration.airflow_api import RUN_TIMEOUT_S, AirflowApi
-from tests.support import DemoSource, duplicated_offsets, make_task, query, read_topic
+from tests.support import DemoSource, duplicated_offsets, loopback, make_task, query, read_topic
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -227,12 +226,6 @@ def test_a_worker_killed_mid_chunk_loses_nothing_the_other_worker_finishes_the_r
     assert len({offset // BATCH for offset in repeated}) <= len(victims), f"more than a batch per kill: {repeated}"
     # The killed worker comes back with the next airflow-up (the executor and worker count are unchanged).
     subprocess.run([*STACK_PY, "airflow-up", "--executor", "celery", "--workers", "2"], check=True)
-
-
-def loopback(ip: str) -> bool:
-    address = ipaddress.ip_address(ip.split("%")[0])
-    mapped = getattr(address, "ipv4_mapped", None)  # Java listens on ::ffff:127.0.0.1
-    return (mapped or address).is_loopback
 
 
 def test_no_process_of_the_stack_listens_beyond_loopback(celery):

@@ -1,9 +1,8 @@
-"""Unit tests of crawler_ops.notify: the signature, the URL from the connection, and what is sent when."""
+"""Unit tests of crawler_ops.notify: the URL from the connection, and what is sent when (the signature and its
+verification are in test_webhook.py)."""
 
 from __future__ import annotations
 
-import hashlib
-import hmac
 import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -12,21 +11,11 @@ from typing import Any
 
 import httpx
 import pytest
-from hypothesis import given
-from hypothesis import strategies as st
 
 from crawler_ops import notify
 from crawler_ops.config import NotifyConfig
-from crawler_ops.notify import notify_run, sign, webhook_url
-
-
-@given(st.text(min_size=1), st.text(alphabet="0123456789", min_size=1, max_size=12), st.binary())
-def test_the_signature_is_the_hmac_of_timestamp_dot_body(secret, timestamp, body):
-    expected = hmac.new(secret.encode(), f"{timestamp}.".encode() + body, hashlib.sha256).hexdigest()
-
-    assert sign(secret, timestamp, body) == f"sha256={expected}"
-    assert sign(secret, timestamp, body) != sign(secret + "x", timestamp, body)
-    assert sign(secret, timestamp, body) != sign(secret, timestamp + "1", body)
+from crawler_ops.notify import notify_run, retry_after_s, webhook_url
+from crawler_ops.webhook import verify
 
 
 def conn(**fields: object) -> SimpleNamespace:
@@ -63,6 +52,7 @@ class FakeReceiver:
     """Stands in for ``httpx.post`` in crawler_ops.notify: answers from a script, keeps every request."""
 
     statuses: list[int | Exception] = field(default_factory=lambda: [200])
+    retry_after: str | None = None
     requests: list[dict[str, Any]] = field(default_factory=list)
 
     def post(self, url: str, *, content: bytes, headers: dict[str, str], timeout: float) -> httpx.Response:
@@ -70,7 +60,8 @@ class FakeReceiver:
         answer = self.statuses[min(len(self.requests), len(self.statuses)) - 1]
         if isinstance(answer, Exception):
             raise answer
-        return httpx.Response(answer, request=httpx.Request("POST", url))
+        extra = {"Retry-After": self.retry_after} if self.retry_after is not None else {}
+        return httpx.Response(answer, headers=extra, request=httpx.Request("POST", url))
 
 
 @pytest.fixture
@@ -108,7 +99,8 @@ def test_a_run_summary_is_posted_signed_with_the_connection_secret(receiver, sle
     assert request["url"] == "https://hooks.test/in" and request["timeout"] == 4
     headers = request["headers"]
     assert headers["X-Crawler-Ops-Timestamp"] == "1790000000"
-    assert headers["X-Crawler-Ops-Signature"] == sign("s3cret", "1790000000", request["body"])
+    assert verify("s3cret", headers, request["body"], now=1_790_000_000) == headers["X-Crawler-Ops-Delivery"]
+    assert len(headers["X-Crawler-Ops-Delivery"]) == 32
     assert headers["X-Crawler-Ops-Event"] == "run.success"
     assert json.loads(request["body"]) == {"event": "run.success", "task": "jobs", "summary": SUMMARY}
 
@@ -163,3 +155,47 @@ def test_a_4xx_is_not_retried_while_429_5xx_and_io_errors_are(
 def test_a_connection_that_cannot_be_read_does_not_raise(receiver, sleeps):
     assert notify_run(NotifyConfig(conn_id="no_such_conn"), "jobs", "failure", SUMMARY) is False
     assert receiver.requests == []
+
+
+def test_the_retries_of_one_delivery_keep_its_id_and_another_delivery_gets_a_new_one(receiver, sleeps, webhook_conn):
+    receiver.statuses = [503, 503, 200]
+
+    assert notify_run(NotifyConfig(conn_id="hook"), "jobs", "failure", SUMMARY) is True
+    assert notify_run(NotifyConfig(conn_id="hook"), "jobs", "failure", SUMMARY) is True
+
+    ids = [r["headers"]["X-Crawler-Ops-Delivery"] for r in receiver.requests]
+    assert len(ids) == 4 and ids[0] == ids[1] == ids[2] != ids[3]
+    for request in receiver.requests:
+        assert verify("s3cret", request["headers"], request["body"], now=1_790_000_000)
+
+
+@pytest.mark.parametrize(
+    ("retry_after", "max_wait_s", "attempts", "waits"),
+    [
+        ("2", 30, 3, [2.0, 2.0]),
+        ("3600", 30, 1, []),
+        ("20", 30, 2, [20.0]),
+        ("1", 0, 1, []),
+        ("soon", 30, 3, [0.5, 1.0]),
+    ],
+    ids=["honoured", "longer-than-the-cap", "cap-reached-on-the-second-wait", "no-waiting-allowed", "unreadable"],
+)
+def test_waiting_on_retry_after_is_capped_per_delivery(
+    receiver, sleeps, webhook_conn, retry_after, max_wait_s, attempts, waits
+):
+    receiver.statuses = [429]
+    receiver.retry_after = retry_after
+
+    assert notify_run(NotifyConfig(conn_id="hook", max_wait_s=max_wait_s), "jobs", "failure", SUMMARY) is False
+
+    assert len(receiver.requests) == attempts
+    assert sleeps == waits and sum(sleeps) <= max_wait_s
+
+
+def test_retry_after_may_be_an_http_date(monkeypatch):
+    monkeypatch.setattr(notify, "time", SimpleNamespace(time=lambda: 1_445_412_470.0))
+
+    assert retry_after_s("Wed, 21 Oct 2015 07:28:00 GMT") == 10.0
+    assert retry_after_s("Wed, 21 Oct 2015 07:27:00 GMT") == 0.0, "a date in the past: no wait"
+    assert retry_after_s(" 7 ") == 7.0
+    assert retry_after_s(None) is None and retry_after_s("-3") is None

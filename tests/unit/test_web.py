@@ -1,5 +1,6 @@
 """Unit tests of crawler_ops.web, the status app mounted in Airflow's api-server: a login is needed for every route,
-and a user sees only the tasks whose DAG they may read. The auth manager and the status gathering are fakes."""
+and a user sees only the tasks whose DAG they may read. The auth manager and the status gathering are fakes;
+in multi-team mode the DAG-to-team lookup is too."""
 
 from __future__ import annotations
 
@@ -24,24 +25,38 @@ tasks:
 
 
 class FakeAuthManager:
-    """Lets each user read exactly the DAG ids listed for them."""
+    """Lets each user read the DAG ids listed for them, the DAGs of the teams listed for them, or every DAG
+    (``"*"``); keeps every question it was asked."""
 
-    def __init__(self, readable: dict[str, set[str]]) -> None:
+    def __init__(self, readable: dict[str, set[str]], teams: dict[str, set[str]] | None = None) -> None:
         self.readable = readable
+        self.teams = teams or {}
+        self.calls: list[dict[str, Any]] = []
 
-    def is_authorized_dag(self, *, method: str, details: Any, user: Any) -> bool:
-        return method == "GET" and details.id in self.readable.get(user.name, set())
+    def is_authorized_dag(self, *, method: str, user: Any, access_entity: Any = None, details: Any = None) -> bool:
+        self.calls.append({"method": method, "user": user.name, "access_entity": access_entity, "details": details})
+        readable = self.readable.get(user.name, set())
+        if method != "GET":
+            return False
+        if details is None:
+            return "*" in readable
+        in_team = details.team_name is not None and details.team_name in self.teams.get(user.name, set())
+        return "*" in readable or details.id in readable or in_team
 
 
 @pytest.fixture
-def client(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[TestClient]:
+def auth_manager() -> FakeAuthManager:
+    return FakeAuthManager({"alice": {"crawl_open_task", "crawl_broken_open"}, "bob": set(), "root": {"*"}})
+
+
+@pytest.fixture
+def client(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, auth_manager: FakeAuthManager) -> Iterator[TestClient]:
     import airflow.api_fastapi.app as api_app
 
     config = tmp_path / "tasks.yaml"
     config.write_text(CONFIG, encoding="utf-8")
     monkeypatch.setenv("CRAWLER_OPS_CONFIG", str(config))
-    manager = FakeAuthManager({"alice": {"crawl_open_task", "crawl_broken_open"}, "bob": set()})
-    monkeypatch.setattr(api_app, "get_auth_manager", lambda: manager)
+    monkeypatch.setattr(api_app, "get_auth_manager", lambda: auth_manager)
     monkeypatch.setattr(status, "active_runs", lambda dag_ids: ({}, None))
     monkeypatch.setattr(
         status,
@@ -149,3 +164,71 @@ def test_the_page_shows_the_source_database_and_running_errors_the_json_has():
     assert "<td>SourceError: GET /api/t/count timed out after 5s</td>" in page, "not None in the source total cell"
     assert "database: OperationalError: crawler db down" in page
     assert "? OperationalError: &lt;metadata down&gt;" in page and "t&lt;1&gt;" in page
+
+
+TEAMS = {
+    "crawl_open_task": "team_a",
+    "crawl_broken_open": "team_a",
+    "crawl_secret_task": "team_b",
+    "crawl_broken_secret": "team_b",
+}
+
+
+@pytest.fixture
+def multi_team(client: TestClient, auth_manager: FakeAuthManager, monkeypatch: pytest.MonkeyPatch) -> FakeAuthManager:
+    """Airflow in multi-team mode: the open DAGs belong to team_a, the secret ones to team_b; carol is in team_a."""
+    from airflow.models.dag import DagModel
+
+    monkeypatch.setenv("AIRFLOW__CORE__MULTI_TEAM", "True")
+    monkeypatch.setattr(
+        DagModel,
+        "get_dag_id_to_team_name_mapping",
+        staticmethod(lambda dag_ids, session=None: {d: TEAMS[d] for d in dag_ids if d in TEAMS}),
+    )
+    auth_manager.teams = {"carol": {"team_a"}}
+    return auth_manager
+
+
+def test_in_multi_team_mode_a_team_member_sees_only_their_teams_tasks_and_config_errors(client, multi_team):
+    from airflow.api_fastapi.auth.managers.models.resource_details import DagAccessEntity
+
+    log_in("carol")
+
+    report = client.get("/api/status").json()
+
+    assert [row["task_id"] for row in report["tasks"]] == ["open_task"]
+    assert [bad["task_id"] for bad in report["invalid_tasks"]] == ["broken_open"]
+    asked = {(c["details"].id, c["details"].team_name, c["access_entity"]) for c in multi_team.calls}
+    assert asked == {
+        ("crawl_open_task", "team_a", DagAccessEntity.RUN),
+        ("crawl_secret_task", "team_b", DagAccessEntity.RUN),
+        ("crawl_broken_open", "team_a", None),
+        ("crawl_broken_secret", "team_b", None),
+    }, "task rows carry run details; config errors only name the DAG"
+
+
+def test_without_multi_team_mode_dags_are_asked_about_with_no_team(client, auth_manager):
+    log_in("alice")
+
+    client.get("/api/status")
+
+    calls = auth_manager.calls
+    assert calls and all(c["details"].team_name is None for c in calls)
+
+
+@pytest.mark.parametrize(
+    ("user", "shows_the_yaml"), [("root", True), ("alice", False), ("bob", False)], ids=["all-dags", "some", "none"]
+)
+def test_a_config_that_does_not_load_is_explained_only_to_a_user_who_may_read_every_dag(
+    client, tmp_path, user, shows_the_yaml
+):
+    (tmp_path / "tasks.yaml").write_text("tasks:\n  - {id: x, token: hunter2\n", encoding="utf-8")
+    log_in(user)
+
+    response = client.get("/api/status")
+
+    assert response.status_code == 500
+    detail = response.json()["detail"]
+    assert ("hunter2" in detail) is shows_the_yaml
+    if not shows_the_yaml:
+        assert detail == web.GENERIC_CONFIG_ERROR
