@@ -7,7 +7,8 @@ The environment is chosen in ``pytest_configure``, before any test module import
 - any other session loads the stack's environment (AIRFLOW_HOME, the AIRFLOW_CONN_* connections).
 
 Either way the process environment is restored when the session ends. The ``stack`` fixture starts the stack
-(idempotently) the first time an integration test needs it.
+(idempotently) the first time an integration test needs it. A session on the stack removes, when it ends (also after
+failures), the DAGs its tests created in Airflow's metadata DB (see :mod:`tests.airflow_cleanup`).
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ STACK_VARIABLE_PREFIXES = ("AIRFLOW_CONN_", "AIRFLOW__", "CRAWLER_OPS_")
 
 _saved_environ: dict[str, str] = {}
 _private_home: str | None = None
+_on_stack = False
 
 
 def load_stack_env() -> bool:
@@ -60,9 +62,10 @@ def needs_stack(args: list[str]) -> bool:
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    global _private_home
+    global _private_home, _on_stack
     _saved_environ.update(os.environ)
     if needs_stack(list(config.args)):
+        _on_stack = True
         load_stack_env()
         return
     for name in [n for n in os.environ if n.startswith(STACK_VARIABLE_PREFIXES)]:
@@ -76,6 +79,50 @@ def pytest_unconfigure(config: pytest.Config) -> None:
     os.environ.update(_saved_environ)
     if _private_home is not None:
         shutil.rmtree(_private_home, ignore_errors=True)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def airflow_metadata_cleanup(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[None]:
+    """At the end of a session on the stack, whatever its outcome: delete from Airflow's metadata DB the DAGs of
+    the configs the tests wrote (all below the session's temp folder), never a configured one, and the runs
+    ``dag.test()`` made of configured DAGs. Set first, so it runs after every other session fixture (the scheduler
+    tests' Airflow is stopped by then)."""
+    if not _on_stack:
+        yield
+        return
+    from tests import airflow_cleanup
+
+    reporter = request.config.pluginmanager.get_plugin("terminalreporter")
+    capture = request.config.pluginmanager.get_plugin("capturemanager")
+
+    def say(message: str) -> None:
+        if reporter is not None and capture is not None:
+            with capture.global_and_fixture_disabled():
+                reporter.write_line("\n" + message)
+
+    temp_root = tmp_path_factory.getbasetemp()
+    stack_config = os.environ.get("CRAWLER_OPS_CONFIG")
+    protected = airflow_cleanup.configured_dag_ids([Path(stack_config)] if stack_config else [])
+    try:
+        runs_after: int | None = airflow_cleanup.last_run_id()
+    except Exception as exc:  # noqa: BLE001 - the metadata DB may not be up yet; DAGs are still cleaned
+        say(f"Airflow cleanup: cannot read the metadata DB now ({exc}); test runs of configured DAGs stay")
+        runs_after = None
+    yield
+    try:
+        report = airflow_cleanup.clean_metadata_db(
+            airflow_cleanup.session_dag_ids(temp_root), protected, temp_root, runs_after
+        )
+    except Exception as exc:  # noqa: BLE001 - a cleanup problem must not hide the tests' own outcome
+        say(f"Airflow cleanup failed: {type(exc).__name__}: {exc}")
+        return
+    say(
+        f"Airflow cleanup: deleted {len(report.deleted)} test DAGs, {report.test_runs_deleted} test runs of "
+        f"configured DAGs, {report.import_errors_deleted} import errors"
+        + (f"; failed: {'; '.join(report.failures)}" if report.failures else "")
+    )
 
 
 @pytest.fixture(scope="session")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import ipaddress
 import json
 import os
+import socket
 import subprocess
 import sys
 import threading
@@ -426,3 +427,46 @@ def loopback(ip: str) -> bool:
     address = ipaddress.ip_address(ip.split("%")[0])
     mapped = getattr(address, "ipv4_mapped", None)  # Java listens on ::ffff:127.0.0.1
     return (mapped or address).is_loopback
+
+
+class StatsdCollector:
+    """A StatsD server on loopback UDP: keeps every metric line Airflow sends (point ``[metrics] statsd_host`` and
+    ``statsd_port`` at it)."""
+
+    def __init__(self) -> None:
+        self.socket = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        self.socket.bind(("127.0.0.1", 0))
+        self.port = self.socket.getsockname()[1]
+        self.lines: list[str] = []
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self) -> None:
+        while True:
+            data = self.socket.recv(65_536)
+            self.lines.extend(data.decode(errors="replace").splitlines())
+
+    def counter(self, name: str) -> int:
+        """Sum of a counter's increments (``name:<n>|c``)."""
+        total = 0
+        for line in list(self.lines):
+            metric, _, rest = line.partition(":")
+            if metric == name and rest.endswith("|c"):
+                total += int(rest.split("|")[0])
+        return total
+
+    def gauges(self) -> dict[str, float]:
+        """The last value of every gauge received (``name:<value>|g``; no deltas are sent here)."""
+        found = {}
+        for line in list(self.lines):
+            metric, _, rest = line.partition(":")
+            if rest.endswith("|g"):
+                found[metric] = float(rest.split("|")[0])
+        return found
+
+    def wait_for_gauge(self, name: str, timeout: float = 10.0) -> float:
+        """A gauge's last value, waiting for its datagram (UDP arrives after the sender returned)."""
+        deadline = time.monotonic() + timeout
+        while (value := self.gauges().get(name)) is None:
+            assert time.monotonic() < deadline, f"no gauge {name} within {timeout}s; got {sorted(self.gauges())}"
+            time.sleep(0.05)
+        return value

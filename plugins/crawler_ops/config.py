@@ -408,10 +408,25 @@ class MaintenanceConfig(DagSettings):
     keep_errors_days: float = Field(30, ge=1, description="error and dead-letter rows older than this are deleted")
     keep_status_days: float = Field(30, ge=1, description="done status rows that finished longer ago")
     delete_batch: int = Field(5000, ge=1, le=1_000_000, description="rows deleted per statement (and transaction)")
+    # Off unless set: Airflow's metrics are off by default too, and a round costs a task instance.
+    gauges_schedule: str | None = Field(
+        None, description="cron or preset of the crawler_ops_gauges DAG (e.g. '*/5 * * * *'); null: no such DAG"
+    )
+
+    @field_validator("gauges_schedule")
+    @classmethod
+    def _valid_gauges_schedule(cls, value: str | None) -> str | None:
+        if value in SPECIAL_SCHEDULES:
+            raise ValueError(f"{value!r} is no periodic schedule; use a cron expression such as '*/5 * * * *'")
+        return check_schedule(value)
 
     @property
     def dag_id(self) -> str:
         return "crawler_ops_maintenance"
+
+    @property
+    def gauges_dag_id(self) -> str:
+        return "crawler_ops_gauges"
 
 
 class LoadedConfig(_Model):

@@ -31,6 +31,7 @@ SAMPLE_DAG_IDS = {
     "crawl_jobs_shanghai",
     "exec_area_addresses",
     "crawler_ops_maintenance",
+    "crawler_ops_gauges",
     "sample_jobs_beijing_downstream",
 }
 
@@ -311,6 +312,7 @@ def test_invalid_yaml_is_an_import_error_naming_the_file(monkeypatch, tmp_path):
         *(f"crawl_dags_{i}_of_8.py" for i in range(1, 9)),
         "executor_dags.py",
         "maintenance_dag.py",
+        "gauges_dag.py",
         "sample_downstream.py",
     }
     assert all(f"{config} is not valid YAML" in message for message in errors.values())

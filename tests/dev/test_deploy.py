@@ -45,6 +45,14 @@ def test_airflow_services_mount_the_code_and_include_where_the_code_looks(compos
         assert service["environment"]["AIRFLOW__CORE__EXECUTOR"] == "CeleryExecutor"
 
 
+def test_the_statsd_exporter_reads_the_shipped_mapping(compose):
+    exporter = compose["services"]["statsd-exporter"]
+    mount = "./include/deploy/monitoring/statsd_mapping.yml:/etc/statsd-exporter/mapping.yml:ro"
+    assert mount in exporter["volumes"]
+    assert "--statsd.mapping-config=/etc/statsd-exporter/mapping.yml" in exporter["command"]
+    assert (REPO / mount.split(":")[0]).is_file()
+
+
 def test_the_image_is_the_pinned_airflow_release():
     pinned = re.search(r"^apache-airflow==([\d.]+)$", (REPO / "requirements.txt").read_text(), re.MULTILINE)
     base = re.search(r"^FROM apache/airflow:([\d.]+)-python3\.11$", (REPO / "Dockerfile").read_text(), re.MULTILINE)

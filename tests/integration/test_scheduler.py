@@ -7,10 +7,8 @@ import itertools
 import json
 import os
 import re
-import socket
 import subprocess
 import sys
-import threading
 import time
 import uuid
 from collections import Counter
@@ -30,6 +28,7 @@ from tests.integration.airflow_api import RUN_TIMEOUT_S, AirflowApi
 from tests.support import (
     DemoSource,
     Receiver,
+    StatsdCollector,
     create_topic,
     duplicated_offsets,
     duplicates,
@@ -112,31 +111,6 @@ def webhook() -> Iterator[Receiver]:
 def ops_task(task_id: str) -> CrawlTaskConfig:
     """The task the operations tests watch; the sample downstream DAG reads it as group <id>.downstream_sample."""
     return make_task(task_id, kafka={"consumer_groups": [f"{task_id}.downstream_sample"]})
-
-
-class StatsdCollector:
-    """A StatsD server on loopback UDP: keeps every metric line Airflow's services send."""
-
-    def __init__(self) -> None:
-        self.socket = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-        self.socket.bind(("127.0.0.1", 0))
-        self.port = self.socket.getsockname()[1]
-        self.lines: list[str] = []
-        threading.Thread(target=self._serve, daemon=True).start()
-
-    def _serve(self) -> None:
-        while True:
-            data = self.socket.recv(65_536)
-            self.lines.extend(data.decode(errors="replace").splitlines())
-
-    def counter(self, name: str) -> int:
-        """Sum of a counter's increments (``name:<n>|c``)."""
-        total = 0
-        for line in list(self.lines):
-            metric, _, rest = line.partition(":")
-            if metric == name and rest.endswith("|c"):
-                total += int(rest.split("|")[0])
-        return total
 
 
 @pytest.fixture(scope="session")

@@ -1,5 +1,6 @@
 """Config -> DAG objects, one builder module per DAG kind: :mod:`.crawl` (``crawl_<id>``), :mod:`.executor`
-(``exec_<name>``) and :mod:`.maintenance` (``crawler_ops_maintenance``); :mod:`.common` holds what they share.
+(``exec_<name>``), :mod:`.maintenance` (``crawler_ops_maintenance``) and :mod:`.gauges` (``crawler_ops_gauges``);
+:mod:`.common` holds what they share.
 
 No network or database access here: this runs at parse time. When a task process starts, only its own
 DAG is built (``get_parsing_context``). An invalid task becomes a small DAG whose only task fails with
@@ -19,6 +20,8 @@ _MODULES = {
     "build_crawl_dags": "crawl",
     "build_executor_dag": "executor",
     "build_executor_dags": "executor",
+    "build_gauges_dag": "gauges",
+    "build_gauges_dags": "gauges",
     "build_maintenance_dag": "maintenance",
     "build_maintenance_dags": "maintenance",
     "no_retry_for_permanent_errors": "common",

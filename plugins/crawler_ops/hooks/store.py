@@ -41,6 +41,13 @@ def fetch_dict(cur: Cursor, statement: str, params: dict[str, Any]) -> dict[str,
     return dict(zip([d.name for d in cur.description or ()], row, strict=True))
 
 
+def fetch_rows(cur: Cursor, statement: str, params: dict[str, Any]) -> list[dict[str, Any]]:
+    """Every row of ``statement`` as a dict by column name."""
+    rows = cur.execute(statement, params).fetchall()
+    names = [d.name for d in cur.description or ()]
+    return [dict(zip(names, row, strict=True)) for row in rows]
+
+
 def find_table(cur: Cursor, schema: str, table: str) -> tuple[str, str] | None:
     """The catalog's spelling of ``schema.table`` (exact match first, then case-insensitive), None if absent."""
     row = cur.execute(read_sql("executor/find_table"), {"schema": schema, "table": table}).fetchone()
@@ -232,6 +239,23 @@ class CrawlStoreHook(CrawlerDbHook):
             "errors": fetch_dict(cur, read_sql("view/recent_errors"), task),
             "parked": self.batches.parked(cur),
         }
+
+    def gauge_rows(self, cur: Cursor, task_ids: Sequence[str]) -> dict[str, dict[str, Any]]:
+        """Per task of ``task_ids`` (all in this database): stored total and watermark, parked batches, seconds
+        since the last success, and the last finished run's duration and records fetched. One statement per table
+        for all the tasks; a task that never ran is absent."""
+        if cur.execute(read_sql("view/schema_exists")).fetchone() is None:
+            return {}
+        params = {"tasks": list(task_ids)}
+        rows: dict[str, dict[str, Any]] = {}
+        for task, total, watermark in cur.execute(read_sql("gauges/progress"), params).fetchall():
+            rows.setdefault(task, {}).update(total=total, watermark=watermark)
+        for task, parked in cur.execute(read_sql("gauges/parked"), params).fetchall():
+            rows.setdefault(task, {})["parked_batches"] = int(parked)
+        runs = fetch_rows(cur, read_sql("gauges/runs"), params)
+        for run in runs:
+            rows.setdefault(run.pop("task_id"), {}).update(run)
+        return rows
 
 
 @dataclass(frozen=True)
