@@ -310,7 +310,7 @@ def test_the_status_text_lists_each_executor_with_its_parked_rows_and_how_to_unp
     assert "executor areas  dag exec_areas  status table public.status_table_case" in text
     assert "  rows pending 5  claimed 0  done 10  parked 1" in text
     assert "  parked row 7 after 3 attempts at 2026-12-01T00:00:00+00:00: ValueError: <bad> row" in text
-    assert "python -m crawler_ops unpark --executor areas" in text
+    assert "crawler-ops unpark --executor areas" in text
     assert "  db error: StatusTableError: x" in text and "executor bad: INVALID CONFIG" in text
 
 
