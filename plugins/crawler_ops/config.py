@@ -218,7 +218,8 @@ def check_schedule(value: str | None) -> str | None:
 
 
 class NotifyConfig(_Model):
-    """A webhook called with the run summary when a run succeeds or fails.
+    """A webhook called with the run summary when a run succeeds or fails, and (``started`` in ``on``) with the
+    plan when a run has planned its batches.
 
     The URL and the HMAC secret come from an Airflow connection (``host`` = the URL, ``password`` =
     the secret), never from this file. ``max_wait_s`` caps the time one delivery spends waiting between its
@@ -226,7 +227,7 @@ class NotifyConfig(_Model):
     """
 
     conn_id: str
-    on: tuple[Literal["success", "failure"], ...] = ("success", "failure")
+    on: tuple[Literal["started", "success", "failure"], ...] = ("success", "failure")
     timeout_s: float = Field(10.0, gt=0, le=120)
     max_wait_s: float = Field(30.0, ge=0, le=600)
 

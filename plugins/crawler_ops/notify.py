@@ -41,7 +41,8 @@ def webhook_url(conn: Any) -> str:
 
 
 def notify_run(cfg: NotifyConfig | None, task_id: str, outcome: str, summary: Mapping[str, Any]) -> bool:
-    """POST the summary of a finished run (``outcome`` 'success' or 'failure') when configured for it.
+    """POST the summary of a finished run (``outcome`` 'success' or 'failure'), or the plan of a run that started
+    ('started'), when configured for it.
 
     :return: True when the receiver answered 2xx; False when not configured, not wanted or not delivered.
     """

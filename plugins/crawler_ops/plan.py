@@ -17,6 +17,7 @@ from crawler_ops.hooks.producer import IdempotentProducerHook, ensure_topic
 from crawler_ops.hooks.source import SourceApiHook
 from crawler_ops.hooks.store import CrawlStoreHook, Cursor
 from crawler_ops.ledger import parked_message
+from crawler_ops.notify import notify_run
 from crawler_ops.planning import (
     Batch,
     Chunk,
@@ -73,6 +74,9 @@ def plan_run(run: RunContext) -> list[dict[str, Any]]:
         len(chunks),
         " [dry run]" if params.dry_run else "",
     )
+    if not params.dry_run:
+        started = {"task": cfg.id, "run_id": run.run_id, "mode": mode, "ref": run.ref.isoformat(), "total": total}
+        notify_run(cfg.notify, cfg.id, "started", started | {"watermark": watermark, "planned": len(batches)})
     return [chunk_payload(chunk, first) for chunk in chunks]
 
 

@@ -236,6 +236,30 @@ def test_webhooks_are_signed_and_carry_the_run_summary(source, receiver, pg_uri,
     assert any("[400, 500)" in e for e in failure["summary"]["errors"])
 
 
+def test_a_run_started_webhook_carries_the_plan_when_asked_for(source, receiver, pg_uri, unique_id, run_dag):
+    source.create(unique_id, total=300, ref=REF, in_window_share=1.0)
+    notify = {"conn_id": f"hook_{unique_id}", "on": ["started", "success", "failure"]}
+    cfg = make_task(unique_id, notify=notify)
+
+    assert run_dag(cfg, REF) == "success"
+    assert run_dag(cfg, REF, {"dry_run": True}) == "success"
+
+    events = [verified(r) for r in receiver.requests]
+    expected = ["run.started", "run.success", "run.success"]
+    assert [e["event"] for e in events] == expected, "a dry run reports its end, not a start"
+    started, success, _ = events
+    assert [r["headers"]["X-Crawler-Ops-Event"] for r in receiver.requests] == expected
+    assert started["summary"] == {
+        "task": unique_id,
+        "run_id": success["summary"]["run_id"],
+        "mode": "first",
+        "ref": REF.isoformat(),
+        "total": 300,
+        "watermark": None,
+        "planned": run_record(pg_uri, unique_id)["planned"],
+    }
+
+
 def test_a_webhook_that_fails_or_must_not_be_sent_does_not_fail_the_run(
     source, receiver, unique_id, monkeypatch, run_dag
 ):
