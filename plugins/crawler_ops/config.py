@@ -276,6 +276,18 @@ class CrawlTaskConfig(DagSettings):
         5, ge=1, description="a batch failing this many times is parked until an operator skips it"
     )
     on_shrink: Literal["warn", "fail", "reset"] = "warn"
+    max_planned_batches: int = Field(
+        100_000,
+        ge=1,
+        description="a run that would plan more batches fails (each is a status row and part of the plan's XCom); "
+        "max_batches plans the newest ones",
+    )
+    total_jump_factor: float = Field(
+        10,
+        gt=1,
+        description="a source total above this many times the last known total (at least batch_size) fails the "
+        "plan until a run confirms it with confirm_total",
+    )
     transform: str | None = Field(None, description="dotted path of a callable(record) -> published value")
     notify: NotifyConfig | None = None
 

@@ -117,6 +117,11 @@ class CrawlStoreHook(CrawlerDbHook):
         row = cur.execute(read_sql("select_progress"), {"task": self.task_id}).fetchone()
         return None if row is None else int(row[0])
 
+    def read_total(self, cur: Cursor) -> int | None:
+        """The source total the task's last commit saw (None before the first commit)."""
+        row = cur.execute(read_sql("select_progress"), {"task": self.task_id}).fetchone()
+        return None if row is None or row[1] is None else int(row[1])
+
     def last_ref_time(self, cur: Cursor) -> datetime | None:
         """The newest reference time of the runs whose commit saved the task's progress."""
         row = cur.execute(read_sql("select_last_ref"), {"task": self.task_id}).fetchone()
