@@ -50,6 +50,9 @@ class SourceConfig(_Model):
     offset_param: str = "offset"
     limit_param: str = "limit"
     timeout_s: float = Field(30.0, gt=0)
+    deadline_s: float = Field(
+        120.0, gt=0, description="wall-clock limit of one request, body included (timeout_s bounds each read)"
+    )
     max_retries: int = Field(4, ge=0, le=20)
     backoff_s: float = Field(0.5, ge=0)
     max_backoff_s: float = Field(30.0, ge=0)

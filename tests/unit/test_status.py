@@ -45,7 +45,7 @@ def stored(monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
 def test_running_comes_from_airflow_and_a_run_record_left_running_without_a_run_is_abandoned(
     stored, running, error, expected, last_run
 ):
-    row = status.task_status(task(), running, error, live=False)
+    row = status.task_row(task(), running, error, status.stored_status(task()), None, None)
 
     assert row["running"] is expected
     assert row["active_runs"] == (None if running is None else running.get("crawl_jobs", []))
