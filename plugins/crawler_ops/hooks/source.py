@@ -17,7 +17,7 @@ from airflow.sdk import BaseHook
 
 from crawler_ops.config import SourceConfig
 from crawler_ops.errors import SourceError
-from crawler_ops.hooks.deadline import DeadlineTransport, deadline
+from crawler_ops.hooks.deadline import DeadlineTransport, deadline, environment_proxy
 from crawler_ops.records import Page, head_struct
 
 RETRIABLE_STATUS = frozenset({408, 425, 429, 500, 502, 503, 504})
@@ -86,7 +86,7 @@ def http_client(conn: Any, source: SourceConfig) -> httpx.Client:
     limits = httpx.Limits(max_connections=source.concurrency + 2, max_keepalive_connections=source.concurrency + 2)
     # Loading the CA bundle for a verifying TLS context costs 0.1-0.2 s per client; a plain-HTTP source
     # (redirects are not followed) never uses it.
-    transport = DeadlineTransport(verify=base.lower().startswith("https://"), limits=limits)
+    transport = DeadlineTransport(base.lower().startswith("https://"), limits, environment_proxy(base))
     return httpx.Client(
         base_url=base, headers=headers, auth=auth, timeout=httpx.Timeout(source.timeout_s), transport=transport
     )

@@ -85,3 +85,22 @@ def test_a_page_trickling_a_byte_at_a_time_fails_by_its_deadline_as_a_retriable_
         "task jobs: GET /api/remote_jobs/list offsets [300, 400) did not finish within its deadline of 2s"
     )
     assert 2 <= elapsed < 2.5, f"{elapsed:.2f}s for a deadline of 2 s (the body would take 47 s)"
+
+
+def test_a_source_behind_the_environments_http_proxy_is_reached_through_it_within_the_deadline(
+    hostile, airflow_connection, monkeypatch
+):
+    for name in ("NO_PROXY", "no_proxy", "ALL_PROXY", "all_proxy", "http_proxy"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("HTTP_PROXY", f"http://127.0.0.1:{hostile.connection()['port']}")
+    airflow_connection("src", conn_type="http", host="source.invalid", schema="http")
+    hostile.replies["count"] = (200, {"Content-Type": "application/json"}, b'{"code":0,"data":{"total":7}}')
+
+    assert hook().get_total() == 7, "the proxy (this server) answered for source.invalid"
+
+    hostile.drips["count"] = 0.5
+    cfg = SourceConfig(conn_id="src", max_retries=0, deadline_s=1)
+    started = time.monotonic()
+    with pytest.raises(SourceError, match="did not finish within its deadline of 1s"):
+        SourceApiHook(cfg, "jobs", "remote_jobs").get_total()
+    assert time.monotonic() - started < 1.5
