@@ -194,7 +194,8 @@ def build_messages(
         elif verdict is Verdict.EXPIRED:
             result.expired += 1
         else:
-            result.dead_letters.append(DeadLetter(offset, detail, dead_letter_record(record)))
+            reason = "nested too deeply to read its date fields" if head is reader.too_deep else detail
+            result.dead_letters.append(DeadLetter(offset, reason, dead_letter_record(record)))
     return result
 
 
@@ -210,6 +211,8 @@ class HeadReader:
         self.fields = head_fields(date_fields, key_field)
         self.key_index = self.fields.index(key_field) if key_field else 0
         self.decode = head_decoder(self.fields).decode
+        # The head of a record nested too deeply to read here: no field found (so no date), told apart by identity.
+        self.too_deep: tuple[Any, ...] = (None,) * len(self.fields)
 
     def read_page(self, records: Sequence[Record], first_offset: int) -> list[tuple[Any, ...]]:
         if isinstance(records, Page) and records.heads is not None and records.fields == self.fields:
@@ -217,8 +220,8 @@ class HeadReader:
         astuple, decode = msgspec.structs.astuple, self.decode
         try:
             return [astuple(decode(r)) if r.__class__ is msgspec.Raw else self.read(r) for r in records]
-        except msgspec.ValidationError:
-            pass  # find the record that is not an object, for the message
+        except (msgspec.ValidationError, RecursionError):
+            pass  # find the record that is not an object, for the message, or that nests too deeply
         return [self.read(record, offset) for offset, record in enumerate(records, first_offset)]
 
     def read(self, record: Record, offset: int = -1) -> tuple[Any, ...]:
@@ -226,6 +229,8 @@ class HeadReader:
             return tuple(record.get(name) for name in self.fields)
         try:
             return msgspec.structs.astuple(self.decode(record))
+        except RecursionError:
+            return self.too_deep
         except msgspec.ValidationError as exc:
             raise ValueError(f"the record at source offset {offset} is not a JSON object: {exc}") from exc
 

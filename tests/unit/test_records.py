@@ -315,3 +315,15 @@ def test_a_dead_letter_nested_within_the_limit_keeps_the_record_itself():
     result = build_messages(page_as_fetched(record), 0, RULE, WINDOW, "id", HEADERS)
 
     assert result.dead_letters[0].record == json.loads(record)
+
+
+def test_a_record_too_deep_to_read_its_date_fields_here_is_dead_lettered_saying_so():
+    good = json.dumps(_posting(0, "2026-11-19 08:00:00")).encode()
+    records = [msgspec.Raw(good), msgspec.Raw(nested_record(950, id="deep", aae397="2026-11-19 08:00:00"))]
+
+    result = on_a_deep_stack(150, lambda: build_messages(records, 0, RULE, WINDOW, "id", HEADERS))
+
+    assert [m.key for m in result.messages] == [b"job-0"]
+    ((offset, reason, stored),) = result.dead_letters
+    assert (offset, reason) == (1, "nested too deeply to read its date fields")
+    assert stored["unreadable"].startswith("nested") and stored["text"].startswith('{"id": "deep"')
