@@ -4,6 +4,7 @@ than a few live reports at once nor wait for a turn."""
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -66,9 +67,22 @@ def test_a_report_on_a_trickling_source_comes_back_within_the_deadline_showing_t
 
 def test_parallel_reports_gather_at_most_the_cap_at_once_answer_the_rest_at_once_and_reuse_the_answer(client):
     app, source = client
+    gathering: list[int] = []
+    done = threading.Event()
+
+    def count_report_threads() -> None:
+        while not done.wait(0.05):
+            gathering.append(sum(1 for t in threading.enumerate() if t.name.startswith("status_")))
+
+    counter = threading.Thread(target=count_report_threads)
+    counter.start()
     with ThreadPoolExecutor(12) as pool:
         answers = list(pool.map(lambda _: timed_get(app), range(12)))
+    done.set()
+    counter.join()
 
+    # One task: a report runs its stored progress, source total, Kafka lag and Airflow runs, a thread each at most.
+    assert 0 < max(gathering) <= web.MAX_LIVE_REPORTS * 4, f"{max(gathering)} report threads for 12 requests"
     gathered = [(t, r) for t, r in answers if r.status_code == 200]
     refused = [(t, r) for t, r in answers if r.status_code != 200]
     assert len(source.served) == len(gathered) <= web.MAX_LIVE_REPORTS, "the source was asked per slot"
