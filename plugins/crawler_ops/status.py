@@ -29,8 +29,8 @@ from crawler_ops.status_table import STATUS_NAMES
 
 log = logging.getLogger(__name__)
 
-# A report is answered within this many seconds whatever its sources, brokers and databases do: what has not
-# answered by then shows as an error on its row.
+# The status app answers a report within this many seconds whatever its sources, brokers and databases do (what has
+# not answered by then shows as an error on its row); in the CLI each live call ends within it.
 STATUS_DEADLINE_S = 5.0
 # Live calls (sources, Kafka) end this much before the report's deadline, so their errors make it into the report.
 LIVE_MARGIN_S = 0.25
@@ -59,7 +59,9 @@ def collect(
     one crawl task shows no executor, and naming one executor no crawl task.
 
     :param live: also ask each source for its current total and Kafka for consumer lag.
-    :param end: the monotonic time by which the report is answered; default: the status deadline from now.
+    :param end: the monotonic time by which the report is answered, whatever has not answered by then an error
+        on its row; default: no deadline for the report, each live call ``STATUS_DEADLINE_S`` from its start (the
+        CLI, which waits for every row of a large config).
     :raises KeyError: when ``task_id`` or ``executor`` names nothing configured.
     """
     tasks = [t for t in loaded.tasks if executor is None and (task_id is None or t.id == task_id)]
@@ -70,15 +72,15 @@ def collect(
     bad = {k: v for k, v in loaded.executor_errors.items() if task_id is None and (executor is None or k == executor)}
     if executor is not None and not executors and not bad:
         raise KeyError(executor)
-    end = time.monotonic() + STATUS_DEADLINE_S if end is None else end
     late = f"no answer within the status deadline of {STATUS_DEADLINE_S:g}s"
+    live_end = None if end is None else end - LIVE_MARGIN_S
     # Each part of each row runs on its own, so a source that does not answer costs only its own fields.
     parts: dict[tuple[str, int], Part] = {("runs", 0): partial(active_runs, [t.dag_id for t in tasks])}
     for i, t in enumerate(tasks):
         parts["stored", i] = partial(stored_status, t)
         if live:
-            parts["source", i] = partial(source_total, t, end - LIVE_MARGIN_S)
-            parts["kafka", i] = partial(kafka_status, t, end - LIVE_MARGIN_S)
+            parts["source", i] = partial(source_total, t, live_end)
+            parts["kafka", i] = partial(kafka_status, t, live_end)
     for i, e in enumerate(executors):
         parts["executor", i] = partial(executor_status, e)
     got = gather(parts, end)
@@ -109,15 +111,15 @@ def collect(
 Part = Callable[[], Any]
 
 
-def gather(parts: Mapping[tuple[str, int], Part], end: float) -> dict[tuple[str, int], Any]:
-    """Run the parts of a report in parallel until ``end`` (a monotonic time): their answers, None for a part
-    that has not answered by then."""
+def gather(parts: Mapping[tuple[str, int], Part], end: float | None) -> dict[tuple[str, int], Any]:
+    """Run the parts of a report in parallel until ``end`` (a monotonic time; None: until all answered): their
+    answers, None for a part that has not answered by then."""
     # Not a `with` block: leaving one waits for every thread. A part still running at the deadline is left to end
     # on its own; live calls are bounded by the same deadline.
     pool = ThreadPoolExecutor(max(1, min(8, len(parts))), thread_name_prefix="status")
     try:
         futures = {name: pool.submit(part) for name, part in parts.items()}
-        wait(futures.values(), timeout=max(0.0, end - time.monotonic()))
+        wait(futures.values(), timeout=None if end is None else max(0.0, end - time.monotonic()))
     finally:
         pool.shutdown(wait=False, cancel_futures=True)
     return {name: f.result() if f.done() and not f.cancelled() else None for name, f in futures.items()}
