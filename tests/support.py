@@ -337,7 +337,8 @@ class SourceProxy:
 
     It records when each request arrived and was answered (the demo source's own log has no times), and it
     can hold requests (``hold``) until the test releases them, so a test can stop a crawl at an exact page
-    or make two workers overlap for certain instead of hoping they do.
+    or make two workers overlap for certain instead of hoping they do. ``rewrite(path, params, body)``, when
+    set, returns the body to send instead of the demo source's (a hostile source built on real data).
     """
 
     def __init__(self, upstream: str, conn_id: str = "source_proxy") -> None:
@@ -349,6 +350,7 @@ class SourceProxy:
         self._held = 0
         self._open = threading.Event()
         self._open.set()
+        self.rewrite: Any = None
         proxy = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -360,13 +362,14 @@ class SourceProxy:
                 params = dict(parse_qsl(query))
                 proxy._wait_if_held(path, params)
                 upstream = proxy.upstream.get(path, params=params)
+                body = upstream.content if proxy.rewrite is None else proxy.rewrite(path, params, upstream.content)
                 self.send_response(upstream.status_code)
                 for name in ("content-type", "retry-after"):
                     if name in upstream.headers:
                         self.send_header(name, upstream.headers[name])
-                self.send_header("content-length", str(len(upstream.content)))
+                self.send_header("content-length", str(len(body)))
                 self.end_headers()
-                self.wfile.write(upstream.content)
+                self.wfile.write(body)
                 self.wfile.flush()
                 with proxy._lock:
                     proxy.log.append(Forwarded(path, params, upstream.status_code, arrived, time.monotonic()))

@@ -32,7 +32,7 @@ from crawler_ops.hooks.source import SourceApiHook
 from crawler_ops.hooks.store import cap_record
 from crawler_ops.ledger import Ledger, ledger_for
 from crawler_ops.planning import Batch
-from crawler_ops.records import Message, Transform, build_messages, dead_letter_messages, full_record
+from crawler_ops.records import Message, Transform, build_messages, dead_letter_messages, dead_letter_record
 from crawler_ops.results import BatchOutcome, ChunkResult, DeadLetter, RunCounts
 from crawler_ops.run import RunContext
 from crawler_ops.transforms import bind_task_id
@@ -307,7 +307,7 @@ def too_large(
             continue
         offset = int(dict(message.headers)["source_offset"])
         reason = f"message of {size} bytes is larger than kafka.max_message_bytes ({limit}); not published"
-        dead.append(DeadLetter(offset, reason, cap_record(full_record(records[offset - first_offset]))))
+        dead.append(DeadLetter(offset, reason, cap_record(dead_letter_record(records[offset - first_offset]))))
     return kept, dead
 
 

@@ -50,6 +50,9 @@ class SourceConfig(_Model):
     offset_param: str = "offset"
     limit_param: str = "limit"
     timeout_s: float = Field(30.0, gt=0)
+    deadline_s: float = Field(
+        120.0, gt=0, description="wall-clock limit of one request, body included (timeout_s bounds each read)"
+    )
     max_retries: int = Field(4, ge=0, le=20)
     backoff_s: float = Field(0.5, ge=0)
     max_backoff_s: float = Field(30.0, ge=0)
@@ -292,6 +295,18 @@ class CrawlTaskConfig(DagSettings):
         5, ge=1, description="a batch failing this many times is parked until an operator skips it"
     )
     on_shrink: Literal["warn", "fail", "reset"] = "warn"
+    max_planned_batches: int = Field(
+        100_000,
+        ge=1,
+        description="a run that would plan more batches fails (each is a status row and part of the plan's XCom); "
+        "max_batches plans the newest ones",
+    )
+    total_jump_factor: float = Field(
+        10,
+        gt=1,
+        description="a source total above this many times the last known total (at least batch_size) fails the "
+        "plan until a run confirms it with confirm_total",
+    )
     transform: str | None = Field(
         None, description="dotted path of a callable(record) -> published value (given task_id= if it takes one)"
     )

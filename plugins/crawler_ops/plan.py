@@ -4,8 +4,10 @@ newest first, group them into chunks (or, for replays and backfills, the offsets
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime
+from itertools import islice
 from typing import Any
 
 import psycopg
@@ -24,8 +26,9 @@ from crawler_ops.planning import (
     chunk_batches,
     expiry_floor,
     fill_gaps,
+    iter_gaps,
+    iter_plan,
     narrow,
-    plan_batches,
     probe_points,
 )
 from crawler_ops.records import record_head
@@ -45,7 +48,7 @@ def plan_run(run: RunContext) -> list[dict[str, Any]]:
             ensure_topics(run)
         if params.replay or run.backfill_interval is not None:
             lo, hi = range_to_read(run, source, total)
-            batches = fill_gaps(lo, hi, cfg.batch_size) if lo < hi else []
+            batches = take_batches(run, iter_gaps(lo, hi, cfg.batch_size), total, lo)
             mode, watermark, first = ("replay" if params.replay else "backfill"), None, False
             if not params.dry_run:
                 store = run.store()
@@ -60,7 +63,6 @@ def plan_run(run: RunContext) -> list[dict[str, Any]]:
             batches, mode, watermark, first = plan_from_store(run, source, total)
     finally:
         source.close()
-    batches = batches[: params.max_batches] if params.max_batches else batches
     chunks = chunk_batches(batches, cfg.max_chunks, cfg.min_batches_per_chunk)
     log.info(
         "task %s run %s: %s plan, total=%d, watermark=%s, %d batches (%d records) in %d chunks%s",
@@ -130,6 +132,7 @@ def plan_locked(
     start, plan, and record the new batch rows and the run."""
     cfg, params = run.cfg, run.params
     with store.transaction(lock=True) as cur:
+        check_total_jump(run, store.read_total(cur), total)
         if params.reset and not params.dry_run:
             store.reset(cur)
             log.info("task %s: reset requested; watermark and status rows forgotten", cfg.id)
@@ -150,9 +153,7 @@ def plan_locked(
         if first and total > 0:
             boundary = probe_window_start(source, total, run)
             floor = max(start, expiry_floor(boundary, cfg.batch_size, cfg.max_expired_batches))
-        batches = plan_batches(total, start, cfg.batch_size, done, pending, floor=floor)
-        if params.max_batches:
-            batches = batches[: params.max_batches]
+        batches = take_batches(run, iter_plan(total, start, cfg.batch_size, done, pending, floor=floor), total, floor)
         if not params.dry_run:
             if floor > start:
                 expired = fill_gaps(start, floor, floor - start, [*done, *pending])
@@ -172,6 +173,37 @@ def plan_locked(
         if not params.dry_run:
             handle_parked(run, store, cur)
     return batches, "first" if first else "incremental", watermark, first
+
+
+def take_batches(run: RunContext, planned: Iterator[Batch], total: int, start: int) -> list[Batch]:
+    """The newest ``max_batches`` of a plan (newest first), or all of it; more than ``max_planned_batches`` fails
+    the plan, having made no more than one batch over that cap."""
+    cfg, wanted = run.cfg, run.params.max_batches
+    cap = cfg.max_planned_batches
+    batches = list(islice(planned, min(wanted, cap + 1) if wanted else cap + 1))
+    if len(batches) > cap:
+        raise SourceError(
+            f"task {cfg.id}: the source total {total} leaves more than max_planned_batches ({cap}) batches of "
+            f"{cfg.batch_size} records to plan above offset {start}; nothing planned. If the total is right, trigger "
+            f"with max_batches (at most {cap}) to crawl the newest part first, or raise max_planned_batches",
+            retriable=False,
+        )
+    return batches
+
+
+def check_total_jump(run: RunContext, known: int | None, total: int) -> None:
+    """A total beyond ``total_jump_factor`` times the last known one (at least ``batch_size``) is more likely a
+    broken or hostile source than growth: the plan fails until a run names that total in ``confirm_total``."""
+    cfg, confirmed = run.cfg, run.params.confirm_total
+    if known is None or total <= cfg.total_jump_factor * max(known, cfg.batch_size) or confirmed == total:
+        return
+    mismatch = f" (confirm_total {confirmed} is not that total)" if confirmed is not None else ""
+    raise SourceError(
+        f"task {cfg.id}: the source total jumped from {known} to {total}, more than total_jump_factor "
+        f"({cfg.total_jump_factor:g}) times the last known total{mismatch}; nothing planned. If the source really "
+        f'grew, trigger with {{"confirm_total": {total}}}; otherwise fix the source first',
+        retriable=False,
+    )
 
 
 def handle_parked(run: RunContext, store: CrawlStoreHook, cur: Cursor) -> None:

@@ -3,12 +3,14 @@
 The source is an append-only sequence of records at offsets ``[0, total)``; higher offsets are newer.
 Every offset below the watermark is done. A plan covers ``[watermark, total)`` minus the intervals the
 status table already holds as done, every offset exactly once, newest first, so a failed run leaves the
-newest data delivered and the oldest gap for the next run. No Airflow, no I/O: unit-tested in milliseconds.
+newest data delivered and the oldest gap for the next run. Batches are made lazily, newest first, so a run
+that takes the newest few of a huge range costs what it takes. No Airflow, no I/O: unit-tested in milliseconds.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+import heapq
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
 
@@ -63,7 +65,12 @@ def merge(intervals: Iterable[tuple[int, int]]) -> list[tuple[int, int]]:
 
 
 def fill_gaps(lo: int, hi: int, batch_size: int, taken: Iterable[Batch] = ()) -> list[Batch]:
-    """New batches over ``[lo, hi)`` minus ``taken``, newest first.
+    """New batches over ``[lo, hi)`` minus ``taken``, newest first (all of :func:`iter_gaps`)."""
+    return list(iter_gaps(lo, hi, batch_size, taken))
+
+
+def iter_gaps(lo: int, hi: int, batch_size: int, taken: Iterable[Batch] = ()) -> Iterator[Batch]:
+    """New batches over ``[lo, hi)`` minus ``taken``, newest first, made one at a time.
 
     Each gap is cut from its top: ``[g_hi - b, g_hi)``, ``[g_hi - 2b, g_hi - b)``, ..., the last batch
     clipped at the gap's start, so the oldest partial batch is included.
@@ -80,13 +87,7 @@ def fill_gaps(lo: int, hi: int, batch_size: int, taken: Iterable[Batch] = ()) ->
             break
     if cursor > lo:
         gaps.append((lo, cursor))
-    batches: list[Batch] = []
-    for g_lo, g_hi in gaps:
-        top = g_hi
-        while top > g_lo:
-            batches.append(Batch(max(g_lo, top - batch_size), top))
-            top -= batch_size
-    return batches
+    return (Batch(max(g_lo, top - batch_size), top) for g_lo, g_hi in gaps for top in range(g_hi, g_lo, -batch_size))
 
 
 def plan_batches(
@@ -97,7 +98,19 @@ def plan_batches(
     pending: Sequence[Batch] = (),
     floor: int | None = None,
 ) -> list[Batch]:
-    """Batches to crawl now, newest first.
+    """Batches to crawl now, newest first: all of :func:`iter_plan`."""
+    return list(iter_plan(total, watermark, batch_size, done, pending, floor))
+
+
+def iter_plan(
+    total: int,
+    watermark: int,
+    batch_size: int,
+    done: Sequence[Batch] = (),
+    pending: Sequence[Batch] = (),
+    floor: int | None = None,
+) -> Iterator[Batch]:
+    """Batches to crawl now, newest first, made one at a time.
 
     :param total: the source's current record count.
     :param watermark: every offset below it is done (0 on the first crawl).
@@ -110,11 +123,13 @@ def plan_batches(
         are still planned.
     """
     if total <= watermark:
-        return []
+        return iter(())
     start = watermark if floor is None else max(watermark, floor)
     in_range = [b if b.hi <= total else Batch(b.lo, total) for b in pending if watermark <= b.lo < total]
-    new = fill_gaps(start, total, batch_size, [*done, *in_range])
-    return sorted([*new, *in_range], key=lambda b: b.lo, reverse=True)
+    in_range.sort(key=lambda b: b.lo, reverse=True)
+    new = iter_gaps(start, total, batch_size, [*done, *in_range])
+    # Both are newest first and disjoint: merging them keeps the plan newest first.
+    return heapq.merge(new, in_range, key=lambda b: -b.lo)
 
 
 def advance_watermark(watermark: int, finished: Iterable[Batch]) -> int:

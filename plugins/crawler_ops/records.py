@@ -32,6 +32,12 @@ class Message(msgspec.Struct, frozen=True, gc=False):
 
 _encoder = msgspec.json.Encoder()
 
+# A dead letter's record is encoded again after filtering (JSONB in PostgreSQL, JSON for the dead-letter topic) by
+# encoders that recurse on the crawl's own stack, which a page's decode (in a fetch thread) did not have to share:
+# a record nested deeper than this is kept as the start of its JSON text, so storing it cannot fail its batch.
+DEAD_LETTER_MAX_DEPTH = 200
+DEAD_LETTER_TEXT_BYTES = 64 * 1024
+
 
 def record_key(record: Mapping[str, Any], key_field: str | None) -> bytes:
     """The configured id field's value, else a SHA-256 of the record's canonical JSON (stable across runs)."""
@@ -120,6 +126,40 @@ def full_record(record: Record) -> Any:
     return msgspec.json.decode(record) if isinstance(record, msgspec.Raw) else record
 
 
+def dead_letter_record(record: Record) -> Any:
+    """The record as its dead letter keeps it: decoded; or, when it does not decode or nests deeper than
+    ``DEAD_LETTER_MAX_DEPTH``, ``{"unreadable": why, "text": the start of its JSON text}``."""
+    try:
+        decoded = full_record(record)
+    except RecursionError:
+        return unreadable(record, "nested too deeply to decode")
+    except msgspec.DecodeError as exc:
+        return unreadable(record, f"does not decode: {exc}")
+    if nests_deeper(decoded, DEAD_LETTER_MAX_DEPTH):
+        return unreadable(record, f"nested more than {DEAD_LETTER_MAX_DEPTH} levels deep")
+    return decoded
+
+
+def unreadable(record: Record, why: str) -> dict[str, Any]:
+    if not isinstance(record, msgspec.Raw):
+        return {"unreadable": why, "text": None}
+    return {"unreadable": why, "text": bytes(record)[:DEAD_LETTER_TEXT_BYTES].decode("utf-8", "replace")}
+
+
+def nests_deeper(value: Any, limit: int) -> bool:
+    """Whether lists and objects nest more than ``limit`` levels deep in ``value``; level by level, no recursion."""
+    level = [value]
+    for _ in range(limit + 1):
+        level = [child for node in level if isinstance(node, (dict, list)) for child in children(node)]
+        if not level:
+            return False
+    return True
+
+
+def children(node: dict[str, Any] | list[Any]) -> Iterable[Any]:
+    return node.values() if isinstance(node, dict) else node
+
+
 def build_messages(
     records: Sequence[Record],
     first_offset: int,
@@ -154,7 +194,8 @@ def build_messages(
         elif verdict is Verdict.EXPIRED:
             result.expired += 1
         else:
-            result.dead_letters.append(DeadLetter(offset, detail, full_record(record)))
+            reason = "nested too deeply to read its date fields" if head is reader.too_deep else detail
+            result.dead_letters.append(DeadLetter(offset, reason, dead_letter_record(record)))
     return result
 
 
@@ -170,6 +211,8 @@ class HeadReader:
         self.fields = head_fields(date_fields, key_field)
         self.key_index = self.fields.index(key_field) if key_field else 0
         self.decode = head_decoder(self.fields).decode
+        # The head of a record nested too deeply to read here: no field found (so no date), told apart by identity.
+        self.too_deep: tuple[Any, ...] = (None,) * len(self.fields)
 
     def read_page(self, records: Sequence[Record], first_offset: int) -> list[tuple[Any, ...]]:
         if isinstance(records, Page) and records.heads is not None and records.fields == self.fields:
@@ -177,8 +220,8 @@ class HeadReader:
         astuple, decode = msgspec.structs.astuple, self.decode
         try:
             return [astuple(decode(r)) if r.__class__ is msgspec.Raw else self.read(r) for r in records]
-        except msgspec.ValidationError:
-            pass  # find the record that is not an object, for the message
+        except (msgspec.ValidationError, RecursionError):
+            pass  # find the record that is not an object, for the message, or that nests too deeply
         return [self.read(record, offset) for offset, record in enumerate(records, first_offset)]
 
     def read(self, record: Record, offset: int = -1) -> tuple[Any, ...]:
@@ -186,6 +229,8 @@ class HeadReader:
             return tuple(record.get(name) for name in self.fields)
         try:
             return msgspec.structs.astuple(self.decode(record))
+        except RecursionError:
+            return self.too_deep
         except msgspec.ValidationError as exc:
             raise ValueError(f"the record at source offset {offset} is not a JSON object: {exc}") from exc
 
@@ -201,8 +246,10 @@ def kept_message(
     """The message of a kept record, or its dead letter when the transform or the encoding fails."""
     try:
         key, value = make_message(record, key_value if key_field else None, key_field, transform)
+    except RecursionError:
+        return DeadLetter(offset, "nested too deeply to decode or encode", dead_letter_record(record))
     except Exception as exc:  # noqa: BLE001 - a transform failing on one record dead-letters that record
-        return DeadLetter(offset, f"transform or encoding failed: {exc!r}", full_record(record))
+        return DeadLetter(offset, f"transform or encoding failed: {exc!r}", dead_letter_record(record))
     return Message(key, value, [*headers, ("source_offset", b"%d" % offset)])
 
 

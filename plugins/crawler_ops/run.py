@@ -30,6 +30,7 @@ class RunParams:
     replay_from: int | None = None
     replay_to: int | None = None
     skip_parked: bool = False
+    confirm_total: int | None = None
 
     @classmethod
     def from_params(cls, params: Mapping[str, Any], task_label: str) -> RunParams:
@@ -41,6 +42,7 @@ class RunParams:
             replay_from=params.get("replay_from"),
             replay_to=params.get("replay_to"),
             skip_parked=bool(params.get("skip_parked")),
+            confirm_total=params.get("confirm_total"),
         )
         if (run.replay_from is None) != (run.replay_to is None):
             raise ConfigError(f"task {task_label}: give both replay_from and replay_to, or neither")

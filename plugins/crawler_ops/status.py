@@ -8,9 +8,11 @@ as an error on that task instead of hiding the rest.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor, wait
 from datetime import UTC, datetime
+from functools import partial
 from typing import Any
 
 from confluent_kafka import ConsumerGroupTopicPartitions, KafkaException, TopicPartition
@@ -18,6 +20,7 @@ from confluent_kafka.admin import AdminClient, OffsetSpec
 
 from crawler_ops.config import CrawlTaskConfig, LoadedConfig
 from crawler_ops.executor import executor_status
+from crawler_ops.hooks.deadline import deadline
 from crawler_ops.hooks.producer import IdempotentProducerHook
 from crawler_ops.hooks.source import SourceApiHook
 from crawler_ops.hooks.store import CrawlStoreHook
@@ -26,7 +29,11 @@ from crawler_ops.status_table import STATUS_NAMES
 
 log = logging.getLogger(__name__)
 
-STATUS_TIMEOUT_S = 5.0
+# The status app answers a report within this many seconds whatever its sources, brokers and databases do (what has
+# not answered by then shows as an error on its row); in the CLI each live call ends within it.
+STATUS_DEADLINE_S = 5.0
+# Live calls (sources, Kafka) end this much before the report's deadline, so their errors make it into the report.
+LIVE_MARGIN_S = 0.25
 RUN_FIELDS = (
     "run_id",
     "mode",
@@ -41,13 +48,20 @@ RUN_FIELDS = (
 
 
 def collect(
-    loaded: LoadedConfig, task_id: str | None = None, live: bool = True, executor: str | None = None
+    loaded: LoadedConfig,
+    task_id: str | None = None,
+    live: bool = True,
+    executor: str | None = None,
+    end: float | None = None,
 ) -> dict[str, Any]:
     """The status of every crawl task of ``loaded`` (or of ``task_id``) and of every executor (or of
     ``executor``: rows per status and the latest parked rows), plus invalid entries' config errors. Naming
     one crawl task shows no executor, and naming one executor no crawl task.
 
     :param live: also ask each source for its current total and Kafka for consumer lag.
+    :param end: the monotonic time by which the report is answered, whatever has not answered by then an error
+        on its row; default: no deadline for the report, each live call ``STATUS_DEADLINE_S`` from its start (the
+        CLI, which waits for every row of a large config).
     :raises KeyError: when ``task_id`` or ``executor`` names nothing configured.
     """
     tasks = [t for t in loaded.tasks if executor is None and (task_id is None or t.id == task_id)]
@@ -58,23 +72,69 @@ def collect(
     bad = {k: v for k, v in loaded.executor_errors.items() if task_id is None and (executor is None or k == executor)}
     if executor is not None and not executors and not bad:
         raise KeyError(executor)
-    running, running_error = active_runs([t.dag_id for t in tasks])
-    with ThreadPoolExecutor(max(1, min(8, len(tasks) + len(executors)))) as pool:
-        rows = list(pool.map(lambda t: task_status(t, running, running_error, live), tasks))
-        executor_rows = list(pool.map(executor_status, executors))
+    late = f"no answer within the status deadline of {STATUS_DEADLINE_S:g}s"
+    live_end = None if end is None else end - LIVE_MARGIN_S
+    # Each part of each row runs on its own, so a source that does not answer costs only its own fields.
+    parts: dict[tuple[str, int], Part] = {("runs", 0): partial(active_runs, [t.dag_id for t in tasks])}
+    for i, t in enumerate(tasks):
+        parts["stored", i] = partial(stored_status, t)
+        if live:
+            parts["source", i] = partial(source_total, t, live_end)
+            parts["kafka", i] = partial(kafka_status, t, live_end)
+    for i, e in enumerate(executors):
+        parts["executor", i] = partial(executor_status, e)
+    got = gather(parts, end)
+    running, running_error = got["runs", 0] or (None, late)
+    rows = [
+        task_row(
+            t,
+            running,
+            running_error,
+            got["stored", i] or {"status": "unknown", "db_error": late},
+            (got["source", i] or {"source_total": None, "source_error": late}) if live else None,
+            (got["kafka", i] or {"error": late}) if live else None,
+        )
+        for i, t in enumerate(tasks)
+    ]
     return {
         "generated_at": datetime.now(UTC).isoformat(),
         "tasks": rows,
         "invalid_tasks": [{"task_id": k, "error": v} for k, v in sorted(invalid.items())],
-        "executors": executor_rows,
+        "executors": [
+            got["executor", i] or {"name": e.name, "dag_id": e.dag_id, "status_table": e.status_table, "db_error": late}
+            for i, e in enumerate(executors)
+        ],
         "invalid_executors": [{"name": k, "error": v} for k, v in sorted(bad.items())],
     }
 
 
-def task_status(
-    cfg: CrawlTaskConfig, running: Mapping[str, list[str]] | None, running_error: str | None, live: bool
+Part = Callable[[], Any]
+
+
+def gather(parts: Mapping[tuple[str, int], Part], end: float | None) -> dict[tuple[str, int], Any]:
+    """Run the parts of a report in parallel until ``end`` (a monotonic time; None: until all answered): their
+    answers, None for a part that has not answered by then."""
+    # Not a `with` block: leaving one waits for every thread. A part still running at the deadline is left to end
+    # on its own; live calls are bounded by the same deadline.
+    pool = ThreadPoolExecutor(max(1, min(8, len(parts))), thread_name_prefix="status")
+    try:
+        futures = {name: pool.submit(part) for name, part in parts.items()}
+        wait(futures.values(), timeout=None if end is None else max(0.0, end - time.monotonic()))
+    finally:
+        pool.shutdown(wait=False, cancel_futures=True)
+    return {name: f.result() if f.done() and not f.cancelled() else None for name, f in futures.items()}
+
+
+def task_row(
+    cfg: CrawlTaskConfig,
+    running: Mapping[str, list[str]] | None,
+    running_error: str | None,
+    stored: dict[str, Any],
+    source: dict[str, Any] | None,
+    kafka: dict[str, Any] | None,
 ) -> dict[str, Any]:
-    """One task's row; each source of information fills its own fields or an ``*_error`` field."""
+    """One task's row from its parts: each fills its own fields or an ``*_error`` field (live parts are None when
+    not asked)."""
     row: dict[str, Any] = {
         "task_id": cfg.id,
         "task_name": cfg.name or cfg.id,
@@ -85,14 +145,15 @@ def task_status(
     }
     if running_error:
         row["running_error"] = running_error
-    row.update(stored_status(cfg))
+    row.update(stored)
     last_run = row.get("last_run")
     if last_run and last_run["status"] == "running" and row["running"] is False:
         # Marked failed in the UI, or its commit never ran: the row stays 'running' in PostgreSQL.
         last_run["status"] = "abandoned"
-    if live:
-        row.update(source_total(cfg))
-        row["kafka"] = kafka_status(cfg)
+    if source is not None:
+        row.update(source)
+    if kafka is not None:
+        row["kafka"] = kafka
     total = row.get("source_total", row.get("total"))
     watermark = row.get("watermark")
     row["progress"] = f"{100.0 * watermark / total:.1f}%" if total and watermark is not None else "-"
@@ -126,23 +187,28 @@ def iso(value: Any) -> Any:
     return value.isoformat() if isinstance(value, datetime) else value
 
 
-def source_total(cfg: CrawlTaskConfig) -> dict[str, Any]:
-    """The source's current total, asked once with a short timeout (no retries)."""
-    quick = cfg.source.model_copy(update={"max_retries": 0, "timeout_s": min(cfg.source.timeout_s, STATUS_TIMEOUT_S)})
+def source_total(cfg: CrawlTaskConfig, end: float | None = None) -> dict[str, Any]:
+    """The source's current total, asked once (no retries), answered or failed by ``end`` (a monotonic time;
+    default: the status deadline from now)."""
+    left = STATUS_DEADLINE_S if end is None else end - time.monotonic()
+    quick = cfg.source.model_copy(update={"max_retries": 0, "timeout_s": min(cfg.source.timeout_s, STATUS_DEADLINE_S)})
     source = SourceApiHook(quick, cfg.id, cfg.source_task)
     try:
-        return {"source_total": source.get_total()}
+        with deadline(left):
+            return {"source_total": source.get_total()}
     except Exception as exc:  # noqa: BLE001 - shown on the task's row
         return {"source_total": None, "source_error": f"{type(exc).__name__}: {exc}"}
     finally:
         source.close()
 
 
-def kafka_status(cfg: CrawlTaskConfig) -> dict[str, Any]:
-    """Messages in the topic and, per configured consumer group, its committed offsets' lag."""
+def kafka_status(cfg: CrawlTaskConfig, end: float | None = None) -> dict[str, Any]:
+    """Messages in the topic and, per configured consumer group, its committed offsets' lag; each admin call
+    waits at most what is left until ``end`` (a monotonic time; default: the status deadline from now)."""
+    timeout = STATUS_DEADLINE_S if end is None else max(0.1, end - time.monotonic())
     try:
         admin = IdempotentProducerHook(cfg.kafka.conn_id).admin()
-        return topic_lag(admin, cfg.kafka.topic, cfg.kafka.consumer_groups, STATUS_TIMEOUT_S)
+        return topic_lag(admin, cfg.kafka.topic, cfg.kafka.consumer_groups, timeout)
     except Exception as exc:  # noqa: BLE001 - shown on the task's row
         return {"error": f"{type(exc).__name__}: {exc}"}
 

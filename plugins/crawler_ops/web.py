@@ -4,10 +4,18 @@
 --json``; ``GET /crawler-ops/`` renders it as a small HTML page (linked from the Airflow UI's navigation).
 Both need an Airflow login (the UI's session cookie or ``Authorization: Bearer <JWT>``), and a user sees
 only the tasks whose DAG runs they may read (with the DAG's team in Airflow's multi-team mode).
+
+The routes are sync, so each request holds a thread of the api-server's pool, which Airflow's own API shares:
+a report is answered within the status deadline, the same question is answered from a cache for
+``REPORT_TTL_S``, and at most ``MAX_LIVE_REPORTS`` live reports are gathered at once; a request beyond that gets
+the last answer to its question, however old, or 503 at once, instead of a thread waiting for its turn.
 """
 
 from __future__ import annotations
 
+import threading
+import time
+from collections.abc import Callable, Hashable
 from html import escape
 from typing import Annotated, Any
 
@@ -16,9 +24,63 @@ from fastapi.responses import HTMLResponse
 
 from crawler_ops.config import broken_dag_id, load_config
 from crawler_ops.errors import ConfigError
-from crawler_ops.status import collect
+from crawler_ops.status import STATUS_DEADLINE_S, collect
 
 URL_PREFIX = "/crawler-ops"  # where crawler_ops_plugin mounts this app
+REPORT_TTL_S = 20.0
+MAX_LIVE_REPORTS = 2
+# Answers kept for requests that find every live slot taken; older ones are dropped.
+STALE_AFTER_S = 600.0
+
+
+class BusyError(Exception):
+    """Every live slot is taken and the question was never answered before."""
+
+
+class ReportCache:
+    """Recent status reports by question, and a cap on the live reports gathered at once.
+
+    :param ttl_s: an answer younger than this is given again without asking anyone.
+    :param max_live: live reports gathered at once; a request beyond it never waits.
+    """
+
+    def __init__(self, ttl_s: float = REPORT_TTL_S, max_live: int = MAX_LIVE_REPORTS) -> None:
+        self.ttl_s = ttl_s
+        self.slots = threading.BoundedSemaphore(max_live)
+        self.max_live = max_live
+        self.lock = threading.Lock()
+        self.answers: dict[Hashable, tuple[float, dict[str, Any]]] = {}
+
+    def report(self, key: Hashable, live: bool, build: Callable[[], dict[str, Any]]) -> dict[str, Any]:
+        """The answer to ``key``: a fresh one from the cache, else ``build()`` (for a live report only while a slot
+        is free; else the last answer, however old).
+
+        :raises BusyError: every live slot is taken and ``key`` was never answered.
+        """
+        with self.lock:
+            known = self.answers.get(key)
+        if known is not None and time.monotonic() - known[0] < self.ttl_s:
+            return known[1]
+        if not live:
+            return self.keep(key, build())
+        if not self.slots.acquire(blocking=False):
+            if known is not None:
+                return known[1]
+            raise BusyError(f"{self.max_live} live status reports are being gathered")
+        try:
+            return self.keep(key, build())
+        finally:
+            self.slots.release()
+
+    def keep(self, key: Hashable, answer: dict[str, Any]) -> dict[str, Any]:
+        now = time.monotonic()
+        with self.lock:
+            self.answers = {k: v for k, v in self.answers.items() if now - v[0] < STALE_AFTER_S}
+            self.answers[key] = (now, answer)
+        return answer
+
+
+REPORTS = ReportCache()
 
 
 async def current_user(request: Request) -> Any:
@@ -72,6 +134,7 @@ def visible_report(user: Any, task: str | None, live: bool) -> dict[str, Any]:
     from airflow.api_fastapi.app import get_auth_manager
     from airflow.api_fastapi.auth.managers.models.resource_details import DagAccessEntity
 
+    end = time.monotonic() + STATUS_DEADLINE_S
     try:
         loaded = load_config(check_imports=True)
     except ConfigError as exc:
@@ -87,16 +150,25 @@ def visible_report(user: Any, task: str | None, live: bool) -> dict[str, Any]:
         + list(broken.values())
         + list(broken_executors.values()),
     )
-    visible = {
-        "tasks": tuple(t for t in loaded.tasks if may_read(t.dag_id, DagAccessEntity.RUN)),
-        "errors": {k: v for k, v in loaded.errors.items() if may_read(broken[k])},
-        "executors": tuple(e for e in loaded.executors if may_read(e.dag_id, DagAccessEntity.RUN)),
-        "executor_errors": {k: v for k, v in loaded.executor_errors.items() if may_read(broken_executors[k])},
-    }
+    tasks = tuple(t for t in loaded.tasks if may_read(t.dag_id, DagAccessEntity.RUN))
+    errors = {k: v for k, v in loaded.errors.items() if may_read(broken[k])}
+    executors = tuple(e for e in loaded.executors if may_read(e.dag_id, DagAccessEntity.RUN))
+    executor_errors = {k: v for k, v in loaded.executor_errors.items() if may_read(broken_executors[k])}
+    visible = {"tasks": tasks, "errors": errors, "executors": executors, "executor_errors": executor_errors}
+    # The question: what is asked, of the entries this user may see (a config change shows within the TTL).
+    seen = (tuple(t.id for t in tasks), tuple(errors), tuple(e.name for e in executors), tuple(executor_errors))
     try:
-        return collect(loaded.model_copy(update=visible), task, live=live)
+        return REPORTS.report(
+            (task, live, seen), live, lambda: collect(loaded.model_copy(update=visible), task, live=live, end=end)
+        )
     except KeyError as exc:
         raise HTTPException(status_code=404, detail=f"no crawl task '{task}' visible to you") from exc
+    except BusyError as exc:
+        raise HTTPException(
+            status_code=503,
+            detail=f"busy: {exc}; try again in a few seconds, or ask with live=false",
+            headers={"Retry-After": "5"},
+        ) from exc
 
 
 GENERIC_CONFIG_ERROR = "crawler_ops config is invalid; ask an Airflow administrator for the details"

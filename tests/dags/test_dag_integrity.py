@@ -201,6 +201,7 @@ def test_crawl_dag_has_the_production_settings(monkeypatch, dag_id, timetable):
         "replay_from",
         "replay_to",
         "skip_parked",
+        "confirm_total",
     }
     assert {t.task_id for t in dag.tasks} == {"plan", "crawl_chunk", "commit", "announce"}
     for t in dag.tasks:

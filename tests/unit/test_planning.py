@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import bisect
 import itertools
+import time
+import tracemalloc
 
 import pytest
 from hypothesis import example, given, settings
@@ -17,6 +19,8 @@ from crawler_ops.planning import (
     chunk_batches,
     expiry_floor,
     fill_gaps,
+    iter_gaps,
+    iter_plan,
     merge,
     plan_batches,
 )
@@ -273,6 +277,56 @@ def test_floor_limits_new_batches_while_pending_rows_below_it_are_still_planned(
     above = [(max(lo, start), hi) for lo, hi in intervals if hi > start]
     assert _covered_exactly_once(above, start, total) if start < total else not new
     _check_new_batches_are_cut_from_the_top_of_each_gap(new, start, total, batch_size, [*done, *pending])
+
+
+def _eager_plan(
+    total: int, watermark: int, batch_size: int, done: list[Batch], pending: list[Batch], floor: int | None
+) -> list[Batch]:
+    """Every batch of the plan made at once and sorted newest first: what the lazy plan must yield, in order."""
+    if total <= watermark:
+        return []
+    start = watermark if floor is None else max(watermark, floor)
+    in_range = [b if b.hi <= total else Batch(b.lo, total) for b in pending if watermark <= b.lo < total]
+    new = fill_gaps(start, total, batch_size, [*done, *in_range])
+    return sorted([*new, *in_range], key=lambda b: b.lo, reverse=True)
+
+
+@PROPERTY
+@given(plan_inputs(), st.one_of(st.none(), st.integers(0, 1_100_000)), st.integers(0, 50))
+def test_the_lazy_plan_yields_the_newest_batches_first_in_the_order_of_the_whole_plan(
+    case: tuple[int, int, int, list[Batch], list[Batch]], floor: int | None, taken: int
+) -> None:
+    total, watermark, batch_size, done, pending = case
+    whole = _eager_plan(total, watermark, batch_size, done, pending, floor)
+
+    assert list(itertools.islice(iter_plan(total, watermark, batch_size, done, pending, floor), taken)) == whole[:taken]
+    assert plan_batches(total, watermark, batch_size, done, pending, floor) == whole
+
+
+@PROPERTY
+@given(st.integers(0, 10**15), st.integers(0, 10**15), st.integers(1, 10_000), st.integers(0, 20))
+def test_the_newest_batches_of_any_range_cost_what_is_taken_not_the_range(
+    lo: int, span: int, batch_size: int, taken: int
+) -> None:
+    hi = lo + span
+    batches = list(itertools.islice(iter_gaps(lo, hi, batch_size), taken))
+
+    assert len(batches) == min(taken, -(-span // batch_size))
+    assert all(b.hi == hi - i * batch_size and b.lo == max(lo, b.hi - batch_size) for i, b in enumerate(batches))
+
+
+def test_the_newest_batch_of_a_total_of_ten_to_the_twelve_plans_in_bounded_memory_and_time() -> None:
+    done, pending = [Batch(10**12 - 500, 10**12 - 300)], [Batch(10**12 - 300, 10**12 - 250)]
+    tracemalloc.start()
+    started = time.perf_counter()
+    newest = list(itertools.islice(iter_plan(10**12, 0, 100, done, pending), 3))
+    elapsed = time.perf_counter() - started
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+
+    assert newest == [Batch(10**12 - 100, 10**12), Batch(10**12 - 200, 10**12 - 100), Batch(10**12 - 250, 10**12 - 200)]
+    assert peak < 64 * 1024, f"{peak} bytes for three batches of 10^10"
+    assert elapsed < 0.1, f"{elapsed:.3f}s for three batches of 10^10"
 
 
 # --- advance_watermark -----------------------------------------------------------------------------------

@@ -18,7 +18,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from crawler_ops.filtering import DateRule, Window
-from crawler_ops.records import build_messages, dead_letter_messages, record_key
+from crawler_ops.records import Page, build_messages, dead_letter_messages, head_fields, record_key
 
 REPO = Path(__file__).resolve().parents[2]
 RULE = DateRule(("aae397", "Collect_time"), "Asia/Shanghai")
@@ -257,3 +257,73 @@ def _assert_imports_without_airflow(module: str) -> None:
         timeout=60,
     )
     assert out.stdout.strip() == "", f"{module} pulled in {out.stdout.strip()}"
+
+
+# --- records too deep or unstorable --------------------------------------------------------------------------------
+
+
+def nested_record(depth: int, **fields: Any) -> bytes:
+    """A record's JSON with a value nested ``depth`` lists deep."""
+    head = json.dumps(fields)[:-1].encode()
+    return head + b', "deep": ' + b"[" * depth + b"]" * depth + b"}"
+
+
+def on_a_deep_stack(frames: int, call: Any) -> Any:
+    """``call()`` from ``frames`` Python frames down, as filtering runs inside Airflow's task runner."""
+    return on_a_deep_stack(frames - 1, call) if frames else call()
+
+
+def page_as_fetched(*records: bytes) -> Page:
+    """A page decoded as the source hook decodes it in a fetch thread: raw records and their date and key fields."""
+    from crawler_ops.config import SourceConfig
+    from crawler_ops.hooks.source import SourceApiHook
+
+    body = b'{"data": {"data": [' + b", ".join(records) + b"]}}"
+    return SourceApiHook(SourceConfig(), "t", "t", head_fields(RULE.fields, "id")).read_page(body)
+
+
+@pytest.mark.parametrize(
+    ("deep", "transform", "why"),
+    [
+        (nested_record(950, id="deep"), None, "aae397 missing"),
+        (
+            nested_record(950, id="deep", aae397="2026-11-19 08:00:00"),
+            lambda record: record,
+            "nested too deeply to decode or encode",
+        ),
+    ],
+    ids=["no-date", "kept-through-a-transform"],
+)
+def test_a_record_the_page_decoded_but_too_deep_to_handle_is_dead_lettered_and_the_page_goes_on(deep, transform, why):
+    good = json.dumps(_posting(0, "2026-11-19 08:00:00")).encode()
+    records = page_as_fetched(good, deep)
+
+    result = on_a_deep_stack(150, lambda: build_messages(records, 500, RULE, WINDOW, "id", HEADERS, transform))
+
+    assert [m.key for m in result.messages] == [b"job-0"]
+    ((offset, reason, stored),) = result.dead_letters
+    assert offset == 501 and why in reason
+    assert stored["unreadable"] in ("nested too deeply to decode", "nested more than 200 levels deep")
+    assert stored["text"] == bytes(deep).decode()[: len(stored["text"])] and stored["text"].startswith('{"id": "deep"')
+    dead = on_a_deep_stack(150, lambda: dead_letter_messages(result.dead_letters, "dlq", "t", "r", "id", HEADERS))
+    assert json.loads(dead[0].value)["record"] == stored, "the dead-letter topic gets it too"
+
+
+def test_a_dead_letter_nested_within_the_limit_keeps_the_record_itself():
+    record = nested_record(20, id="shallow")
+
+    result = build_messages(page_as_fetched(record), 0, RULE, WINDOW, "id", HEADERS)
+
+    assert result.dead_letters[0].record == json.loads(record)
+
+
+def test_a_record_too_deep_to_read_its_date_fields_here_is_dead_lettered_saying_so():
+    good = json.dumps(_posting(0, "2026-11-19 08:00:00")).encode()
+    records = [msgspec.Raw(good), msgspec.Raw(nested_record(950, id="deep", aae397="2026-11-19 08:00:00"))]
+
+    result = on_a_deep_stack(150, lambda: build_messages(records, 0, RULE, WINDOW, "id", HEADERS))
+
+    assert [m.key for m in result.messages] == [b"job-0"]
+    ((offset, reason, stored),) = result.dead_letters
+    assert (offset, reason) == (1, "nested too deeply to read its date fields")
+    assert stored["unreadable"].startswith("nested") and stored["text"].startswith('{"id": "deep"')

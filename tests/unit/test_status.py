@@ -4,6 +4,7 @@ list, PostgreSQL's stored status and Kafka's admin API (and a PostgreSQL and a s
 from __future__ import annotations
 
 import json
+import time
 from dataclasses import dataclass
 from types import SimpleNamespace
 from typing import Any
@@ -45,7 +46,7 @@ def stored(monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
 def test_running_comes_from_airflow_and_a_run_record_left_running_without_a_run_is_abandoned(
     stored, running, error, expected, last_run
 ):
-    row = status.task_status(task(), running, error, live=False)
+    row = status.task_row(task(), running, error, status.stored_status(task()), None, None)
 
     assert row["running"] is expected
     assert row["active_runs"] == (None if running is None else running.get("crawl_jobs", []))
@@ -148,3 +149,33 @@ def test_the_report_names_an_unknown_task_and_lists_invalid_ones(monkeypatch, st
     assert [row["task_id"] for row in report["tasks"]] == ["jobs"]
     assert [bad["task_id"] for bad in report["invalid_tasks"]] == ["bad"]
     assert "field 'batch_size'" in report["invalid_tasks"][0]["error"]
+
+
+def slow_stored(seconds: float) -> Any:
+    def stored_status(cfg: CrawlTaskConfig) -> dict[str, Any]:
+        time.sleep(seconds)
+        return dict(STORED)
+
+    return stored_status
+
+
+def test_a_part_that_has_not_answered_by_the_reports_deadline_is_an_error_on_its_row(monkeypatch):
+    monkeypatch.setattr(status, "active_runs", lambda dag_ids: ({}, None))
+    monkeypatch.setattr(status, "stored_status", slow_stored(2))
+    loaded = parse_config({"tasks": [{"id": "jobs", "kafka": {"topic": "jobs"}}]})
+
+    started = time.monotonic()
+    (row,) = status.collect(loaded, live=False, end=time.monotonic() + 0.3)["tasks"]
+
+    assert time.monotonic() - started < 1
+    assert row["status"] == "unknown" and row["db_error"] == "no answer within the status deadline of 5s"
+
+
+def test_a_report_without_a_deadline_waits_for_every_part(monkeypatch):
+    monkeypatch.setattr(status, "active_runs", lambda dag_ids: ({}, None))
+    monkeypatch.setattr(status, "stored_status", slow_stored(0.5))
+    loaded = parse_config({"tasks": [{"id": "jobs", "kafka": {"topic": "jobs"}}]})
+
+    (row,) = status.collect(loaded, live=False)["tasks"]
+
+    assert row["status"] == "incomplete" and row["watermark"] == 300

@@ -1,6 +1,6 @@
 """Unit tests of crawler_ops.web, the status app mounted in Airflow's api-server: a login is needed for every route,
-and a user sees only the tasks whose DAG they may read. The auth manager and the status gathering are fakes;
-in multi-team mode the DAG-to-team lookup is too."""
+and a user sees only the tasks whose DAG they may read. The auth manager and the status gathering (database, source,
+Kafka) are fakes; in multi-team mode the DAG-to-team lookup is too."""
 
 from __future__ import annotations
 
@@ -58,19 +58,10 @@ def client(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, auth_manager: FakeAu
     monkeypatch.setenv("CRAWLER_OPS_CONFIG", str(config))
     monkeypatch.setattr(api_app, "get_auth_manager", lambda: auth_manager)
     monkeypatch.setattr(status, "active_runs", lambda dag_ids: ({}, None))
-    monkeypatch.setattr(
-        status,
-        "task_status",
-        lambda cfg, running, error, live: {
-            "task_id": cfg.id,
-            "task_name": cfg.name or cfg.id,
-            "dag_id": cfg.dag_id,
-            "running": False,
-            "watermark": 40,
-            "progress": "80.0%",
-            "status": "incomplete",
-        },
-    )
+    monkeypatch.setattr(web, "REPORTS", web.ReportCache())
+    monkeypatch.setattr(status, "stored_status", lambda cfg: {"watermark": 40, "status": "incomplete"})
+    monkeypatch.setattr(status, "source_total", lambda cfg, end=None: {"source_total": 50})
+    monkeypatch.setattr(status, "kafka_status", lambda cfg, end=None: {"messages": 40, "groups": {}})
     yield TestClient(web.app)
     web.app.dependency_overrides.clear()
 

@@ -41,6 +41,12 @@ PARAMS = {
         type="boolean",
         description="Let the watermark pass batches parked after max_attempts failures (their records are lost).",
     ),
+    "confirm_total": Param(
+        None,
+        type=["null", "integer"],
+        minimum=0,
+        description="Accept this source total although it jumped beyond total_jump_factor times the last known total.",
+    ),
 }
 
 
@@ -55,7 +61,8 @@ def doc_for(cfg: CrawlTaskConfig) -> str:
         f"{cfg.batch_size} records from the watermark up; **crawl_chunk** (mapped, labelled by offsets) fetches, "
         "filters, publishes and marks batches done; **commit** moves the watermark and stores the run summary; "
         f"**announce** emits the Asset `{cfg.kafka.asset_uri}` when new records were published.\n\n"
-        "Params: `reset`, `dry_run`, `max_batches`, `filter_days`, `replay_from`/`replay_to`, `skip_parked`."
+        "Params: `reset`, `dry_run`, `max_batches`, `filter_days`, `replay_from`/`replay_to`, `skip_parked`, "
+        "`confirm_total`."
     )
 
 

@@ -17,6 +17,7 @@ from airflow.sdk import BaseHook
 
 from crawler_ops.config import SourceConfig
 from crawler_ops.errors import SourceError
+from crawler_ops.hooks.deadline import DeadlineTransport, deadline, environment_proxy
 from crawler_ops.records import Page, head_struct
 
 RETRIABLE_STATUS = frozenset({408, 425, 429, 500, 502, 503, 504})
@@ -85,13 +86,9 @@ def http_client(conn: Any, source: SourceConfig) -> httpx.Client:
     limits = httpx.Limits(max_connections=source.concurrency + 2, max_keepalive_connections=source.concurrency + 2)
     # Loading the CA bundle for a verifying TLS context costs 0.1-0.2 s per client; a plain-HTTP source
     # (redirects are not followed) never uses it.
+    transport = DeadlineTransport(base.lower().startswith("https://"), limits, environment_proxy(base))
     return httpx.Client(
-        base_url=base,
-        headers=headers,
-        auth=auth,
-        limits=limits,
-        timeout=httpx.Timeout(source.timeout_s),
-        verify=base.lower().startswith("https://"),
+        base_url=base, headers=headers, auth=auth, timeout=httpx.Timeout(source.timeout_s), transport=transport
     )
 
 
@@ -245,19 +242,27 @@ class SourceApiHook(BaseHook):
         self, path: str, params: Mapping[str, Any], what: str, decode: Callable[[bytes], Any] | None = None
     ) -> Any:
         label = f"task {self.task_label}: GET {path} {what}"
-        try:
-            with self.client.stream("GET", path, params=dict(params)) as response:
-                if response.status_code != 200:
-                    raise SourceError(
-                        f"{label} answered HTTP {response.status_code}: {error_excerpt(response)!r}",
-                        retriable=response.status_code in RETRIABLE_STATUS,
-                        retry_after=retry_after_seconds(response.headers.get("retry-after")),
-                    )
-                body = read_bounded(response, self.max_bytes, label)
-        except httpx.TimeoutException as exc:
-            raise SourceError(f"{label} timed out after {self.source.timeout_s}s", retriable=True) from exc
-        except httpx.TransportError as exc:
-            raise SourceError(f"{label} failed: {exc!r}", retriable=True) from exc
+        started = time.monotonic()
+        with deadline(self.source.deadline_s) as end:
+            try:
+                with self.client.stream("GET", path, params=dict(params)) as response:
+                    if response.status_code != 200:
+                        raise SourceError(
+                            f"{label} answered HTTP {response.status_code}: {error_excerpt(response)!r}",
+                            retriable=response.status_code in RETRIABLE_STATUS,
+                            retry_after=retry_after_seconds(response.headers.get("retry-after")),
+                        )
+                    body = read_bounded(response, self.max_bytes, label)
+            except httpx.TimeoutException as exc:
+                if time.monotonic() < end:
+                    raise SourceError(f"{label} timed out after {self.source.timeout_s}s", retriable=True) from exc
+                raise SourceError(
+                    f"{label} did not finish within its deadline of {end - started:.3g}s (source.deadline_s "
+                    f"{self.source.deadline_s:g}s; a read timeout, {self.source.timeout_s:g}s, bounds each read only)",
+                    retriable=True,
+                ) from exc
+            except httpx.TransportError as exc:
+                raise SourceError(f"{label} failed: {exc!r}", retriable=True) from exc
         try:
             return decode(body) if decode is not None else msgspec.json.decode(body)
         except msgspec.ValidationError as exc:

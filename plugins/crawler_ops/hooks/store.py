@@ -11,6 +11,7 @@ claim token), so two runs never crawl the same batch at the same time.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -30,6 +31,8 @@ from crawler_ops.sqlfiles import read_sql
 from crawler_ops.status_table import DONE, PARKED, PENDING, StatusTable
 
 DEAD_LETTER_MAX_BYTES = 64 * 1024
+# An escaped backslash or an escaped NUL in JSON text, matched left to right: a backslash followed by "u0000" is text.
+JSON_NUL_ESCAPE = re.compile(r"\\(?:\\|u0000)")
 Cursor = psycopg.Cursor[Any]
 
 
@@ -121,6 +124,11 @@ class CrawlStoreHook(CrawlerDbHook):
         row = cur.execute(read_sql("select_progress"), {"task": self.task_id}).fetchone()
         return None if row is None else int(row[0])
 
+    def read_total(self, cur: Cursor) -> int | None:
+        """The source total the task's last commit saw (None before the first commit)."""
+        row = cur.execute(read_sql("select_progress"), {"task": self.task_id}).fetchone()
+        return None if row is None or row[1] is None else int(row[1])
+
     def last_ref_time(self, cur: Cursor) -> datetime | None:
         """The newest reference time of the runs whose commit saved the task's progress."""
         row = cur.execute(read_sql("select_last_ref"), {"task": self.task_id}).fetchone()
@@ -194,8 +202,7 @@ class CrawlStoreHook(CrawlerDbHook):
 
     def add_dead_letters(self, cur: Cursor, run_id: str, dead_letters: Sequence[DeadLetter]) -> None:
         rows = [
-            self.error_row(run_id, "record", d.reason, d.offset, None, Jsonb(cap_record(d.record)))
-            for d in dead_letters
+            self.error_row(run_id, "record", d.reason, d.offset, None, record_jsonb(d.record)) for d in dead_letters
         ]
         if rows:
             cur.executemany(read_sql("insert_error"), rows)
@@ -359,6 +366,15 @@ class BatchRows:
 def parked_batch(row: Sequence[Any]) -> ParkedBatch:
     lo, hi, attempts, error = row
     return ParkedBatch(Batch(int(lo), int(hi)), int(attempts), str(error or ""))
+
+
+def record_jsonb(record: Any) -> Jsonb:
+    """A dead letter's record for the JSONB column: capped (:func:`cap_record`), and with each NUL character, which
+    JSONB cannot hold (the whole insert would fail), stored as U+FFFD."""
+    text = json.dumps(cap_record(record), ensure_ascii=False, default=str)
+    if "\\u0000" in text:
+        text = JSON_NUL_ESCAPE.sub(lambda m: m[0] if m[0] == "\\\\" else "\\ufffd", text)
+    return Jsonb(text, dumps=lambda dumped: dumped)
 
 
 def cap_record(record: Any) -> Any:

@@ -53,7 +53,8 @@ def page_body(records: list[dict[str, Any]]) -> httpx.Response:
 def sleeps(monkeypatch: pytest.MonkeyPatch) -> list[float]:
     """The hook's waits between attempts, recorded instead of slept."""
     waited: list[float] = []
-    monkeypatch.setattr(source_module, "time", type("Clock", (), {"sleep": staticmethod(waited.append)}))
+    clock = {"sleep": staticmethod(waited.append), "monotonic": staticmethod(time.monotonic)}
+    monkeypatch.setattr(source_module, "time", type("Clock", (), clock))
     return waited
 
 
@@ -62,7 +63,9 @@ def fake(monkeypatch: pytest.MonkeyPatch, sleeps: list[float]) -> FakeSource:
     """Route every httpx client the hook builds through a :class:`FakeSource`."""
     served = FakeSource()
     real_client = httpx.Client
-    monkeypatch.setattr(httpx, "Client", lambda **kwargs: real_client(transport=httpx.MockTransport(served), **kwargs))
+    monkeypatch.setattr(
+        httpx, "Client", lambda **kwargs: real_client(**{**kwargs, "transport": httpx.MockTransport(served)})
+    )
     return served
 
 

@@ -1,55 +1,31 @@
-"""A hostile source on loopback: what an error body or a page can cost the crawler (memory, retries)."""
+"""A hostile source on loopback: what an error body or a page can cost the crawler (memory, retries, time)."""
 
 from __future__ import annotations
 
-import contextlib
 import gzip
-import threading
+import time
 import tracemalloc
 from collections.abc import Callable, Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any, ClassVar
+from typing import Any
 
 import pytest
 
 from crawler_ops.config import SourceConfig
 from crawler_ops.errors import SourceError
 from crawler_ops.hooks.source import SourceApiHook
+from tests.hostile_source import HostileSource
 
 # 64 MiB of text inflating from about 64 KiB: an HTTP 500 carrying it must not be inflated.
 BOMB = gzip.compress(b"<html>internal error " + b"A" * (64 * 2**20), compresslevel=9)
 DEEP = b'{"code":0,"data":{"total":1,"data":[' + b"[" * 100_000 + b"]" * 100_000 + b"]}}"
 
 
-class HostileHandler(BaseHTTPRequestHandler):
-    replies: ClassVar[dict[str, tuple[int, dict[str, str], bytes]]] = {}
-    served: ClassVar[list[str]] = []
-
-    def do_GET(self) -> None:
-        kind = self.path.split("?")[0].rsplit("/", 1)[-1]
-        self.served.append(kind)
-        status, headers, body = self.replies[kind]
-        self.send_response(status)
-        for name, value in {**headers, "Content-Length": str(len(body))}.items():
-            self.send_header(name, value)
-        self.end_headers()
-        with contextlib.suppress(BrokenPipeError, ConnectionResetError):  # the client read enough and closed
-            self.wfile.write(body)
-
-    def log_message(self, format: str, *args: Any) -> None:
-        return None
-
-
 @pytest.fixture
-def hostile(airflow_connection: Callable[..., None]) -> Iterator[type[HostileHandler]]:
-    server = ThreadingHTTPServer(("127.0.0.1", 0), HostileHandler)
-    HostileHandler.replies, HostileHandler.served = {}, []
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    airflow_connection("src", conn_type="http", host="127.0.0.1", port=server.server_address[1], schema="http")
-    yield HostileHandler
-    server.shutdown()
-    server.server_close()
+def hostile(airflow_connection: Callable[..., None]) -> Iterator[HostileSource]:
+    source = HostileSource()
+    airflow_connection("src", **source.connection())
+    yield source
+    source.close()
 
 
 def hook() -> SourceApiHook:
@@ -90,3 +66,41 @@ def test_json_nested_too_deeply_is_a_source_error_not_retried(hostile):
 
     assert err.value.retriable is False
     assert hostile.served == ["list"], "a page that cannot decode is not fetched again"
+
+
+def test_a_page_trickling_a_byte_at_a_time_fails_by_its_deadline_as_a_retriable_timeout_naming_task_and_offsets(
+    hostile,
+):
+    hostile.replies["list"] = (200, {"Content-Type": "application/json"}, b'{"code":0,"data":{"data":[]}}' + b" " * 64)
+    hostile.drips["list"] = 0.5
+    cfg = SourceConfig(conn_id="src", max_retries=0, timeout_s=30, deadline_s=2)
+
+    started = time.monotonic()
+    with pytest.raises(SourceError) as err:
+        SourceApiHook(cfg, "jobs", "remote_jobs").get_page(300, 100)
+    elapsed = time.monotonic() - started
+
+    assert err.value.retriable is True
+    assert str(err.value).startswith(
+        "task jobs: GET /api/remote_jobs/list offsets [300, 400) did not finish within its deadline of 2s"
+    )
+    assert 2 <= elapsed < 2.5, f"{elapsed:.2f}s for a deadline of 2 s (the body would take 47 s)"
+
+
+def test_a_source_behind_the_environments_http_proxy_is_reached_through_it_within_the_deadline(
+    hostile, airflow_connection, monkeypatch
+):
+    for name in ("NO_PROXY", "no_proxy", "ALL_PROXY", "all_proxy", "http_proxy"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("HTTP_PROXY", f"http://127.0.0.1:{hostile.connection()['port']}")
+    airflow_connection("src", conn_type="http", host="source.invalid", schema="http")
+    hostile.replies["count"] = (200, {"Content-Type": "application/json"}, b'{"code":0,"data":{"total":7}}')
+
+    assert hook().get_total() == 7, "the proxy (this server) answered for source.invalid"
+
+    hostile.drips["count"] = 0.5
+    cfg = SourceConfig(conn_id="src", max_retries=0, deadline_s=1)
+    started = time.monotonic()
+    with pytest.raises(SourceError, match="did not finish within its deadline of 1s"):
+        SourceApiHook(cfg, "jobs", "remote_jobs").get_total()
+    assert time.monotonic() - started < 1.5

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from crawler_ops.hooks.store import DEAD_LETTER_MAX_BYTES, cap_record
+from crawler_ops.hooks.store import DEAD_LETTER_MAX_BYTES, cap_record, record_jsonb
 
 
 def record_of_size(size: int) -> dict[str, str]:
@@ -56,3 +56,19 @@ def test_values_json_cannot_encode_are_stored_as_text():
     assert cap_record({"id": "r", "day": date(2026, 11, 1)}) == {"id": "r", "day": date(2026, 11, 1)}
     capped = cap_record({"id": "r", "day": date(2026, 11, 1), "pad": "x" * DEAD_LETTER_MAX_BYTES})
     assert capped["text"].startswith('{"id": "r", "day": "2026-11-01"')
+
+
+@pytest.mark.parametrize(
+    ("record", "stored"),
+    [
+        ({"id": "r", "text": "a\x00b"}, {"id": "r", "text": "a\ufffdb"}),
+        ({"id": "r", "\x00": 1}, {"id": "r", "\ufffd": 1}),
+        ({"id": "r", "text": "\\u0000"}, {"id": "r", "text": "\\u0000"}),
+        ({"id": "r", "text": "\\\x00"}, {"id": "r", "text": "\\\ufffd"}),
+    ],
+    ids=["nul-in-a-value", "nul-in-a-key", "backslash-u0000-is-text", "backslash-then-nul"],
+)
+def test_nul_characters_jsonb_cannot_hold_are_stored_as_replacement_characters(record, stored):
+    jsonb = record_jsonb(record)
+
+    assert json.loads(jsonb.dumps(jsonb.obj)) == stored
