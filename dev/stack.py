@@ -580,8 +580,9 @@ def airflow_up(executor: str = "local", workers: int = 2) -> None:
         # The checkout that starts Airflow serves its own DAGs and plugins, whichever checkout started the stack.
         "AIRFLOW__CORE__DAGS_FOLDER": str(REPO / "dags"),
         "AIRFLOW__CORE__PLUGINS_FOLDER": str(REPO / "plugins"),
-        # Ahead of any installed copy of the package (``make`` installs one, editable, for the CLI).
-        "PYTHONPATH": str(REPO / "plugins"),
+        # Ahead of any installed copy of the package (``make`` installs one, editable, for the CLI); then the
+        # caller's own path (where the functions a config names may live).
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO / "plugins"), os.environ.get("PYTHONPATH")])),
         "CRAWLER_OPS_CONFIG": os.environ.get("CRAWLER_OPS_CONFIG", state["env"]["CRAWLER_OPS_CONFIG"]),
         "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"{url}/execution/",
         "AIRFLOW__API__BASE_URL": url,
