@@ -27,6 +27,7 @@ from crawler_ops.status_table import STATUS_NAMES
 log = logging.getLogger(__name__)
 
 STATUS_TIMEOUT_S = 5.0
+HISTORY_RUNS = 30  # finished runs in a task's history (the status page's charts)
 RUN_FIELDS = (
     "run_id",
     "mode",
@@ -41,13 +42,18 @@ RUN_FIELDS = (
 
 
 def collect(
-    loaded: LoadedConfig, task_id: str | None = None, live: bool = True, executor: str | None = None
+    loaded: LoadedConfig,
+    task_id: str | None = None,
+    live: bool = True,
+    executor: str | None = None,
+    history: bool = False,
 ) -> dict[str, Any]:
     """The status of every crawl task of ``loaded`` (or of ``task_id``) and of every executor (or of
     ``executor``: rows per status and the latest parked rows), plus invalid entries' config errors. Naming
     one crawl task shows no executor, and naming one executor no crawl task.
 
     :param live: also ask each source for its current total and Kafka for consumer lag.
+    :param history: also give each crawl task's ``history`` (see :func:`run_history`), for the HTML page.
     :raises KeyError: when ``task_id`` or ``executor`` names nothing configured.
     """
     tasks = [t for t in loaded.tasks if executor is None and (task_id is None or t.id == task_id)]
@@ -62,6 +68,9 @@ def collect(
     with ThreadPoolExecutor(max(1, min(8, len(tasks) + len(executors)))) as pool:
         rows = list(pool.map(lambda t: task_status(t, running, running_error, live), tasks))
         executor_rows = list(pool.map(executor_status, executors))
+        if history:
+            for row, found in zip(rows, pool.map(run_history, tasks), strict=True):
+                row["history"] = found if row.get("running") is not False else {**found, "current_run": None}
     return {
         "generated_at": datetime.now(UTC).isoformat(),
         "tasks": rows,
@@ -120,6 +129,34 @@ def stored_status(cfg: CrawlTaskConfig) -> dict[str, Any]:
         "errors_24h": view["errors"] or {},
         "parked": [parked.describe() for parked in view["parked"]],
     }
+
+
+def run_history(cfg: CrawlTaskConfig) -> dict[str, Any]:
+    """The run in progress (``current_run``: batches done of planned, percent) and the last
+    :data:`HISTORY_RUNS` finished runs (``runs``, oldest first) with their records per second; or ``error``."""
+    store = CrawlStoreHook(cfg.postgres_conn_id, cfg.id)
+    try:
+        with store.transaction() as cur:
+            found = store.run_history(cur, HISTORY_RUNS)
+    except Exception as exc:  # noqa: BLE001 - shown on the task's row, like the other database errors
+        return {"current_run": None, "runs": [], "error": f"{type(exc).__name__}: {exc}"}
+    finally:
+        store.close()
+    if found is None:
+        return {"current_run": None, "runs": []}
+    current = found["current_run"]
+    if current is not None:
+        planned, done = int(current["planned"]), int(current["done"])
+        percent = min(100.0, 100.0 * done / planned) if planned else None
+        current = {**{k: iso(v) for k, v in current.items()}, "done": done, "percent": percent}
+    runs = [
+        {
+            **{k: iso(v) for k, v in run.items()},
+            "records_per_s": round(run["fetched"] / run["duration_s"], 1) if run["duration_s"] else None,
+        }
+        for run in reversed(found["runs"])
+    ]
+    return {"current_run": current, "runs": runs}
 
 
 def iso(value: Any) -> Any:

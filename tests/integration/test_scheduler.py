@@ -446,9 +446,9 @@ def seed_status(pg_uri: str, task: str) -> None:
 
 
 def html_rows(page: str) -> list[list[str]]:
-    """The cells of each row of the status page's table."""
-    table = page.split("<table>")[1].split("</table>")[0]
-    return [re.findall(r"<td>(.*?)</td>", row) for row in table.split("<tr>") if "<td>" in row]
+    """The cells of each row of the status page's table of tasks."""
+    table = page.split('<table class="tasks">')[1].split("</table>")[0]
+    return [re.findall(r'<td data-field="\w+">(.*?)</td>', row, re.S) for row in table.split("<tr") if "<td" in row]
 
 
 def test_status_endpoint_in_the_api_server_needs_a_login_and_shows_the_stored_status(airflow, pg_uri, task_ids, stack):
@@ -476,14 +476,14 @@ def test_status_endpoint_in_the_api_server_needs_a_login_and_shows_the_stored_st
     )
     page = httpx.get(f"{base}/", params={"live": "false"}, headers=airflow.http.headers, timeout=60)
     assert page.status_code == 200 and "text/html" in page.headers["content-type"]
-    (cells,) = [cells for cells in html_rows(page.text) if cells[0].startswith(f"{task}<br>")]
+    (cells,) = [cells for cells in html_rows(page.text) if f">{task}</a><br>" in cells[0]]
     assert (cells[1], cells[2], cells[4], cells[6]) == ("no", "incomplete", "4321 (86.4%)", "40 / 39")
     assert cells[8].startswith("success (incremental, ") and "seeded-run" in cells[8]
     assert airflow.status(task="nope").status_code == 404
 
     plugins = airflow.http.get("/plugins").json()["plugins"]
     (plugin,) = [p for p in plugins if p["name"] == "crawler_ops"]
-    assert plugin["external_views"][0]["href"] == "/crawler-ops/"
+    assert plugin["external_views"][0]["href"] == "crawler-ops/"
     assert plugin["fastapi_apps"][0]["url_prefix"] == "/crawler-ops"
 
 
