@@ -179,11 +179,8 @@ def status_page(user: User, task: str | None = None, live: bool = True, dag_id: 
 def dag_target(dag_id: str) -> tuple[str | None, str | None]:
     """The crawl task id or the executor name a DAG id stands for (by the prefixes the factory gives them);
     whether it is configured, and visible, is the report's business."""
-    for prefix, kind in (("crawl_", 0), ("exec_", 1)):
-        if dag_id.startswith(prefix) and len(dag_id) > len(prefix):
-            name = dag_id[len(prefix) :]
-            return (name, None) if kind == 0 else (None, name)
-    return None, None
+    crawl, executor = dag_id.removeprefix("crawl_"), dag_id.removeprefix("exec_")
+    return (crawl or None) if crawl != dag_id else None, (executor or None) if executor != dag_id else None
 
 
 def not_ours(dag_id: str) -> str:
