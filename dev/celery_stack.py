@@ -11,9 +11,10 @@ from __future__ import annotations
 
 import os
 import shutil
-import subprocess
 from collections.abc import Callable
 from pathlib import Path
+
+import debian
 
 REDIS_PORT = 16379
 EXECUTORS = ("local", "celery")
@@ -32,25 +33,12 @@ def worker_name(index: int) -> str:
 
 def redis_server(log: Callable[[str], None]) -> str:
     """The ``redis-server`` binary: on PATH, else Debian's package installed with apt-get (root only)."""
-    found = shutil.which("redis-server")
-    if found:
-        return found
-    if os.geteuid() != 0:
-        raise RedisMissing(
-            "redis-server is not installed and this is not root: run `apt-get install -y redis-server` as root "
-            "(or put a redis-server on PATH), then try again"
-        )
-    log("redis: installing Debian's redis-server with apt-get")
-    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-    install = ["apt-get", "install", "-y", "-q", "--no-install-recommends", "redis-server"]
-    result = subprocess.run(install, env=env, capture_output=True, text=True)
-    if result.returncode != 0:  # a fresh machine may have no package lists yet
-        subprocess.run(["apt-get", "update", "-q"], env=env, capture_output=True)
-        result = subprocess.run(install, env=env, capture_output=True, text=True)
-    found = shutil.which("redis-server")
-    if result.returncode != 0 or not found:
-        raise RedisMissing(f"apt-get install redis-server failed:\n{result.stdout[-1500:]}{result.stderr[-1500:]}")
-    return found
+    if shutil.which("redis-server") is None:
+        log("redis: installing Debian's redis-server with apt-get")
+    try:
+        return debian.command("redis-server", "redis-server")
+    except debian.PackageMissing as exc:
+        raise RedisMissing(str(exc)) from exc
 
 
 def redis_command(binary: str, port: int, data: Path) -> list[str]:

@@ -40,12 +40,21 @@ class CrawlerOpsPlugin(AirflowPlugin):
     # Airflow's plugin interface: class attributes.
     fastapi_apps = [{"app": StatusApp(), "url_prefix": URL_PREFIX, "name": "crawler_ops status"}]  # noqa: RUF012
     listeners = [listener]  # noqa: RUF012
+    # Relative hrefs: the UI resolves them against its <base href>, so they work under an api base_url path.
+    # The "dag" view is a tab on every DAG's page ({DAG_ID} filled in by the UI); it shows the crawl or executor
+    # task of that DAG, or a note that the DAG is not one.
     external_views = [  # noqa: RUF012
         {
             "name": "Crawler status",
-            "href": f"{URL_PREFIX}/",
+            "href": f"{URL_PREFIX.lstrip('/')}/",
             "destination": "nav",
             "category": "browse",
             "url_route": "crawler_ops_status",
-        }
+        },
+        {
+            "name": "Crawl status",
+            "href": f"{URL_PREFIX.lstrip('/')}/?dag_id={{DAG_ID}}",
+            "destination": "dag",
+            "url_route": "crawler_ops_dag_status",
+        },
     ]

@@ -34,6 +34,7 @@ log = logging.getLogger(__name__)
 STATUS_DEADLINE_S = 5.0
 # Live calls (sources, Kafka) end this much before the report's deadline, so their errors make it into the report.
 LIVE_MARGIN_S = 0.25
+HISTORY_RUNS = 30  # finished runs in a task's history (the status page's charts)
 RUN_FIELDS = (
     "run_id",
     "mode",
@@ -53,6 +54,7 @@ def collect(
     live: bool = True,
     executor: str | None = None,
     end: float | None = None,
+    history: bool = False,
 ) -> dict[str, Any]:
     """The status of every crawl task of ``loaded`` (or of ``task_id``) and of every executor (or of
     ``executor``: rows per status and the latest parked rows), plus invalid entries' config errors. Naming
@@ -62,6 +64,7 @@ def collect(
     :param end: the monotonic time by which the report is answered, whatever has not answered by then an error
         on its row; default: no deadline for the report, each live call ``STATUS_DEADLINE_S`` from its start (the
         CLI, which waits for every row of a large config).
+    :param history: also give each crawl task's ``history`` (see :func:`run_history`), for the HTML page.
     :raises KeyError: when ``task_id`` or ``executor`` names nothing configured.
     """
     tasks = [t for t in loaded.tasks if executor is None and (task_id is None or t.id == task_id)]
@@ -81,6 +84,8 @@ def collect(
         if live:
             parts["source", i] = partial(source_total, t, live_end)
             parts["kafka", i] = partial(kafka_status, t, live_end)
+        if history:
+            parts["history", i] = partial(run_history, t)
     for i, e in enumerate(executors):
         parts["executor", i] = partial(executor_status, e)
     got = gather(parts, end)
@@ -96,6 +101,10 @@ def collect(
         )
         for i, t in enumerate(tasks)
     ]
+    for i, row in enumerate(rows):
+        if history:
+            found = got["history", i] or {"current_run": None, "runs": [], "error": late}
+            row["history"] = found if row.get("running") is not False else {**found, "current_run": None}
     return {
         "generated_at": datetime.now(UTC).isoformat(),
         "tasks": rows,
@@ -181,6 +190,34 @@ def stored_status(cfg: CrawlTaskConfig) -> dict[str, Any]:
         "errors_24h": view["errors"] or {},
         "parked": [parked.describe() for parked in view["parked"]],
     }
+
+
+def run_history(cfg: CrawlTaskConfig) -> dict[str, Any]:
+    """The run in progress (``current_run``: batches done of planned, percent) and the last
+    :data:`HISTORY_RUNS` finished runs (``runs``, oldest first) with their records per second; or ``error``."""
+    store = CrawlStoreHook(cfg.postgres_conn_id, cfg.id)
+    try:
+        with store.transaction() as cur:
+            found = store.run_history(cur, HISTORY_RUNS)
+    except Exception as exc:  # noqa: BLE001 - shown on the task's row, like the other database errors
+        return {"current_run": None, "runs": [], "error": f"{type(exc).__name__}: {exc}"}
+    finally:
+        store.close()
+    if found is None:
+        return {"current_run": None, "runs": []}
+    current = found["current_run"]
+    if current is not None:
+        planned, done = int(current["planned"]), int(current["done"])
+        percent = min(100.0, 100.0 * done / planned) if planned else None
+        current = {**{k: iso(v) for k, v in current.items()}, "done": done, "percent": percent}
+    runs = [
+        {
+            **{k: iso(v) for k, v in run.items()},
+            "records_per_s": round(run["fetched"] / run["duration_s"], 1) if run["duration_s"] else None,
+        }
+        for run in reversed(found["runs"])
+    ]
+    return {"current_run": current, "runs": runs}
 
 
 def iso(value: Any) -> Any:

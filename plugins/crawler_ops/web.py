@@ -1,7 +1,9 @@
 """The status view inside Airflow's api-server: a FastAPI app mounted at ``/crawler-ops`` by the plugin.
 
-``GET /crawler-ops/api/status[?task=ID&live=false]`` returns the JSON of ``python -m crawler_ops status
---json``; ``GET /crawler-ops/`` renders it as a small HTML page (linked from the Airflow UI's navigation).
+``GET /crawler-ops/api/status[?task=ID&live=false&history=true]`` returns the JSON of ``python -m crawler_ops
+status --json`` (``history``: also each task's run in progress and last runs); ``GET /crawler-ops/[?task=ID]``
+renders it, with the history as charts, from the Jinja2 templates in ``templates/`` (the Airflow UI frames it
+from Browse -> Crawler status), and ``GET /crawler-ops/?dag_id=DAG`` shows one DAG's task (the UI's DAG tab).
 Both need an Airflow login (the UI's session cookie or ``Authorization: Bearer <JWT>``), and a user sees
 only the tasks whose DAG runs they may read (with the DAG's team in Airflow's multi-team mode).
 
@@ -16,17 +18,20 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Hashable
-from html import escape
+from datetime import UTC, datetime
+from pathlib import Path
 from typing import Annotated, Any
+from urllib.parse import quote
 
 from fastapi import Depends, FastAPI, HTTPException, Query, Request
 from fastapi.responses import HTMLResponse
+from jinja2 import Environment, FileSystemLoader, select_autoescape
 
+from crawler_ops.charts import run_charts
 from crawler_ops.config import broken_dag_id, load_config
 from crawler_ops.errors import ConfigError
 from crawler_ops.status import STATUS_DEADLINE_S, collect
 
-URL_PREFIX = "/crawler-ops"  # where crawler_ops_plugin mounts this app
 REPORT_TTL_S = 20.0
 MAX_LIVE_REPORTS = 2
 # Answers kept for requests that find every live slot taken; older ones are dropped.
@@ -81,6 +86,7 @@ class ReportCache:
 
 
 REPORTS = ReportCache()
+TEMPLATES = Path(__file__).resolve().parent / "templates"
 
 
 async def current_user(request: Request) -> Any:
@@ -123,7 +129,9 @@ async def security_headers(request: Request, call_next: Any) -> Any:
     return response
 
 
-def visible_report(user: Any, task: str | None, live: bool) -> dict[str, Any]:
+def visible_report(
+    user: Any, task: str | None, live: bool, *, executor: str | None = None, history: bool = False
+) -> dict[str, Any]:
     """The status report restricted to the DAGs ``user`` may read.
 
     A task's row carries its runs, so it needs read access to the DAG's runs; a task's config error names only
@@ -159,10 +167,15 @@ def visible_report(user: Any, task: str | None, live: bool) -> dict[str, Any]:
     seen = (tuple(t.id for t in tasks), tuple(errors), tuple(e.name for e in executors), tuple(executor_errors))
     try:
         return REPORTS.report(
-            (task, live, seen), live, lambda: collect(loaded.model_copy(update=visible), task, live=live, end=end)
+            (task, executor, live, history, seen),
+            live,
+            lambda: collect(
+                loaded.model_copy(update=visible), task, live=live, executor=executor, history=history, end=end
+            ),
         )
     except KeyError as exc:
-        raise HTTPException(status_code=404, detail=f"no crawl task '{task}' visible to you") from exc
+        what = f"crawl task '{task}'" if executor is None else f"executor '{executor}'"
+        raise HTTPException(status_code=404, detail=f"no {what} visible to you") from exc
     except BusyError as exc:
         raise HTTPException(
             status_code=503,
@@ -218,105 +231,84 @@ def status_json(
     user: User,
     task: Annotated[str | None, Query(description="only this crawl task id")] = None,
     live: Annotated[bool, Query(description="ask the sources and Kafka too")] = True,
+    history: Annotated[bool, Query(description="also the run in progress and the last runs of each task")] = False,
 ) -> dict[str, Any]:
-    return visible_report(user, task, live)
+    return visible_report(user, task, live, history=history)
 
 
 @app.get("/", response_class=HTMLResponse)
-def status_page(user: User, task: str | None = None, live: bool = True) -> str:
-    return render_html(visible_report(user, task, live))
+def status_page(user: User, task: str | None = None, live: bool = True, dag_id: str | None = None) -> str:
+    if dag_id is None:
+        return render_html(visible_report(user, task, live, history=True), filtered=task is not None)
+    crawl_task, executor = dag_target(dag_id)
+    if crawl_task is None and executor is None:
+        return render_html(empty_report(), dag_id=dag_id, note=not_ours(dag_id))
+    try:
+        report = visible_report(user, crawl_task, live, executor=executor, history=True)
+    except HTTPException as exc:
+        if exc.status_code != 404:
+            raise
+        return render_html(empty_report(), dag_id=dag_id, note=not_ours(dag_id))
+    return render_html(report, dag_id=dag_id, filtered=True)
 
+
+def dag_target(dag_id: str) -> tuple[str | None, str | None]:
+    """The crawl task id or the executor name a DAG id stands for (by the prefixes the factory gives them);
+    whether it is configured, and visible, is the report's business."""
+    crawl, executor = dag_id.removeprefix("crawl_"), dag_id.removeprefix("exec_")
+    return (crawl or None) if crawl != dag_id else None, (executor or None) if executor != dag_id else None
+
+
+def not_ours(dag_id: str) -> str:
+    return f"{dag_id} is not a crawl or executor DAG of crawler_ops that you may read: there is no crawl status here."
+
+
+def empty_report() -> dict[str, Any]:
+    return {"generated_at": datetime.now(UTC).isoformat(), "tasks": [], "invalid_tasks": []}
+
+
+# The Airflow UI may serve this app under a base_url path: every link in the templates is relative.
+TEMPLATE_ENV = Environment(
+    loader=FileSystemLoader(TEMPLATES),
+    autoescape=select_autoescape(["html"], default_for_string=True, default=True),
+    trim_blocks=True,
+    lstrip_blocks=True,
+)
 
 COLUMNS = (
-    ("task", lambda r: f"{escape(r['task_id'])}<br><small>{escape(str(r['task_name']))}</small>"),
-    ("running", lambda r: {True: "yes", False: "no"}.get(r.get("running"), f"? {r.get('running_error', '')}".strip())),
-    ("status", lambda r: r.get("status") if not r.get("db_error") else f"database: {r['db_error']}"),
-    ("source total", lambda r: r["source_total"] if r.get("source_total") is not None else r.get("source_error", "-")),
-    ("watermark", lambda r: f"{r.get('watermark')} ({r['progress']})"),
-    ("last start offset", lambda r: r.get("last_start_offset")),
-    ("filtered / produced", lambda r: f"{r.get('filtered_count', 0)} / {r.get('produced_count', 0)}"),
-    ("last update", lambda r: r.get("last_update")),
-    ("last run", lambda r: run_cell(r.get("last_run"))),
-    ("errors 24h", lambda r: errors_cell(r.get("errors_24h"))),
-    ("parked batches", lambda r: "<br>".join(escape(str(p)) for p in r.get("parked") or ()) or "0"),
-    ("kafka", lambda r: kafka_cell(r.get("kafka"))),
+    "task",
+    "running",
+    "status",
+    "source total",
+    "watermark",
+    "last start offset",
+    "filtered / produced",
+    "last update",
+    "last run",
+    "errors 24h",
+    "parked batches",
+    "kafka",
 )
 
 
-def run_cell(run: dict[str, Any] | None) -> str:
-    if not run:
-        return "-"
-    head = escape(f"{run['status']} ({run['mode']}, {run['duration_s']}s)")
-    return (
-        f"{head}<br><small>{escape(str(run['run_id']))}<br>fetched {run['fetched']} kept {run['kept']} "
-        f"published {run['published']} dead {run['dead_lettered']}</small>"
-    )
-
-
-def errors_cell(errors: dict[str, Any] | None) -> str:
-    if not errors or not (errors.get("records") or errors.get("batches")):
-        return "0"
-    return f"{errors['records']} records, {errors['batches']} batches<br><small>{escape(str(errors['latest']))}</small>"
-
-
-def kafka_cell(kafka: dict[str, Any] | None) -> str:
-    if kafka is None:
-        return "-"
-    if "messages" not in kafka:
-        return escape(str(kafka.get("error")))
-    lags = "".join(
-        f"<br>{escape(g)}: lag {v['lag']}" if "lag" in v else f"<br>{escape(g)}: {escape(v['error'])}"
-        for g, v in sorted(kafka.get("groups", {}).items())
-    )
-    return f"{kafka['messages']} messages{lags}"
-
-
-def render_html(report: dict[str, Any]) -> str:
-    head = "".join(f"<th>{escape(name)}</th>" for name, _ in COLUMNS)
-    rows = "".join(
-        "<tr>" + "".join(f"<td>{cell(row) if name in RICH else escape(str(cell(row)))}</td>" for name, cell in COLUMNS)
+def render_html(
+    report: dict[str, Any], *, dag_id: str | None = None, note: str | None = None, filtered: bool = False
+) -> str:
+    """The status page of ``report``; each task with a ``history`` gets its charts. ``dag_id`` and ``note``
+    title the page of the UI's DAG tab; ``filtered``: the page shows part of the tasks (links back to all)."""
+    tasks = [
+        {**row, "history": {**row["history"], "charts": run_charts(row["history"]["runs"])}}
+        if row.get("history") is not None
+        else row
         for row in report["tasks"]
+    ]
+    tasks_shown = [row["task_id"] for row in tasks]
+    json_href = "api/status" + (f"?task={quote(tasks_shown[0])}" if filtered and len(tasks_shown) == 1 else "")
+    return TEMPLATE_ENV.get_template("status.html").render(
+        report={**report, "tasks": tasks},
+        columns=COLUMNS,
+        dag_id=dag_id,
+        note=note,
+        filtered=filtered or dag_id is not None,
+        json_href=json_href,
     )
-    invalid = "".join(
-        f"<p class=bad><b>{escape(b['task_id'])}</b>: {escape(b['error'])}</p>" for b in report["invalid_tasks"]
-    ) + "".join(
-        f"<p class=bad><b>executor {escape(b['name'])}</b>: {escape(b['error'])}</p>"
-        for b in report.get("invalid_executors", [])
-    )
-    return (
-        "<!doctype html><html><head><meta charset=utf-8><meta http-equiv=refresh content=30>"
-        "<title>crawler_ops status</title><style>body{font-family:sans-serif;margin:1em}"
-        "table{border-collapse:collapse}td,th{border:1px solid #ccc;padding:4px 8px;vertical-align:top;"
-        "text-align:left}small{color:#555}.bad{color:#b00}</style></head><body>"
-        f"<h2>crawler_ops status</h2><p><small>{escape(report['generated_at'])} &middot; JSON: "
-        f"<a href='{URL_PREFIX}/api/status'>{URL_PREFIX}/api/status</a> &middot; refreshes every 30 s</small></p>"
-        f"<table><tr>{head}</tr>{rows}</table>{executors_html(report.get('executors', []))}{invalid}</body></html>"
-    )
-
-
-def executors_html(executors: list[dict[str, Any]]) -> str:
-    """A table of executors: rows per status and the latest parked rows with their errors."""
-    if not executors:
-        return ""
-    cells = []
-    for row in executors:
-        counts = (
-            escape(row["db_error"])
-            if row.get("db_error")
-            else escape(", ".join(f"{k} {v}" for k, v in row["rows"].items()))
-        )
-        parked = "".join(
-            f"<br><small>{p['id']} ({p['attempts']} attempts, {escape(str(p['failed_at']))}): "
-            f"{escape(str(p['last_error']))}</small>"
-            for p in row.get("parked", [])
-        )
-        cells.append(
-            f"<tr><td>{escape(row['name'])}<br><small>{escape(row['dag_id'])}</small></td>"
-            f"<td>{escape(row['status_table'])}</td><td>{counts}</td><td>{len(row.get('parked', []))}{parked}</td></tr>"
-        )
-    head = "<tr><th>executor</th><th>status table</th><th>rows</th><th>parked (latest)</th></tr>"
-    return f"<h3>Executors</h3><table>{head}{''.join(cells)}</table>"
-
-
-# Cells that build their own (escaped) HTML.
-RICH = {"task", "last run", "errors 24h", "parked batches", "kafka"}

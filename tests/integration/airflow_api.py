@@ -15,6 +15,7 @@ class AirflowApi:
 
     def __init__(self, url: str, login: list[str]) -> None:
         self.url = url
+        self.login = login
         token = httpx.post(f"{url}/auth/token", json={"username": login[0], "password": login[1]}, timeout=30)
         token.raise_for_status()
         self.http = httpx.Client(

@@ -4,31 +4,23 @@ LocalExecutor) started by dev/stack.py, runs triggered through the REST API with
 from __future__ import annotations
 
 import itertools
-import json
 import os
 import re
 import subprocess
 import sys
 import time
-import uuid
 from collections import Counter
-from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
-from zoneinfo import ZoneInfo
 
 import httpx
 import pytest
-import yaml
 
-from crawler_ops.config import CrawlTaskConfig
-from tests.conftest import STATE_FILE
 from tests.integration.airflow_api import RUN_TIMEOUT_S, AirflowApi
+from tests.integration.airflow_session import SHANGHAI, TWICE_A_DAY, cancel_task, ops_task
 from tests.support import (
     DemoSource,
-    Receiver,
-    StatsdCollector,
     create_topic,
     duplicated_offsets,
     duplicates,
@@ -43,127 +35,6 @@ from tests.support import (
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 REPO = Path(__file__).resolve().parents[2]
-
-
-BACKFILL_REF = datetime(2026, 10, 8, tzinfo=UTC)
-# An irregular cron in the default schedule zone (Asia/Shanghai): 09:00 and 18:00 there, 01:00 and 10:00 UTC.
-TWICE_A_DAY = "0 9,18 * * *"
-SHANGHAI = ZoneInfo("Asia/Shanghai")
-
-
-@pytest.fixture(scope="session")
-def task_ids() -> dict[str, str]:
-    suffix = uuid.uuid4().hex[:8]
-    return {
-        "rest": f"rest_{suffix}",
-        "backfill": f"backfill_{suffix}",
-        "minutely": f"minutely_{suffix}",
-        "executor": f"exec{suffix}",
-        "ops": f"ops_{suffix}",
-        "cancel": f"cancel_{suffix}",
-        "status": f"status_{suffix}",
-    }
-
-
-def executor_entry(name: str) -> dict[str, Any]:
-    return {
-        "name": name,
-        "source_table": "public.source_data_table",
-        "status_table": f"public.status_{name}",
-        "category": "上海市",
-        "sort_fields": ["district"],
-        "output_fields": ["id", "province", "city", "district"],
-        "function": "crawler_ops.samples.full_address",
-        "cycle_index": 10,
-        "workers": 2,
-        "schedule": "* * * * *",
-        "retries": 0,
-        "paused": True,  # unpaused by the airflow fixture, like the crawl tasks
-    }
-
-
-def session_tasks(task_ids: dict[str, str]) -> list[dict[str, Any]]:
-    """The session's crawl tasks, paused when created: the scheduler starts before the api-server answers, and a
-    run it started then fails (its tasks cannot reach the execution API); the fixture unpauses them once it does."""
-    tasks = [
-        make_task(task_ids["rest"]),
-        make_task(task_ids["backfill"], schedule=TWICE_A_DAY, batch_size=500),
-        make_task(task_ids["minutely"], schedule="* * * * *"),
-        ops_task(task_ids["ops"]),
-        cancel_task(task_ids["cancel"]),
-        make_task(task_ids["status"]),
-    ]
-    return [{**task.model_dump(mode="json"), "paused": True} for task in tasks]
-
-
-def cancel_task(task_id: str) -> CrawlTaskConfig:
-    """A slow task with a webhook, for cancelling runs (connection ops_hook: the session's receiver)."""
-    return make_task(task_id, notify={"conn_id": "ops_hook"}, max_chunks=1, source={"concurrency": 1})
-
-
-@pytest.fixture(scope="session")
-def webhook() -> Iterator[Receiver]:
-    receiver = Receiver()
-    yield receiver
-    receiver.server.shutdown()
-
-
-def ops_task(task_id: str) -> CrawlTaskConfig:
-    """The task the operations tests watch; the sample downstream DAG reads it as group <id>.downstream_sample."""
-    return make_task(task_id, kafka={"consumer_groups": [f"{task_id}.downstream_sample"]})
-
-
-@pytest.fixture(scope="session")
-def statsd() -> StatsdCollector:
-    return StatsdCollector()
-
-
-@pytest.fixture(scope="session")
-def airflow(
-    stack: dict[str, str],
-    task_ids: dict[str, str],
-    tmp_path_factory: pytest.TempPathFactory,
-    statsd: StatsdCollector,
-    webhook: Receiver,
-) -> Iterator[AirflowApi]:
-    """Airflow's services on a config holding this session's test tasks; stopped afterwards."""
-    config = tmp_path_factory.mktemp("airflow") / "tasks.yaml"
-    tasks = session_tasks(task_ids)
-    # The scheduled tasks' data must exist before their first scheduled run looks at it.
-    source = DemoSource(stack["CRAWLER_OPS_SOURCE_URL"])
-    source.create(task_ids["backfill"], total=20_000, ref=BACKFILL_REF, in_window_share=0.5)
-    source.create(
-        task_ids["minutely"],
-        total=1_500,
-        ref=datetime.now(UTC).replace(microsecond=0),
-        in_window_share=0.4,
-        append_step_s=1,
-    )
-    document = {"tasks": tasks, "executors": [executor_entry(task_ids["executor"])]}
-    config.write_text(yaml.safe_dump(document, allow_unicode=True), encoding="utf-8")
-    stack_py = [sys.executable, str(REPO / "dev" / "stack.py")]
-    env = {
-        **os.environ,
-        "CRAWLER_OPS_CONFIG": str(config),
-        "CRAWLER_OPS_SAMPLE_DOWNSTREAM_TASK": task_ids["ops"],
-        "AIRFLOW__METRICS__STATSD_ON": "True",
-        "AIRFLOW__METRICS__STATSD_HOST": "127.0.0.1",
-        "AIRFLOW__METRICS__STATSD_PORT": str(statsd.port),
-        "AIRFLOW_CONN_OPS_HOOK": json.dumps({"conn_type": "http", "host": webhook.url, "password": "s3cret-秘密"}),
-    }
-    subprocess.run([*stack_py, "airflow-down"], check=True, env=env)
-    try:
-        subprocess.run([*stack_py, "airflow-up"], check=True, env=env)
-        state = json.loads(STATE_FILE.read_text())["airflow"]
-        api = AirflowApi(state["url"], state["login"])
-        for key, task_id in task_ids.items():
-            dag_id = f"exec_{task_id}" if key == "executor" else f"crawl_{task_id}"
-            api.wait_for_dag(dag_id)
-            unpaused = api.http.patch(f"/dags/{dag_id}", json={"is_paused": False})
-            assert unpaused.status_code == 200, unpaused.text
-        yield api
-    finally:
-        subprocess.run([*stack_py, "airflow-down"], check=True, env=env)
 
 
 def test_rest_triggers_with_params_drive_the_crawl(airflow, source_url, kafka_bootstrap, pg_uri, task_ids):
@@ -446,9 +317,9 @@ def seed_status(pg_uri: str, task: str) -> None:
 
 
 def html_rows(page: str) -> list[list[str]]:
-    """The cells of each row of the status page's table."""
-    table = page.split("<table>")[1].split("</table>")[0]
-    return [re.findall(r"<td>(.*?)</td>", row) for row in table.split("<tr>") if "<td>" in row]
+    """The cells of each row of the status page's table of tasks."""
+    table = page.split('<table class="tasks">')[1].split("</table>")[0]
+    return [re.findall(r'<td data-field="\w+">(.*?)</td>', row, re.S) for row in table.split("<tr") if "<td" in row]
 
 
 def test_status_endpoint_in_the_api_server_needs_a_login_and_shows_the_stored_status(airflow, pg_uri, task_ids, stack):
@@ -476,14 +347,14 @@ def test_status_endpoint_in_the_api_server_needs_a_login_and_shows_the_stored_st
     )
     page = httpx.get(f"{base}/", params={"live": "false"}, headers=airflow.http.headers, timeout=60)
     assert page.status_code == 200 and "text/html" in page.headers["content-type"]
-    (cells,) = [cells for cells in html_rows(page.text) if cells[0].startswith(f"{task}<br>")]
+    (cells,) = [cells for cells in html_rows(page.text) if f">{task}</a><br>" in cells[0]]
     assert (cells[1], cells[2], cells[4], cells[6]) == ("no", "incomplete", "4321 (86.4%)", "40 / 39")
     assert cells[8].startswith("success (incremental, ") and "seeded-run" in cells[8]
     assert airflow.status(task="nope").status_code == 404
 
     plugins = airflow.http.get("/plugins").json()["plugins"]
     (plugin,) = [p for p in plugins if p["name"] == "crawler_ops"]
-    assert plugin["external_views"][0]["href"] == "/crawler-ops/"
+    assert plugin["external_views"][0]["href"] == "crawler-ops/"
     assert plugin["fastapi_apps"][0]["url_prefix"] == "/crawler-ops"
 
 

@@ -24,6 +24,40 @@ tasks:
 """
 
 
+HOSTILE = "<script>alert(1)</script>"
+
+
+def history(task_id: str, runs: int = 5) -> dict[str, Any]:
+    """A task's run history as status.run_history gives it: ``runs`` finished runs, oldest first, the second
+    without a duration (no records/s) and the first without a committed watermark (no backlog); and a run in
+    progress with 3 of 4 batches done."""
+    return {
+        "current_run": {
+            "run_id": f"manual__{task_id}",
+            "mode": "incremental",
+            "started_at": "2026-12-01T06:00:00+00:00",
+            "planned": 4,
+            "done": 3,
+            "percent": 75.0,
+        },
+        "runs": [
+            {
+                "run_id": f"run{i}",
+                "mode": "incremental",
+                "status": "success",
+                "started_at": f"2026-11-{10 + i}T00:00:00+00:00",
+                "duration_s": None if i == 1 else 2.0,
+                "fetched": 100 * (i + 1),
+                "kept": 50 * (i + 1),
+                "published": 50 * (i + 1),
+                "backlog": None if i == 0 else 1000 - 100 * i,
+                "records_per_s": None if i == 1 else 50.0 * (i + 1),
+            }
+            for i in range(runs)
+        ],
+    }
+
+
 class FakeAuthManager:
     """Lets each user read the DAG ids listed for them, the DAGs of the teams listed for them, or every DAG
     (``"*"``); keeps every question it was asked."""
@@ -62,6 +96,7 @@ def client(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, auth_manager: FakeAu
     monkeypatch.setattr(status, "stored_status", lambda cfg: {"watermark": 40, "status": "incomplete"})
     monkeypatch.setattr(status, "source_total", lambda cfg, end=None: {"source_total": 50})
     monkeypatch.setattr(status, "kafka_status", lambda cfg, end=None: {"messages": 40, "groups": {}})
+    monkeypatch.setattr(status, "run_history", lambda cfg: history(cfg.id))
     yield TestClient(web.app)
     web.app.dependency_overrides.clear()
 
@@ -109,20 +144,27 @@ def test_asking_for_a_task_one_may_not_read_is_the_same_404_as_an_unknown_one(cl
     assert response.json()["detail"] == f"no crawl task '{task}' visible to you"
 
 
+def cells(page: str) -> list[dict[str, str]]:
+    """The summary table's cells per task row, by field name."""
+    table = page.split('<table class="tasks">')[1].split("</table>")[0]
+    rows = [row for row in table.split("<tr") if "<td" in row]
+    return [dict(re.findall(r'<td data-field="(\w+)">(.*?)</td>', row, re.S)) for row in rows]
+
+
 def test_the_html_page_has_one_row_per_visible_task_with_its_fields(client):
     log_in("alice")
 
     page = client.get("/")
 
     assert page.status_code == 200 and page.headers["content-type"].startswith("text/html")
-    table = page.text.split("<table>")[1].split("</table>")[0]
-    rows = [re.findall(r"<td>(.*?)</td>", row) for row in table.split("<tr>") if "<td>" in row]
+    rows = cells(page.text)
     assert len(rows) == 1
-    cells = rows[0]
-    assert cells[0] == "open_task<br><small>公开</small>"
-    assert cells[1] == "no" and cells[2] == "incomplete" and cells[4] == "40 (80.0%)"
+    row = rows[0]
+    assert row["task"] == '<a href="?task=open_task">open_task</a><br><small>公开</small>'
+    assert (row["running"], row["status"], row["watermark"]) == ("no", "incomplete", "40 (80.0%)")
     assert "secret_task" not in page.text and "broken_secret" not in page.text
     assert "<b>broken_open</b>" in page.text
+    assert "No run in progress." in page.text, "a run record left running by a DAG run that ended is no progress"
 
 
 @pytest.mark.parametrize("path", ["/api/status", "/", "/docs"])
@@ -152,9 +194,10 @@ def test_the_page_shows_the_source_database_and_running_errors_the_json_has():
     }
     page = web.render_html({"generated_at": "now", "tasks": [row], "invalid_tasks": []})
 
-    assert "<td>SourceError: GET /api/t/count timed out after 5s</td>" in page, "not None in the source total cell"
-    assert "database: OperationalError: crawler db down" in page
-    assert "? OperationalError: &lt;metadata down&gt;" in page and "t&lt;1&gt;" in page
+    shown = cells(page)[0]
+    assert shown["source_total"] == "SourceError: GET /api/t/count timed out after 5s", "not None"
+    assert shown["status"] == "database: OperationalError: crawler db down"
+    assert shown["running"] == "? OperationalError: &lt;metadata down&gt;" and "t&lt;1&gt;" in shown["task"]
 
 
 TEAMS = {
@@ -223,3 +266,151 @@ def test_a_config_that_does_not_load_is_explained_only_to_a_user_who_may_read_ev
     assert ("hunter2" in detail) is shows_the_yaml
     if not shows_the_yaml:
         assert detail == web.GENERIC_CONFIG_ERROR
+
+
+def points(page: str, chart: str) -> dict[str, int]:
+    """Points drawn per series in the chart ``chart`` of the page (circles, and the polyline's coordinates)."""
+    svg = page.split(f'<svg class="chart" data-chart="{chart}"')[1].split("</svg>")[0]
+    circles = re.findall(r'<circle class="point" data-series="([^"]+)"', svg)
+    lines = dict(re.findall(r'<polyline class="series" data-series="([^"]+)" points="([^"]*)"', svg))
+    counted = {name: circles.count(name) for name in lines}
+    assert counted == {name: len(coords.split()) for name, coords in lines.items()}, "a circle on every vertex"
+    return counted
+
+
+@pytest.fixture
+def running(client: TestClient, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Airflow runs every task's DAG now."""
+    monkeypatch.setattr(status, "active_runs", lambda dag_ids: ({d: [f"manual__{d}"] for d in dag_ids}, None))
+
+
+def test_the_page_draws_each_tasks_history_as_svg_charts_with_one_point_per_run_that_has_a_value(client, running):
+    log_in("alice")
+
+    page = client.get("/").text
+
+    assert points(page, "records_per_s") == {"records/s": 4}, "the run without a duration leaves a gap"
+    assert points(page, "kept_published") == {"kept": 5, "published": 5}
+    assert points(page, "backlog") == {"backlog": 4}, "the run without a watermark leaves a gap"
+    assert page.count('data-runs="5"') == 3
+    assert "<b>75.0%</b>" in page and "3 of 4 batches done" in page
+
+
+def test_a_chart_of_one_run_puts_its_point_in_the_middle(client, monkeypatch):
+    monkeypatch.setattr(status, "run_history", lambda cfg: history(cfg.id, runs=1))
+    log_in("alice")
+
+    page = client.get("/").text
+
+    assert points(page, "kept_published") == {"kept": 1, "published": 1}
+    assert 'cx="160.0"' in page
+
+
+def test_hostile_strings_from_config_runs_and_errors_are_escaped_everywhere():
+    run = {
+        "run_id": HOSTILE,
+        "mode": "incremental",
+        "status": "failed",
+        "duration_s": 1,
+        "fetched": 1,
+        "kept": 1,
+        "published": 1,
+        "dead_lettered": 0,
+    }
+    found = history("x")
+    found["runs"][2]["run_id"] = HOSTILE
+    found["current_run"]["run_id"] = HOSTILE
+    row = {
+        "task_id": HOSTILE,
+        "task_name": HOSTILE,
+        "dag_id": HOSTILE,
+        "running": None,
+        "running_error": HOSTILE,
+        "status": HOSTILE,
+        "watermark": 1,
+        "progress": "1%",
+        "last_run": run,
+        "errors_24h": {"records": 1, "batches": 1, "latest": HOSTILE},
+        "parked": [HOSTILE],
+        "kafka": {"messages": 1, "groups": {HOSTILE: {"error": HOSTILE}}},
+        "history": found,
+    }
+    report = {
+        "generated_at": HOSTILE,
+        "tasks": [row],
+        "invalid_tasks": [{"task_id": HOSTILE, "error": HOSTILE}],
+        "executors": [
+            {
+                "name": HOSTILE,
+                "dag_id": HOSTILE,
+                "status_table": HOSTILE,
+                "rows": {HOSTILE: 1},
+                "parked": [{"id": 1, "attempts": 3, "failed_at": HOSTILE, "last_error": HOSTILE}],
+            }
+        ],
+        "invalid_executors": [{"name": HOSTILE, "error": HOSTILE}],
+    }
+
+    page = web.render_html(report, dag_id=HOSTILE, note=HOSTILE)
+
+    assert "<script" not in page.lower()
+    assert page.count("&lt;script&gt;alert(1)&lt;/script&gt;") >= 20
+    assert "?task=%3Cscript%3Ealert%281%29%3C/script%3E" in page, "the task link's query is URL-encoded"
+
+
+@pytest.mark.parametrize(
+    "params", [{}, {"task": "open_task"}, {"dag_id": "crawl_open_task"}, {"dag_id": "other"}], ids=str
+)
+def test_every_link_of_the_page_is_relative_so_it_works_under_a_base_url_path(client, params):
+    log_in("alice")
+
+    page = client.get("/", params=params).text
+
+    targets = re.findall(r'(?:href|src|action)="([^"]*)"', page)
+    assert targets, "the page links to its JSON at least"
+    assert all(not t.startswith(("/", "http:", "https:")) and "//" not in t for t in targets), targets
+
+
+def test_the_dag_tab_of_a_crawl_dag_shows_only_its_task_with_charts(client):
+    log_in("alice")
+
+    page = client.get("/", params={"dag_id": "crawl_open_task"})
+
+    assert page.status_code == 200
+    assert [row["task"].split(">")[1].split("<")[0] for row in cells(page.text)] == ["open_task"]
+    assert "crawl_open_task" in page.text and '<svg class="chart"' in page.text
+    assert "broken_open" not in page.text, "one DAG's tab shows no other config error"
+    assert 'href="api/status?task=open_task"' in page.text
+
+
+@pytest.mark.parametrize(
+    "dag_id", ["crawler_ops_maintenance", "crawl_secret_task", "crawl_no_such_task", "exec_nothing"], ids=str
+)
+def test_the_dag_tab_of_another_or_unreadable_dag_says_it_is_not_a_crawl_dag(client, dag_id):
+    log_in("alice")
+
+    page = client.get("/", params={"dag_id": dag_id})
+
+    assert page.status_code == 200
+    assert f"{dag_id} is not a crawl or executor DAG" in page.text
+    assert '<table class="tasks">' not in page.text and "secret" not in page.text.replace(dag_id, "")
+
+
+def test_the_json_has_the_history_only_when_asked(client, running):
+    log_in("alice")
+
+    plain = client.get("/api/status").json()
+    with_history = client.get("/api/status", params={"history": "true"}).json()
+
+    assert "history" not in plain["tasks"][0]
+    assert with_history["tasks"][0]["history"]["current_run"]["percent"] == 75.0
+
+
+def test_the_plugin_frames_the_page_from_the_nav_and_from_a_dag_tab_with_relative_hrefs():
+    from crawler_ops_plugin import CrawlerOpsPlugin
+
+    views = {view["destination"]: view for view in CrawlerOpsPlugin.external_views}
+
+    assert views["nav"]["href"] == "crawler-ops/" and views["nav"]["category"] == "browse"
+    assert views["dag"]["href"] == "crawler-ops/?dag_id={DAG_ID}"
+    assert all(view["url_route"] for view in views.values()), "a url_route makes the UI frame the page"

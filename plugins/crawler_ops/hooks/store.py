@@ -247,6 +247,17 @@ class CrawlStoreHook(CrawlerDbHook):
             "parked": self.batches.parked(cur),
         }
 
+    def run_history(self, cur: Cursor, limit: int) -> dict[str, Any] | None:
+        """The run still marked running with its batches done, and the last ``limit`` finished runs, newest
+        first (None before any run)."""
+        if cur.execute(read_sql("view/schema_exists")).fetchone() is None:
+            return None
+        task = {"task": self.task_id}
+        return {
+            "current_run": fetch_dict(cur, read_sql("view/current_run"), task),
+            "runs": fetch_rows(cur, read_sql("view/run_history"), {**task, "limit": limit}),
+        }
+
     def gauge_rows(self, cur: Cursor, task_ids: Sequence[str]) -> dict[str, dict[str, Any]]:
         """Per task of ``task_ids`` (all in this database): stored total and watermark, parked batches, seconds
         since the last success, and the last finished run's duration and records fetched. One statement per table
