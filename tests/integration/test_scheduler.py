@@ -445,3 +445,13 @@ def test_a_run_marked_failed_in_the_ui_is_closed_notified_and_the_next_run_conti
         "run.failure",
         "run.success",
     ]
+
+
+def test_the_ui_connection_form_offers_the_http_type_source_connections_use(airflow):
+    # The form's connection types come from the installed providers' hooks; a source connection is of type http.
+    meta = airflow.http.get(f"{airflow.url}/ui/connections/hook_meta")
+
+    assert meta.status_code == 200, meta.text[:300]
+    types = {entry["connection_type"]: entry["hook_name"] for entry in meta.json()}
+    assert types.get("http") == "HTTP", sorted(types)
+    assert "kafka" in types and "postgres" in types
