@@ -101,10 +101,9 @@ def collect(
         )
         for i, t in enumerate(tasks)
     ]
-    for i, row in enumerate(rows):
-        if history:
-            found = got["history", i] or {"current_run": None, "runs": [], "error": late}
-            row["history"] = found if row.get("running") is not False else {**found, "current_run": None}
+    for i, row in enumerate(rows if history else ()):
+        found = got["history", i] or {"current_run": None, "runs": [], "error": late}
+        row["history"] = found if row.get("running") is not False else {**found, "current_run": None}
     return {
         "generated_at": datetime.now(UTC).isoformat(),
         "tasks": rows,

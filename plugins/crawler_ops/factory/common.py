@@ -22,9 +22,14 @@ def timetable_for(cfg: DagSettings) -> Any:
     """A cron schedule is read in ``schedule_timezone``; each run covers the data interval from the previous
     fire to its own fire and runs at its end, so runs (and backfills) tile the days with neither gaps nor overlaps
     even for irregular crons such as ``0 9,18 * * *``. Other schedules are passed to Airflow as they are."""
-    if cfg.schedule is None or cfg.schedule in SPECIAL_SCHEDULES:
-        return cfg.schedule
-    return CronDataIntervalTimetable(cfg.schedule, timezone=cfg.schedule_timezone)
+    return timetable(cfg.schedule, cfg.schedule_timezone)
+
+
+def timetable(schedule: str | None, zone: str) -> Any:
+    """``schedule`` as :func:`timetable_for` reads it, in the IANA ``zone``."""
+    if schedule is None or schedule in SPECIAL_SCHEDULES:
+        return schedule
+    return CronDataIntervalTimetable(schedule, timezone=zone)
 
 
 def no_retry_for_permanent_errors(step: Callable[[], Any]) -> Any:

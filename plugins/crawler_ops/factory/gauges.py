@@ -15,6 +15,7 @@ from datetime import timedelta
 from airflow.sdk import DAG, get_parsing_context, task
 
 from crawler_ops.config import LoadedConfig, MaintenanceConfig, load_config
+from crawler_ops.factory.common import timetable
 
 # A round asks each source and broker with a 5 s timeout, a few tasks at a time: minutes mean something is stuck.
 ROUND_TIMEOUT = timedelta(minutes=4)
@@ -33,7 +34,7 @@ def build_gauges_dag(cfg: MaintenanceConfig, loaded: LoadedConfig) -> DAG:
             "and `scrape_errors` (lookups that failed this round); per executor: rows by status. See the README, "
             "Operations / Metrics."
         ),
-        schedule=cfg.gauges_schedule,
+        schedule=timetable(cfg.gauges_schedule, cfg.schedule_timezone),
         start_date=cfg.start_date,
         catchup=False,
         max_active_runs=1,
