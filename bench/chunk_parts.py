@@ -7,7 +7,10 @@ Examples::
     .venv/bin/python bench/chunk_parts.py --latency 50 --concurrency 4
 
 The parts are timed by wrapping the chunk's collaborators (ledger claim and finish, publisher send and confirm,
-the filter, the wait for a page); the figures are wall seconds on the chunk's main thread. Needs the running
+the filter, the wait for a page); the figures are wall seconds on the thread named beside them. The chunk's own
+thread waits for a page, filters and produces; the fetch threads claim and read pages ahead; the checkpoint
+thread waits for Kafka's acknowledgements and records batches done while the next batch is filtered, so its
+parts overlap the others. Needs the running
 stack (``dev/stack.py up``), like ``crawl_bench.py``.
 """
 
@@ -54,19 +57,18 @@ def instrument(parts: PARTS) -> None:
     from crawler_ops import chunk, ledger
     from crawler_ops.hooks import producer
 
-    timed(parts, ledger.StatusTableLedger, "claim", "claim (PostgreSQL)")
-    timed(parts, ledger.StatusTableLedger, "finish", "finish (PostgreSQL)")
+    timed(parts, ledger.StatusTableLedger, "claim", "claim (PostgreSQL, fetch threads)")
+    timed(parts, ledger.StatusTableLedger, "finish", "finish (PostgreSQL, checkpoint thread)")
     timed(parts, producer.KafkaPublisher, "send", "send (produce)")
-    timed(parts, producer.KafkaPublisher, "confirm", "confirm (Kafka acks)")
+    timed(parts, producer.KafkaPublisher, "confirm", "confirm (Kafka acks, checkpoint thread)")
     timed(parts, chunk.BatchFilter, "filter", "filter + encode")
     filtered = chunk.ChunkCrawler.filtered
 
-    def waiting(self: Any, batch: Any, page: Any) -> Any:
+    def waiting(self: Any, ahead: Any) -> Any:
         started = time.perf_counter()
-        if hasattr(page, "result"):
-            page.result()
+        ahead.page.result()
         parts["wait for a page"] += time.perf_counter() - started
-        return filtered(self, batch, page)
+        return filtered(self, ahead)
 
     chunk.ChunkCrawler.filtered = waiting  # type: ignore[method-assign]
 
@@ -184,12 +186,12 @@ def main(argv: list[str] | None = None) -> int:
 
 
 LABELS = (
-    "claim (PostgreSQL)",
+    "claim (PostgreSQL, fetch threads)",
     "wait for a page",
     "filter + encode",
     "send (produce)",
-    "confirm (Kafka acks)",
-    "finish (PostgreSQL)",
+    "confirm (Kafka acks, checkpoint thread)",
+    "finish (PostgreSQL, checkpoint thread)",
 )
 
 if __name__ == "__main__":

@@ -1,11 +1,11 @@
 """Step 2 of a crawl run, the DAG's mapped ``crawl_chunk`` task: fetch, filter, publish, checkpoint.
 
 Where things happen, in one place:
-- fetched: :meth:`SourceApiHook.get_page`, prefetched ``source.concurrency`` pages deep by
-  :meth:`ChunkCrawler.fetches`;
+- fetched: :meth:`SourceApiHook.get_page`, claimed and fetched ``source.concurrency`` batches ahead on the fetch
+  threads (:meth:`ChunkCrawler.fetch`);
 - filtered: :meth:`BatchFilter.filter`, around :func:`crawler_ops.records.build_messages`;
 - published: the :class:`~crawler_ops.hooks.producer.Publisher`'s ``send`` and ``confirm`` (every delivery report);
-- checkpointed: the :class:`~crawler_ops.ledger.Ledger`'s ``finish`` (batch done), then
+- checkpointed: the :class:`~crawler_ops.ledger.Ledger`'s ``finish`` (batch done, on the checkpoint thread), then
   :func:`crawler_ops.commit.commit_run` (watermark).
 """
 
@@ -38,10 +38,28 @@ from crawler_ops.run import RunContext
 from crawler_ops.transforms import bind_task_id
 
 log = logging.getLogger(__name__)
-Page = Future[list[Any]]
-# What a batch comes with: its page being fetched, the counts of an earlier attempt that delivered it, or
-# nothing (below the expiry cutoff).
-Fetched = Page | RunCounts | None
+# What a batch's fetch brings: its page, the counts of an earlier attempt that delivered it, or nothing (below
+# the expiry cutoff).
+Fetched = Sequence[Any] | RunCounts | None
+
+
+class NotClaimed:
+    """The fetch of a batch that is done or held by another worker: nothing was read."""
+
+
+NOT_CLAIMED = NotClaimed()
+
+
+@dataclass(frozen=True)
+class Ahead:
+    """A batch handed to a fetch thread, which claims it and then reads its page."""
+
+    batch: Batch
+    page: Future[Fetched | NotClaimed]
+
+    def claimed(self) -> bool:
+        """Once the fetch is over: whether this worker took the batch (a failed fetch counts as not)."""
+        return self.page.exception() is None and not isinstance(self.page.result(), NotClaimed)
 
 
 @dataclass(frozen=True)
@@ -149,12 +167,14 @@ class BatchFilter:
 class ChunkCrawler:
     """Fetch, filter, publish and checkpoint the batches of one chunk, newest first.
 
-    Per batch, in plan order: fetch (prefetched ``source.concurrency`` pages deep, each batch claimed
-    before its fetch starts) -> filter -> publish -> confirm -> finish. Filtering batch N+1 overlaps with
-    Kafka confirming batch N, and batch N is finished before batch N+1 is produced: at most one batch is
-    produced and not yet done, so a crash re-publishes at most that batch (prefetched pages are not yet
-    published and are simply fetched again). A batch is produced only while this worker still holds its
-    claim, so a run cancelled in the UI, or a worker whose lease was taken over, stops instead of publishing.
+    Per batch, in plan order: claim + fetch (on the fetch threads, ``source.concurrency`` batches ahead: a batch
+    is claimed before its fetch starts) -> filter -> publish -> confirm -> finish. Two threads share the work of
+    the batches in hand: the checkpoint thread waits for Kafka to confirm batch N and, once batch N+1's page is
+    in, records N done and renews N+1's claim in one transaction, while the chunk's thread filters batch N+1;
+    batch N+1 is produced only once batch N is recorded done. So at most one batch is produced and not yet done, and a
+    crash re-publishes at most that batch (fetched pages are not published yet and are simply fetched again).
+    A batch is produced only while this worker still holds its claim, so a run cancelled in the UI, or a worker
+    whose lease was taken over, stops instead of publishing.
 
     A first crawl has two stops. The probed floor (``plan``: a search for the window's start, minus
     ``max_expired_batches`` batches of margin) bounds the plan: batches below it are never planned. The
@@ -168,7 +188,7 @@ class ChunkCrawler:
     :param label: the chunk's label (its offsets), for logs and the result.
     :param source: where pages come from.
     :param batch_filter: turns pages into messages.
-    :param ledger: where batches are claimed and finished.
+    :param ledger: where batches are claimed and finished (``claim`` is called from the fetch threads).
     :param publisher: where messages go.
     """
 
@@ -184,7 +204,8 @@ class ChunkCrawler:
     ) -> None:
         self.cfg, self.batches, self.label = cfg, list(batches), label
         self.source, self.filter, self.ledger, self.publisher = source, batch_filter, ledger, publisher
-        self.counts = RunCounts()
+        self.counts = RunCounts()  # of finished batches: written by the checkpoint thread only
+        self.skipped = 0  # batches done or held by another worker: counted by the chunk's thread only
         self.cutoff = 0  # the run's expiry cutoff as last seen: batches at or below it are not fetched
 
     def crawl(self) -> ChunkResult:
@@ -193,19 +214,25 @@ class ChunkCrawler:
         gc.freeze()
         started = time.monotonic()
         sent: FilteredBatch | None = None  # produced, not yet confirmed and finished
-        current: Batch | None = None  # fetched, not yet produced
+        current: Batch | None = None  # claimed, not yet produced
         try:
-            with ThreadPoolExecutor(self.cfg.source.concurrency, thread_name_prefix="fetch") as pool:
-                for batch, page in self.fetches(pool):
-                    current = batch
+            with (
+                ThreadPoolExecutor(self.cfg.source.concurrency, thread_name_prefix="fetch") as pool,
+                ThreadPoolExecutor(1, thread_name_prefix="checkpoint") as checkpoint,
+            ):
+                for ahead in self.fetches(pool):
+                    batch = current = ahead.batch
+                    finishing = checkpoint.submit(self.finish, sent, ahead) if sent is not None else None
                     try:
-                        ready = self.filtered(batch, page)
-                    except Exception:
-                        self.finish(sent)  # the batch sent before is fine: finish it, then fail
+                        ready = self.filtered(ahead)
+                    finally:  # a failed filter still lets the batch sent before finish; then it fails
+                        held = finishing.result() if finishing is not None else None
                         sent = None
-                        raise
-                    held = self.finish(sent, then=ready)
-                    sent = None
+                    if ready is None:
+                        current = None
+                        continue
+                    if held is None:
+                        held = self.finish(None, ahead) if ready.messages else True
                     self.publish(ready, held)
                     sent, current = ready, None
                     log_progress(self, batch, started)
@@ -221,36 +248,41 @@ class ChunkCrawler:
             self.source.close()
             self.publisher.close()
             self.ledger.close()
-        return ChunkResult(self.label, self.counts, time.monotonic() - started)
+        counts = self.counts + RunCounts(batches_skipped=self.skipped)
+        return ChunkResult(self.label, counts, time.monotonic() - started)
 
-    def fetches(self, pool: ThreadPoolExecutor) -> Iterator[tuple[Batch, Fetched]]:
-        """Claim batches and submit their fetches ahead, ``concurrency`` pages deep; yield them in plan order.
-        A batch below the expiry cutoff, or one an earlier attempt delivered, comes without a fetch."""
-        ahead: deque[tuple[Batch, Fetched]] = deque()
+    def fetches(self, pool: ThreadPoolExecutor) -> Iterator[Ahead]:
+        """Submit the claims and fetches of the batches ahead, ``concurrency`` deep; yield them in plan order."""
+        ahead: deque[Ahead] = deque()
         todo = iter(self.batches)
         while True:
             while len(ahead) < self.cfg.source.concurrency and (batch := next(todo, None)) is not None:
-                if not self.ledger.claim(batch):
-                    self.counts += RunCounts(batches_skipped=1)
-                    log.info(
-                        "task %s: batch [%d, %d) is done or held by another worker; skipped",
-                        self.cfg.id,
-                        batch.lo,
-                        batch.hi,
-                    )
-                    continue
-                prior = self.publisher.delivered(batch)
-                if prior is not None:
-                    ahead.append((batch, prior))
-                elif batch.hi <= self.cutoff:
-                    ahead.append((batch, None))
-                else:
-                    ahead.append((batch, pool.submit(self.source.get_page, batch.lo, batch.size)))
+                ahead.append(Ahead(batch, pool.submit(self.fetch, batch)))
             if not ahead:
                 return
             yield ahead.popleft()
 
-    def filtered(self, batch: Batch, page: Fetched) -> FilteredBatch:
+    def fetch(self, batch: Batch) -> Fetched | NotClaimed:
+        """On a fetch thread: claim ``batch``, then read its page, unless an earlier attempt delivered it (its
+        counts) or it lies below the expiry cutoff (None)."""
+        if not self.ledger.claim(batch):
+            return NOT_CLAIMED
+        prior = self.publisher.delivered(batch)
+        if prior is not None:
+            return prior
+        if batch.hi <= self.cutoff:
+            return None
+        return self.source.get_page(batch.lo, batch.size)
+
+    def filtered(self, ahead: Ahead) -> FilteredBatch | None:
+        """The batch filtered into its messages; None when it is done or held by another worker."""
+        batch, page = ahead.batch, ahead.page.result()
+        if isinstance(page, NotClaimed):
+            self.skipped += 1
+            log.info(
+                "task %s: batch [%d, %d) is done or held by another worker; skipped", self.cfg.id, batch.lo, batch.hi
+            )
+            return None
         if isinstance(page, RunCounts):
             log.info(
                 "task %s: batch [%d, %d) was delivered by an earlier attempt; recorded done",
@@ -259,30 +291,32 @@ class ChunkCrawler:
                 batch.hi,
             )
             return FilteredBatch(batch, prior=page, cutoff=self.filter.cutoff_after(batch, page.kept))
-        if page is None or batch.hi <= self.cutoff:
-            if page is not None:
-                page.cancel()
+        if page is None:  # its fetch thread saw the expiry cutoff: not read
             return FilteredBatch(batch, skipped=True)
-        return self.filter.filter(batch, page.result())
+        return self.filter.filter(batch, page)
 
-    def finish(self, sent: FilteredBatch | None, then: FilteredBatch | None = None) -> bool:
-        """Wait until Kafka confirmed every message of ``sent``, then record it done; in the same step, renew
-        the claim of ``then``, the batch to be produced next.
+    def finish(self, sent: FilteredBatch | None, then: Ahead | None = None) -> bool:
+        """Wait until Kafka confirmed every message of ``sent``, then record it done; in the same transaction,
+        renew the claim of ``then``, the batch to be produced next. Runs on the checkpoint thread while the
+        chunk's thread filters ``then``. The transaction waits for ``then``'s page, so the claim is checked just
+        before the batch is produced, however long the source took.
 
-        :return: whether this worker still holds ``then``'s claim (True when it has nothing to publish).
+        :return: whether this worker still holds ``then``'s claim (True when none is given).
         """
-        check = then.batch if then is not None and then.messages else None
+        published = self.publisher.confirm() if sent is not None else 0
+        renew = then.batch if then is not None and then.claimed() else None
+        held = then is None or renew is not None  # a batch its fetch thread could not take is not ours
         if sent is None:
-            return check is None or self.ledger.renew(check)
-        outcome = sent.outcome(published=self.publisher.confirm())
-        cutoff, held = self.ledger.finish(outcome, check)
+            return held and (renew is None or self.ledger.renew(renew))
+        outcome = sent.outcome(published=published)
+        cutoff, renewed = self.ledger.finish(outcome, renew)
         self.counts += outcome.counts
         self.cutoff = max(self.cutoff, outcome.cutoff, cutoff)
-        return held
+        return held and renewed
 
     def publish(self, ready: FilteredBatch, held: bool) -> None:
         """Produce a batch, only while this worker still holds its claim."""
-        if not held:
+        if ready.messages and not held:
             raise StatusTableError(
                 f"task {self.cfg.id}: batch [{ready.batch.lo}, {ready.batch.hi}) is no longer claimed by this "
                 "worker (the run was cancelled, or its lease expired and another worker took it); stopping "

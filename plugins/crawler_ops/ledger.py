@@ -13,6 +13,7 @@ Three ledgers, one per kind of run, chosen once by :func:`ledger_for`:
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Sequence
 from typing import Protocol
 
@@ -28,7 +29,8 @@ log = logging.getLogger(__name__)
 
 class Ledger(Protocol):
     def claim(self, batch: Batch) -> bool:
-        """Take ``batch`` for this worker; False when it is done or another worker holds it."""
+        """Take ``batch`` for this worker; False when it is done or another worker holds it. Called from the
+        chunk's fetch threads, possibly at once."""
 
     def renew(self, batch: Batch) -> bool:
         """Whether this worker still holds ``batch`` (asked before publishing it)."""
@@ -142,14 +144,25 @@ class StatusTableLedger(RunRecordLedger):
     """
 
     def __init__(
-        self, store: CrawlStoreHook, run_id: str, owner: str, token: str, lease_s: int, max_attempts: int
+        self,
+        store: CrawlStoreHook,
+        run_id: str,
+        owner: str,
+        token: str,
+        lease_s: int,
+        max_attempts: int,
+        claims: CrawlStoreHook | None = None,
     ) -> None:
         super().__init__(store, run_id)
         self.owner, self.token, self.lease_s, self.max_attempts = owner, token, lease_s, max_attempts
+        self.claims = claims or store
+        self._claiming = threading.Lock()
 
     def claim(self, batch: Batch) -> bool:
-        with self.store.transaction() as cur:
-            return self.store.batches.claim(cur, batch, self.owner, self.token, self.lease_s)
+        """Claims come from the fetch threads, one at a time, on their own connection (``claims``), so they do
+        not wait for, or interleave with, the finish transactions on the other."""
+        with self._claiming, self.claims.transaction() as cur:
+            return self.claims.batches.claim(cur, batch, self.owner, self.token, self.lease_s)
 
     def renew(self, batch: Batch) -> bool:
         with self.store.transaction() as cur:
@@ -164,6 +177,10 @@ class StatusTableLedger(RunRecordLedger):
 
     def complete_in(self, cur: Cursor, outcome: BatchOutcome) -> bool:
         return self.store.batches.complete(cur, outcome.batch, self.token, expired=outcome.skipped_as_expired)
+
+    def close(self) -> None:
+        super().close()
+        self.claims.close()
 
     def give_back(self, cur: Cursor, in_flight: Sequence[Batch], error: str) -> None:
         for batch in in_flight:
@@ -189,5 +206,8 @@ def ledger_for(run: RunContext, owner: str, token: str) -> Ledger:
         return DryRunLedger()
     store = run.store()
     if run.uses_status_table:
-        return StatusTableLedger(store, run.run_id, owner, token, run.cfg.claim_lease_s, run.cfg.max_attempts)
+        cfg = run.cfg
+        return StatusTableLedger(
+            store, run.run_id, owner, token, cfg.claim_lease_s, cfg.max_attempts, claims=run.store()
+        )
     return RunRecordLedger(store, run.run_id)

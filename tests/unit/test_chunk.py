@@ -7,6 +7,8 @@ finished), its counts and its early stop, in milliseconds.
 
 from __future__ import annotations
 
+import threading
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -47,27 +49,30 @@ RECORDS = [
 
 
 @dataclass
-class Source:
-    """The demo source's list endpoint over ``RECORDS``; ``short`` pages come back one record short."""
-
-    short: set[int] = field(default_factory=set)
-    requested: list[int] = field(default_factory=list)
-
-    def handle(self, request: httpx.Request) -> httpx.Response:
-        offset, limit = int(request.url.params["offset"]), int(request.url.params["limit"])
-        self.requested.append(offset)
-        page = RECORDS[offset : offset + limit]
-        if offset in self.short:
-            page = page[:-1]
-        return httpx.Response(200, json={"data": {"data": page, "total": TOTAL}})
-
-
-@dataclass
 class Events:
     log: list[tuple[str, int]] = field(default_factory=list)
 
     def add(self, what: str, lo: int) -> None:
         self.log.append((what, lo))
+
+
+@dataclass
+class Source:
+    """The demo source's list endpoint over ``RECORDS``; ``short`` pages come back one record short."""
+
+    short: set[int] = field(default_factory=set)
+    requested: list[int] = field(default_factory=list)
+    events: Events | None = None
+
+    def handle(self, request: httpx.Request) -> httpx.Response:
+        offset, limit = int(request.url.params["offset"]), int(request.url.params["limit"])
+        self.requested.append(offset)
+        if self.events is not None:
+            self.events.add("get", offset)
+        page = RECORDS[offset : offset + limit]
+        if offset in self.short:
+            page = page[:-1]
+        return httpx.Response(200, json={"data": {"data": page, "total": TOTAL}})
 
 
 @dataclass
@@ -118,12 +123,20 @@ class MemoryLedger:
     finished: list[BatchOutcome] = field(default_factory=list)
     failed: list[tuple[list[Batch], str]] = field(default_factory=list)
 
+    claimed: set[int] = field(default_factory=set)
+    claim_s: float = 0.0
+
     def claim(self, batch: Batch) -> bool:
+        time.sleep(self.claim_s)
         self.events.add("claim", batch.lo)
-        return batch.lo not in self.taken
+        if batch.lo in self.taken:
+            return False
+        self.claimed.add(batch.lo)
+        return True
 
     def renew(self, batch: Batch) -> bool:
-        return batch.lo not in self.lost
+        """A claim is renewed only once it was made, and only while it was not lost."""
+        return batch.lo in self.claimed and batch.lo not in self.lost
 
     def finish(self, outcome: BatchOutcome, next_batch: Batch | None = None) -> tuple[int, bool]:
         self.events.add("finish", outcome.batch.lo)
@@ -181,6 +194,52 @@ def test_each_batch_is_finished_only_after_kafka_confirmed_it_and_one_at_most_is
         elif what == "finish":
             unfinished.discard(lo)
     assert not unfinished
+
+
+def test_each_batch_is_claimed_before_its_page_is_requested_and_claims_run_ahead_of_the_filter(events):
+    ledger, publisher = MemoryLedger(events), RecordingPublisher(events)
+    make_crawler(Source(events=events), ledger, publisher, cfg=make_cfg(source={"concurrency": 4})).crawl()
+
+    log = events.log
+    for lo in range(0, TOTAL, BATCH):
+        assert log.index(("claim", lo)) < log.index(("get", lo)) < log.index(("finish", lo))
+    # The fetch threads claim and read ahead while earlier batches are produced: the fourth batch is claimed
+    # before the first one is finished.
+    assert log.index(("claim", TOTAL - 4 * BATCH)) < log.index(("finish", TOTAL - BATCH))
+
+
+def test_kafka_confirming_and_recording_a_batch_overlap_with_filtering_the_next_one(events):
+    finishing_900 = threading.Event()
+
+    class SignallingLedger(MemoryLedger):
+        def finish(self, outcome: BatchOutcome, next_batch: Batch | None = None) -> tuple[int, bool]:
+            if outcome.batch.lo == 900:
+                finishing_900.set()
+            return super().finish(outcome, next_batch)
+
+    crawler = make_crawler(Source(), SignallingLedger(events), RecordingPublisher(events))
+    filter_page = crawler.filter.filter
+    overlapped: list[bool] = []
+
+    def gated(batch: Batch, records: Sequence[Any]) -> Any:
+        if batch.lo == 800:  # filtering 800 waits until 900 is being finished: they must run at the same time
+            overlapped.append(finishing_900.wait(timeout=5))
+        return filter_page(batch, records)
+
+    crawler.filter.filter = gated  # type: ignore[method-assign]
+    crawler.crawl()
+
+    assert overlapped == [True], "batch 900 was finished only after batch 800 was filtered"
+    assert [o.batch.lo for o in crawler.ledger.finished][:2] == [900, 800]
+
+
+def test_a_claim_is_renewed_only_after_its_fetch_thread_made_it(events):
+    # One fetch thread whose claims are slow: the next batch is still being claimed when the batch before it is
+    # finished, and its renewal must wait for that claim instead of finding the batch unclaimed.
+    ledger = MemoryLedger(events, claim_s=0.02)
+    result = make_crawler(Source(), ledger, RecordingPublisher(events), cfg=make_cfg(source={"concurrency": 1})).crawl()
+
+    assert result.counts.batches_done == 10 and not ledger.failed
 
 
 def test_the_result_counts_every_record_once_as_kept_or_expired(events):

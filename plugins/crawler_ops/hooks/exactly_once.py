@@ -17,6 +17,7 @@ row), so after a reset the same offsets are crawled and published again.
 from __future__ import annotations
 
 import json
+import threading
 import time
 import uuid
 from collections.abc import Mapping, Sequence
@@ -60,6 +61,7 @@ class MarkerLog:
         self.generations = dict(generations)
         self.timeout = timeout
         self._markers: dict[int, dict[str, Any]] | None = None
+        self._reading = threading.Lock()  # the fetch threads ask at once: the markers are read once
 
     def message(self, batch: Batch, counts: RunCounts) -> Message:
         value = {
@@ -74,8 +76,9 @@ class MarkerLog:
 
     def delivered(self, batch: Batch) -> RunCounts | None:
         """The counts in ``batch``'s committed marker, when it has one written for its current row."""
-        if self._markers is None:
-            self._markers = self.read()
+        with self._reading:
+            if self._markers is None:
+                self._markers = self.read()
         marker = self._markers.get(batch.lo)
         if marker is None or marker.get("hi") != batch.hi:
             return None
