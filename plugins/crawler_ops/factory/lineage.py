@@ -63,14 +63,20 @@ class CrawlLineage:
         topic = self.topic()
         asset = asset_dataset(self.cfg.kafka.asset_uri)
         if asset != topic:
+            kafka = self.cfg.kafka
+            why = (
+                "kafka.asset_host names another server"
+                if kafka.asset_host
+                else f"the Kafka connection {kafka.conn_id} is not in the environment the DAG was parsed in"
+            )
             log.warning(
-                "task %s: the topic's Asset %s is not the dataset %s/%s that lineage records (the Kafka connection %s "
-                "is not defined in the environment at parse time); set kafka.asset_host: %s to make them one",
+                "task %s: the topic's Asset %s is not the dataset %s/%s that lineage records (%s); set "
+                "kafka.asset_host: %s to make them one",
                 self.cfg.id,
-                self.cfg.kafka.asset_uri,
+                kafka.asset_uri,
                 topic.namespace,
                 topic.name,
-                self.cfg.kafka.conn_id,
+                why,
                 topic.namespace.removeprefix("kafka://"),
             )
         return [self.source()], [topic]

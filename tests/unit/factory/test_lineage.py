@@ -11,6 +11,7 @@ from airflow.sdk import DAG
 from crawler_ops.config import CrawlTaskConfig
 from crawler_ops.factory.crawl import build_crawl_dag
 from crawler_ops.factory.lineage import CrawlLineage, LineageTaskOperator, lineage_task, report_lineage
+from crawler_ops.lineage import DatasetName
 
 
 @pytest.fixture
@@ -72,6 +73,19 @@ def test_an_asset_that_names_another_host_than_the_connection_is_warned_about(cf
 
     assert named(outputs) == [("kafka://b1:9093", "jobs.topic")], "lineage names the connection's server"
     assert "set kafka.asset_host: b1:9093" in caplog.text and "kafka://old-broker:9092/jobs.topic" in caplog.text
+    assert "kafka.asset_host names another server" in caplog.text
+
+
+def test_a_connection_the_parse_could_not_see_is_named_in_the_warning(cfg, caplog, monkeypatch):
+    # Parsing saw no AIRFLOW_CONN_KAFKA_MAIN (the connection lives in the metadata DB); the running task reads it.
+    monkeypatch.delenv("AIRFLOW_CONN_KAFKA_MAIN")
+    monkeypatch.setattr(CrawlLineage, "topic", lambda self: DatasetName("kafka://b1:9093", "jobs.topic"))
+
+    with caplog.at_level(logging.WARNING, logger="crawler_ops.factory.lineage"):
+        CrawlLineage(cfg, publishes=True).datasets()
+
+    assert cfg.kafka.asset_uri == "kafka://kafka_main/jobs.topic"
+    assert "connection kafka_main is not in the environment" in caplog.text and "asset_host: b1:9093" in caplog.text
 
 
 def test_an_asset_on_the_bootstrap_server_is_not_warned_about(cfg, caplog):
