@@ -22,6 +22,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationIn
 
 from crawler_ops.errors import ConfigError
 from crawler_ops.filtering import DateRule
+from crawler_ops.lineage import env_bootstrap_servers, kafka_server
 
 if TYPE_CHECKING:
     from airflow.sdk import Asset
@@ -135,7 +136,9 @@ class KafkaConfig(_Model):
         description="exactly_once: the compacted topic of batch completion markers; default crawler_ops.batches.<id>",
     )
     asset_host: str | None = Field(
-        None, description="host part of the topic's Asset URI kafka://<host>/<topic>; default: the connection id"
+        None,
+        description="host part of the topic's Asset URI kafka://<host>/<topic>; default: the connection's first "
+        "bootstrap server when the environment defines the connection (AIRFLOW_CONN_<ID>), else the connection id",
     )
 
     @model_validator(mode="after")
@@ -147,8 +150,17 @@ class KafkaConfig(_Model):
         return self
 
     @property
+    def asset_host_default(self) -> str:
+        """The Asset URI's host when ``asset_host`` is unset, known without I/O (DAG parsing does none): the
+        connection's first bootstrap server if the environment defines the connection, so the Asset and the
+        OpenLineage dataset of the topic match; else the connection id (a connection in the metadata DB or a secrets
+        backend is read only when a task runs, which then warns that the two differ)."""
+        servers = env_bootstrap_servers(self.conn_id)
+        return kafka_server(servers) if servers else self.conn_id
+
+    @property
     def asset_uri(self) -> str:
-        return f"kafka://{self.asset_host or self.conn_id}/{self.topic}"
+        return f"kafka://{self.asset_host or self.asset_host_default}/{self.topic}"
 
     @property
     def asset(self) -> Asset:

@@ -343,11 +343,21 @@ def test_an_invalid_maintenance_block_becomes_a_failing_dag(monkeypatch, tmp_pat
 
 
 def test_crawl_dag_announces_the_topic_asset_after_the_commit(monkeypatch):
+    # A connection the environment does not define (metadata DB, secrets backend) is not read while parsing.
+    monkeypatch.delenv("AIRFLOW_CONN_KAFKA_DEFAULT", raising=False)
     dag = load_bag(monkeypatch, SAMPLE).dags["crawl_jobs_beijing"]
 
     announce = dag.task_dict["announce"]
     assert [o.uri for o in announce.outlets] == ["kafka://kafka_default/jobs.beijing"]
     assert announce.upstream_task_ids == {"commit"} and not dag.task_dict["commit"].outlets
+
+
+def test_the_topic_asset_is_on_the_bootstrap_server_of_an_environment_connection(monkeypatch):
+    servers = {"bootstrap.servers": "broker-1.test:9093,broker-2.test:9093"}
+    monkeypatch.setenv("AIRFLOW_CONN_KAFKA_DEFAULT", json.dumps({"conn_type": "kafka", "extra": servers}))
+    dag = load_bag(monkeypatch, SAMPLE).dags["crawl_jobs_beijing"]
+
+    assert [o.uri for o in dag.task_dict["announce"].outlets] == ["kafka://broker-1.test:9093/jobs.beijing"]
 
 
 def test_every_kind_of_bad_task_becomes_a_config_error_dag_naming_task_and_field(monkeypatch, tmp_path):

@@ -9,6 +9,7 @@ from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
 
 from crawler_ops.config import CrawlTaskConfig, LoadedConfig, load_config
 from crawler_ops.factory.common import TAGS, build_dags, dag_settings, no_retry_for_permanent_errors, timetable_for
+from crawler_ops.factory.lineage import CrawlLineage, lineage_task, report_lineage
 from crawler_ops.factory.shards import file_shard, in_shard
 
 # Each step imports its module (and through it the source, Kafka and PostgreSQL clients) when it runs, not
@@ -91,7 +92,7 @@ def build_crawl_dag(cfg: CrawlTaskConfig) -> DAG:
                 record_plan_failure(run, (exc.__cause__ or exc) if isinstance(exc, AirflowFailException) else exc)
                 raise
 
-        @task(
+        @lineage_task(
             task_id="crawl_chunk",
             map_index_template="{{ chunk_label | default('chunk') }}",
             max_active_tis_per_dagrun=cfg.max_parallel_chunks,
@@ -104,6 +105,7 @@ def build_crawl_dag(cfg: CrawlTaskConfig) -> DAG:
             from crawler_ops.run import RunContext
 
             run = RunContext.from_airflow(cfg, context)
+            report_lineage(context, CrawlLineage(cfg, publishes=not run.params.dry_run))  # type: ignore[arg-type]
             return no_retry_for_permanent_errors(lambda: crawl_one_chunk(run, chunk))
 
         @task(task_id="commit", trigger_rule=TriggerRule.ALL_DONE)

@@ -73,14 +73,18 @@ def unwrap(envelope: Any, records_path: str) -> Any:
     return envelope
 
 
-def http_client(conn: Any, source: SourceConfig) -> httpx.Client:
-    """A keep-alive client for the connection: base URL from schema/host/port, basic auth from login/password,
-    headers from the extra; as many connections as pages in flight (plus two)."""
+def base_url(conn: Any) -> str:
+    """The source connection's base URL: schema (default http), host (or a whole URL in host), port."""
     scheme = conn.schema or "http"
     host = conn.host or ""
     base = host if "://" in host else f"{scheme}://{host}"
-    if conn.port:
-        base = f"{base}:{conn.port}"
+    return f"{base}:{conn.port}" if conn.port else base
+
+
+def http_client(conn: Any, source: SourceConfig) -> httpx.Client:
+    """A keep-alive client for the connection: base URL from schema/host/port, basic auth from login/password,
+    headers from the extra; as many connections as pages in flight (plus two)."""
+    base = base_url(conn)
     headers = {str(k): str(v) for k, v in (conn.extra_dejson or {}).items() if not isinstance(v, (dict, list))}
     auth = httpx.BasicAuth(conn.login, conn.password or "") if conn.login else None
     limits = httpx.Limits(max_connections=source.concurrency + 2, max_keepalive_connections=source.concurrency + 2)
