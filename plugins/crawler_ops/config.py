@@ -103,6 +103,12 @@ class SourceConfig(_Model):
         """The connection's Airflow pool (``max_in_flight`` slots), None when in-flight requests are unbounded."""
         return None if self.max_in_flight is None else f"crawler_source_{self.conn_id}"
 
+    @property
+    def pool_slots(self) -> tuple[str, int]:
+        """The pool of a step that calls this source and the slots it takes there: as many as it keeps requests in
+        flight in the connection's pool, so the pool bounds them over every worker; else one of ``default_pool``."""
+        return ("default_pool", 1) if self.pool is None else (self.pool, self.in_flight)
+
 
 def known_timezone(value: str) -> str:
     """An IANA zone name such as ``Asia/Shanghai`` or ``UTC``."""
@@ -371,14 +377,10 @@ class CrawlTaskConfig(DagSettings):
         return self.source.task or self.id
 
     @property
-    def pool_slots(self) -> tuple[str, int]:
-        """The Airflow pool of the steps that call the source (plan, crawl_chunk) and the slots each takes: the
-        ``pool`` set here (one slot), else the source connection's pool (as many slots as requests in flight)."""
-        if self.pool is not None:
-            return self.pool, 1
-        if self.source.pool is not None:
-            return self.source.pool, self.source.in_flight
-        return "default_pool", 1
+    def chunk_pool(self) -> tuple[str, int]:
+        """The pool of ``crawl_chunk`` and the slots one instance takes: one of ``pool`` when set, else those of the
+        source connection (:attr:`SourceConfig.pool_slots`)."""
+        return (self.pool, 1) if self.pool is not None else self.source.pool_slots
 
     @property
     def marker_topic(self) -> str:
