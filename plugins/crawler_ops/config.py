@@ -66,6 +66,7 @@ class SourceConfig(_Model):
     # defaults suit a public API; a source you own can take more, and null turns a limit off (benchmarks).
     requests_per_s: float | None = Field(
         10.0,
+        gt=0,
         description="requests per second to this source connection over all workers (shared through PostgreSQL); "
         "null: no rate limit",
     )
@@ -86,10 +87,10 @@ class SourceConfig(_Model):
         description="after a 429 halved the shared rate, it grows back by requests_per_s / rate_recovery_s each second",
     )
 
-    @field_validator("requests_per_s")
+    @field_validator("requests_per_s", mode="before")
     @classmethod
-    def _positive_rate(cls, value: float | None) -> float | None:
-        if value is not None and not value > 0:
+    def _positive_rate(cls, value: Any) -> Any:
+        if isinstance(value, (int, float)) and not isinstance(value, bool) and not value > 0:
             raise ValueError(f"{value!r} would stop every request; use a positive rate, or null for no rate limit")
         return value
 
