@@ -12,8 +12,8 @@ import yaml
 
 from crawler_ops.config import (
     CONFIG_ENV,
-    CrawlTaskConfig,
     DEFAULT_CONFIG,
+    CrawlTaskConfig,
     KafkaConfig,
     MaintenanceConfig,
     NotifyConfig,

@@ -10,7 +10,8 @@ burst. So in any one second a source receives at most ``requests_per_s * (1 + ST
 A 429, or any answer with Retry-After, slows everyone down (AIMD): no worker sends before the Retry-After has passed,
 and the shared rate is halved, at most once per :data:`CUT_EVERY_S` (the answers to requests already in flight are
 the same signal), never below ``min_requests_per_s``. It then grows back by ``requests_per_s / rate_recovery_s``
-each second (additive increase) up to ``requests_per_s``.
+each second (additive increase) once the Retry-After has passed, up to ``requests_per_s``. Slots a process reserved
+before the 429 are dropped.
 
 ``max_in_flight`` bounds the requests in flight at once: within a process by a semaphore shared by every hook on the
 connection, across processes by the connection's Airflow pool (:mod:`crawler_ops.pools`), in which each chunk and
@@ -158,6 +159,7 @@ class SourceLimiter:
         self.slots: deque[float] = deque()
         self.lock = threading.Lock()
         self.rate = self.ceiling
+        self.throttles = 0
 
     @contextmanager
     def request(self) -> Iterator[None]:
@@ -172,13 +174,14 @@ class SourceLimiter:
             return
         while True:
             with self.lock:
-                at = self.next_slot()
+                at, throttles = self.next_slot(), self.throttles
             delay = at - self.clock()
             if delay > 0:
                 self.sleep(delay)
-            if self.clock() - at <= STALE_S:
+            if self.clock() - at <= STALE_S and self.throttles == throttles:
                 return
-            # Woken too late: a slot used now could bunch with the next ones; it is dropped, another one taken.
+            # Woken too late (a slot used now could bunch with the next ones), or the source complained meanwhile
+            # (the slot was reserved before): it is dropped, another one taken.
 
     def next_slot(self) -> float:
         """The next unused slot, reserving more from the bucket when none is left (called holding the lock)."""
@@ -205,6 +208,7 @@ class SourceLimiter:
             self.slots.clear()  # reserved before the source complained
             rate, cut = self.bucket.throttle(retry_after)
             self.rate = rate
+            self.throttles += 1
         pause = f"; no request for {retry_after:.3g}s" if retry_after else ""
         change = "halved to" if cut else "stays at"
         (log.warning if cut else log.info)(

@@ -1,26 +1,23 @@
 """Unit tests of crawler_ops.hooks.ratelimit without PostgreSQL: how one process turns grants of slots into send
-times, drops stale slots, bounds requests in flight and reacts to a 429; and where the source hook calls it. The
-shared bucket's own arithmetic (the SQL) is tested on PostgreSQL in tests/integration/test_rate_limits.py."""
+times, drops stale slots, bounds requests in flight and reacts to a 429 (where the source hook calls it: the end of
+test_source.py). The shared bucket's own arithmetic (the SQL) is tested on PostgreSQL in
+tests/integration/test_rate_limits.py."""
 
 from __future__ import annotations
 
+import itertools
 import threading
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
-import httpx
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from crawler_ops.config import SourceConfig
-from crawler_ops.errors import SourceError
 from crawler_ops.hooks import ratelimit
 from crawler_ops.hooks.ratelimit import STALE_S, Grant, SourceLimiter, limiter_for
-from tests.unit.hooks.test_source import connection, count_body, fake, make_hook, sleeps  # noqa: F401 (fixtures)
 
 finite = st.floats(min_value=0, max_value=1e4, allow_nan=False)
 
@@ -32,7 +29,9 @@ finite = st.floats(min_value=0, max_value=1e4, allow_nan=False)
     count=st.integers(min_value=1, max_value=300),
     received=finite,
 )
-def test_local_send_times_keep_the_grants_spacing_and_are_never_before_its_arrival(now, lead, interval, count, received):
+def test_local_send_times_keep_the_grants_spacing_and_are_never_before_its_arrival(
+    now, lead, interval, count, received
+):
     times = Grant(now, now + lead, interval, count, 1 / interval).local_times(received)
 
     assert len(times) == count
@@ -93,7 +92,7 @@ def test_requests_are_sent_at_the_slots_of_one_grant_then_of_the_next():
         with limiter.request():
             sent.append(clock())
 
-    gaps = [b - a for a, b in zip(sent, sent[1:], strict=False)]
+    gaps = [b - a for a, b in itertools.pairwise(sent)]
     assert gaps == pytest.approx([0.05] * 11)
     assert len(bucket.takes) == 3, "one round trip per grant of five slots"
     assert bucket.takes[0] == 6, "asks for the slots of HORIZON_S at requests_per_s (5), plus one"
@@ -200,57 +199,3 @@ def test_a_limiter_exists_for_what_is_limited_and_is_shared_in_the_process(limit
     assert (limiter.bucket is not None, limiter.permits is not None) == (limited_rate, bounded)
     assert limiter_for(SourceConfig(conn_id="src_shared", **limits), postgres) is limiter, "one per process"
     ratelimit._limiters.clear()
-
-
-@dataclass
-class RecordingLimiter:
-    requests: int = 0
-    throttles: list[float | None] = field(default_factory=list)
-
-    @contextmanager
-    def request(self) -> Iterator[None]:
-        self.requests += 1
-        yield
-
-    def throttle(self, retry_after: float | None) -> None:
-        self.throttles.append(retry_after)
-
-
-@pytest.mark.parametrize(
-    ("reply", "throttled"),
-    [
-        (httpx.Response(429), [None]),
-        (httpx.Response(429, headers={"Retry-After": "2"}), [2.0]),
-        (httpx.Response(503, headers={"Retry-After": "3"}), [3.0]),
-        (httpx.Response(503), []),
-        (httpx.Response(500), []),
-    ],
-    ids=["429", "429-retry-after", "503-retry-after", "503", "500"],
-)
-def test_every_request_waits_for_the_limiter_and_a_429_or_retry_after_slows_everyone(
-    fake, connection, sleeps, reply, throttled
-):
-    fake.replies = [reply, count_body(3)]
-    hook = make_hook()
-    hook.limiter = RecordingLimiter()  # type: ignore[assignment]
-
-    assert hook.get_total() == 3
-
-    assert hook.limiter.requests == 2, "the failed try and the retry"
-    assert hook.limiter.throttles == throttled
-
-
-def test_a_hook_without_a_crawler_database_is_not_limited(fake, connection):
-    fake.replies = [count_body(3)]
-
-    assert make_hook().limiter is None
-
-
-def test_a_404_is_no_reason_to_slow_down_and_fails_as_before(fake, connection, sleeps):
-    fake.replies = [httpx.Response(404)]
-    hook = make_hook()
-    hook.limiter = RecordingLimiter()  # type: ignore[assignment]
-
-    with pytest.raises(SourceError, match="HTTP 404"):
-        hook.get_total()
-    assert hook.limiter.throttles == []
