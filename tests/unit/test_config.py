@@ -581,3 +581,25 @@ def test_the_default_limits_suit_a_public_api_and_null_turns_them_off() -> None:
 
     assert (default.requests_per_s, default.max_in_flight) == (10.0, 8)
     assert (off.requests_per_s, off.max_in_flight, off.pool) == (None, None, None)
+
+
+def test_the_pool_of_a_connection_has_the_largest_max_in_flight_its_tasks_give() -> None:
+    from crawler_ops.pools import pools_document, source_pools
+
+    def task(task_id: str, **source: Any) -> CrawlTaskConfig:
+        return CrawlTaskConfig.model_validate({"id": task_id, "kafka": {"topic": task_id}, "source": source})
+
+    tasks = [
+        task("a", max_in_flight=4),
+        task("b", max_in_flight=12),
+        task("c", conn_id="api"),
+        task("d", max_in_flight=None, conn_id="x"),
+    ]
+
+    document = pools_document(source_pools(tasks).values())
+
+    assert {name: entry["slots"] for name, entry in document.items()} == {
+        "crawler_source_demo_source": 12,
+        "crawler_source_api": 8,
+    }
+    assert document["crawler_source_api"]["include_deferred"] is False
