@@ -103,6 +103,15 @@ def test_the_shared_bucket_spaces_slots_by_the_rate_halves_on_429_and_grows_back
     )
     forget_rate_rows.append(source.conn_id)
     store = SourceRateStore("crawler_db", source)
+    try:
+        check_operations(store, ops, ceiling, recovery_s)
+    finally:
+        store.close()
+
+
+def check_operations(store: SourceRateStore, ops: list[Any], ceiling: float, recovery_s: float) -> None:
+    """Runs ``ops`` on the store at chosen times, checking each answer against the rule."""
+    source = store.source
     ((t,),) = store.db.execute("SELECT rate_at FROM crawler_ops.source_rate WHERE source = %s", (source.conn_id,))
     rate, rate_at, cut_at, paused_until, last_slot = ceiling, t, 0.0, t, -math.inf
     floor = min(0.2, ceiling)

@@ -74,6 +74,8 @@ class Bucket(Protocol):
 
     def throttle(self, retry_after: float | None) -> tuple[float, bool]: ...
 
+    def close(self) -> None: ...
+
 
 class SourceRateStore:
     """The shared pacing row of one source connection in PostgreSQL, on an autocommit connection of its own: each
@@ -103,6 +105,11 @@ class SourceRateStore:
                 self.hook.ensure_schema(cur)
             db.execute(read_sql("ratelimit/add_source"), {"source": self.source.conn_id, "ceiling": self.ceiling})
         return db
+
+    def close(self) -> None:
+        """Close the connection (a later call opens another)."""
+        if self.__dict__.pop("db", None) is not None:
+            self.hook.close()
 
     def run(self, name: str, **params: Any) -> tuple[Any, ...]:
         params = {"source": self.source.conn_id, "ceiling": self.ceiling, "now": None, **params}
@@ -160,6 +167,20 @@ class SourceLimiter:
         self.lock = threading.Lock()
         self.rate = self.ceiling
         self.throttles = 0
+        self.users = 0
+
+    def attach(self) -> None:
+        """A hook starts using the limiter."""
+        with self.lock:
+            self.users += 1
+
+    def detach(self) -> None:
+        """A hook is done with it; the last one closes the bucket's connection (the next user opens another), so a
+        long-lived process does not keep a connection per source it once crawled."""
+        with self.lock:
+            self.users -= 1
+            if self.users <= 0 and self.bucket is not None:
+                self.bucket.close()
 
     @contextmanager
     def request(self) -> Iterator[None]:

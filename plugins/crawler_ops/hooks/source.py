@@ -166,6 +166,8 @@ class SourceApiHook(BaseHook):
         self.fields = fields
         self.max_bytes = int(source.max_response_mb * 1024 * 1024)
         self.limiter = limiter_for(source, postgres_conn_id)
+        if self.limiter is not None:
+            self.limiter.attach()
 
     @cached_property
     def client(self) -> httpx.Client:
@@ -174,6 +176,9 @@ class SourceApiHook(BaseHook):
     def close(self) -> None:
         if "client" in self.__dict__:
             self.client.close()
+        if self.limiter is not None:
+            self.limiter.detach()
+            self.limiter = None
 
     def url_for(self, path: str) -> str:
         return path.replace("{task}", self.source_task)

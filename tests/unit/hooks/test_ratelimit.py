@@ -66,6 +66,7 @@ class Bucket:
     next: float = 0.0
     takes: list[int] = field(default_factory=list)
     throttles: list[float | None] = field(default_factory=list)
+    closed: int = 0
 
     def take(self, want: int) -> Grant:
         self.takes.append(want)
@@ -76,6 +77,9 @@ class Bucket:
     def throttle(self, retry_after: float | None) -> tuple[float, bool]:
         self.throttles.append(retry_after)
         return 10.0, True
+
+    def close(self) -> None:
+        self.closed += 1
 
 
 def limited(clock: Clock, bucket: Bucket | None, **limits: Any) -> SourceLimiter:
@@ -199,3 +203,19 @@ def test_a_limiter_exists_for_what_is_limited_and_is_shared_in_the_process(limit
     assert (limiter.bucket is not None, limiter.permits is not None) == (limited_rate, bounded)
     assert limiter_for(SourceConfig(conn_id="src_shared", **limits), postgres) is limiter, "one per process"
     ratelimit._limiters.clear()
+
+
+def test_the_last_hook_done_with_a_limiter_closes_its_connection_and_the_next_one_reopens_it():
+    clock = Clock()
+    bucket = Bucket(clock)
+    limiter = limited(clock, bucket)
+    limiter.attach()
+    limiter.attach()
+
+    limiter.detach()
+    assert bucket.closed == 0, "another hook still uses it"
+    limiter.detach()
+    assert bucket.closed == 1
+    with limiter.request():
+        pass
+    assert len(bucket.takes) == 1, "a later request takes slots again (the store reconnects)"
