@@ -32,7 +32,7 @@ from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass
 from functools import cached_property
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 import psycopg
 
@@ -95,7 +95,12 @@ class SourceRateStore:
 
     @cached_property
     def db(self) -> psycopg.Connection[Any]:
-        db = self.hook.db
+        try:
+            db = cast(psycopg.Connection, self.hook.get_conn())
+        except psycopg.OperationalError as exc:
+            raise StatusTableError(
+                f"cannot connect to PostgreSQL (connection '{self.hook.postgres_conn_id}'): {exc}"
+            ) from exc
         db.autocommit = True
         try:
             db.execute(read_sql("ratelimit/add_source"), {"source": self.source.conn_id, "ceiling": self.ceiling})
@@ -108,19 +113,18 @@ class SourceRateStore:
 
     def close(self) -> None:
         """Close the connection (a later call opens another)."""
-        if self.__dict__.pop("db", None) is not None:
-            self.hook.close()
+        db = self.__dict__.pop("db", None)
+        if db is not None:
+            db.close()
 
     def run(self, name: str, **params: Any) -> tuple[Any, ...]:
         params = {"source": self.source.conn_id, "ceiling": self.ceiling, "now": None, **params}
         try:
             row = self.db.execute(read_sql(f"ratelimit/{name}"), params).fetchone()
         except psycopg.Error as exc:
-            raise StatusTableError(
-                f"rate limit of source connection '{self.source.conn_id}': PostgreSQL failed: {exc}"
-            ) from exc
+            raise StatusTableError(f"PostgreSQL failed: {exc}") from exc
         if row is None:
-            raise StatusTableError(f"rate limit of source connection '{self.source.conn_id}': its row vanished")
+            raise StatusTableError("its row in crawler_ops.source_rate vanished")
         return tuple(row)
 
     def take(self, want: int) -> Grant:

@@ -17,7 +17,7 @@ import msgspec
 from airflow.sdk import BaseHook
 
 from crawler_ops.config import SourceConfig
-from crawler_ops.errors import SourceError
+from crawler_ops.errors import SourceError, StatusTableError
 from crawler_ops.hooks.deadline import DeadlineTransport, deadline, environment_proxy
 from crawler_ops.hooks.ratelimit import limiter_for
 from crawler_ops.records import Page, head_struct
@@ -260,8 +260,13 @@ class SourceApiHook(BaseHook):
     ) -> Any:
         label = f"task {self.task_label}: GET {path} {what}"
         # The wait for the source's rate limit comes before the request's deadline starts.
-        with self.limiter.request() if self.limiter is not None else nullcontext():
-            body = self._fetch(path, params, label)
+        try:
+            with self.limiter.request() if self.limiter is not None else nullcontext():
+                body = self._fetch(path, params, label)
+        except StatusTableError as exc:  # only the limiter talks to PostgreSQL here
+            raise StatusTableError(
+                f"task {self.task_label}: rate limit of source connection '{self.source.conn_id}': {exc}"
+            ) from exc
         try:
             return decode(body) if decode is not None else msgspec.json.decode(body)
         except msgspec.ValidationError as exc:
