@@ -143,6 +143,22 @@ def check_operations(store: SourceRateStore, ops: list[Any], ceiling: float, rec
         rate, rate_at, last_slot = new_rate, max(rate_at, t), first + (granted - 1) * interval
 
 
+def test_a_deleted_pacing_row_starts_again_at_the_configured_rate(stack, pg_uri, forget_rate_rows):
+    source = SourceConfig(conn_id=f"rl_{uuid.uuid4().hex[:10]}", requests_per_s=5)
+    forget_rate_rows.append(source.conn_id)
+    store = SourceRateStore("crawler_db", source)
+    try:
+        store.throttle(None)
+        assert shared_rate(pg_uri, source.conn_id)[1] == 2.5
+        query(pg_uri, "DELETE FROM crawler_ops.source_rate WHERE source = %s RETURNING source", source.conn_id)
+
+        grant = store.take(3)
+
+        assert (grant.rate, grant.count) == (5, 2), "the configured rate; the slots of the next 0.25 s: now and +0.2 s"
+    finally:
+        store.close()
+
+
 # --------------------------------------------------------------------------- on the wire
 
 

@@ -121,10 +121,13 @@ class SourceRateStore:
         params = {"source": self.source.conn_id, "ceiling": self.ceiling, "now": None, **params}
         try:
             row = self.db.execute(read_sql(f"ratelimit/{name}"), params).fetchone()
+            if row is None:  # the row was deleted meanwhile: it starts again as on first use
+                self.close()
+                row = self.db.execute(read_sql(f"ratelimit/{name}"), params).fetchone()
         except psycopg.Error as exc:
             raise StatusTableError(f"PostgreSQL failed: {exc}") from exc
         if row is None:
-            raise StatusTableError("its row in crawler_ops.source_rate vanished")
+            raise StatusTableError(f"no row of source '{self.source.conn_id}' in crawler_ops.source_rate")
         return tuple(row)
 
     def take(self, want: int) -> Grant:
