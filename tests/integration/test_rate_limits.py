@@ -26,7 +26,7 @@ from crawler_ops.config import SourceConfig
 from crawler_ops.hooks.ratelimit import CUT_EVERY_S, HORIZON_S, STALE_S, SourceRateStore
 from crawler_ops.plan import plan_run
 from crawler_ops.run import RunContext, RunParams
-from tests.support import Forwarded, cli, done_batches, make_task, query, runner_result, spawn_chunk
+from tests.support import Forwarded, cli, done_batches, make_task, query, runner_result, spawn_chunk, watermark
 
 pytestmark = pytest.mark.integration
 
@@ -299,3 +299,20 @@ def test_a_crawl_run_starting_creates_its_source_pool_and_the_cli_resizes_it(sta
     finally:
         if Pool.get_pool(name) is not None:
             Pool.delete_pool(name)
+
+
+def test_dags_test_runs_a_crawl_whose_source_pool_was_never_created(
+    source, source_proxy, pg_uri, unique_id, run_dag, forget_rate_rows
+):
+    """``dag.test()`` (and ``airflow dags test``) run tasks without pools: a new source's pool need not exist."""
+    from airflow.models.pool import Pool
+
+    forget_rate_rows.append(source_proxy.conn_id)
+    cfg = limited_task(unique_id, source_proxy.conn_id, requests_per_s=200, max_in_flight=4)
+    source.create(cfg.id, total=1_000, ref=REF, in_window_share=1.0)
+    assert Pool.get_pool(f"crawler_source_{source_proxy.conn_id}") is None
+
+    assert run_dag(cfg, REF) == "success"
+
+    assert watermark(pg_uri, cfg.id) == 1_000
+    assert shared_rate(pg_uri, source_proxy.conn_id)[0] == 200
