@@ -8,9 +8,10 @@ pool has.
 
 Airflow 3's task processes have no metadata-DB access, and neither the Task SDK nor its Execution API can create a
 pool, so a crawl task cannot create its own. The pools are created where the metadata DB is: by the plugin's
-listener in the scheduler when a crawl run starts (:func:`ensure_pool_of`: a missing pool only, before the run's
-tasks are scheduled), and at deploy time by ``crawler-ops pools --apply`` (``airflow-init``), which also resizes
-existing ones to the config; ``crawler-ops pools`` prints them in the format of ``airflow pools import``.
+listener in the scheduler when a crawl run starts (:func:`ensure_pool_of`: a missing pool only; the scheduler leaves
+tasks of a missing pool scheduled until it exists), and at deploy time by ``crawler-ops pools --apply``
+(``airflow-init``), which also resizes existing ones to the config; ``crawler-ops pools`` prints them in the format
+of ``airflow pools import``.
 """
 
 from __future__ import annotations

@@ -267,11 +267,6 @@ def test_a_429_storm_halves_the_shared_rate_slows_every_request_and_the_rate_rec
 # --------------------------------------------------------------------------- Airflow pools
 
 
-class StartedRun:
-    def __init__(self, dag_id: str) -> None:
-        self.dag_id, self.run_id = dag_id, "manual__rate"
-
-
 def test_a_crawl_run_starting_creates_its_source_pool_and_the_cli_resizes_it(stack, unique_id, use_config):
     from airflow.models.pool import Pool
 
@@ -281,13 +276,13 @@ def test_a_crawl_run_starting_creates_its_source_pool_and_the_cli_resizes_it(sta
     name = f"crawler_source_{conn_id}"
     path = use_config(make_task(unique_id, source={"conn_id": conn_id, "max_in_flight": 12}))
     try:
-        listener.on_dag_run_running(StartedRun(f"crawl_{unique_id}"), "started")
+        listener.ensure_pool(f"crawl_{unique_id}")  # what on_dag_run_running starts in a thread
         created = Pool.get_pool(name)
         assert created is not None and created.slots == 12
         assert "requests in flight to source connection" in (created.description or "")
 
         path.write_text(path.read_text().replace("max_in_flight: 12", "max_in_flight: 5"))
-        listener.on_dag_run_running(StartedRun(f"crawl_{unique_id}"), "started")
+        listener.ensure_pool(f"crawl_{unique_id}")
         assert Pool.get_pool(name).slots == 12, "a run start creates a missing pool only, never resizes one"
 
         printed = cli("pools", str(path))
