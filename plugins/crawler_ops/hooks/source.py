@@ -166,6 +166,7 @@ class SourceApiHook(BaseHook):
         self.fields = fields
         self.max_bytes = int(source.max_response_mb * 1024 * 1024)
         self.limiter = limiter_for(source, postgres_conn_id)
+        self.attached = self.limiter is not None
         if self.limiter is not None:
             self.limiter.attach()
 
@@ -176,9 +177,9 @@ class SourceApiHook(BaseHook):
     def close(self) -> None:
         if "client" in self.__dict__:
             self.client.close()
-        if self.limiter is not None:
+        if self.limiter is not None and self.attached:
             self.limiter.detach()
-            self.limiter = None
+            self.attached = False
 
     def url_for(self, path: str) -> str:
         return path.replace("{task}", self.source_task)
