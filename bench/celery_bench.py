@@ -45,7 +45,7 @@ def task_entry(name: str, batch: int, chunks: int) -> dict[str, Any]:
         "max_chunks": chunks,
         "min_batches_per_chunk": 1,
         "max_parallel_chunks": chunks,
-        "source": {"concurrency": 1},
+        "source": {"concurrency": 1, "requests_per_s": None, "max_in_flight": None},
         "schedule": None,
         "paused": True,
     }

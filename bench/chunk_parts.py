@@ -127,7 +127,9 @@ def run_chunk(args: argparse.Namespace, admin: SourceAdmin, parts: PARTS) -> tup
     name = f"bench_{secrets.token_hex(4)}"
     ds = admin.create(name, args.total, args.share, 1000)
     admin.set_latency(name, args.latency)
-    source: dict[str, Any] = {"task": name} | ({"concurrency": args.concurrency} if args.concurrency else {})
+    source: dict[str, Any] = {"task": name, "requests_per_s": None, "max_in_flight": None} | (
+        {"concurrency": args.concurrency} if args.concurrency else {}
+    )
     task = {"id": name, "source": source, "batch_size": 1000, "kafka": {"topic": f"{name}.chunk"}}
     task["filter"] = {"days": WINDOW_DAYS, "future_tolerance_hours": TOLERANCE_S / 3600}
     run = RunContext(

@@ -41,7 +41,7 @@ def crawl_once(name: str, mode: str, batch: int, bootstrap: str, truth: frozense
     cfg = CrawlTaskConfig.model_validate(
         {
             "id": task_id,
-            "source": {"task": name},
+            "source": {"task": name, "requests_per_s": None, "max_in_flight": None},
             "kafka": {"topic": f"{name}.{mode}", "delivery": mode, "partitions": 3},
             "batch_size": batch,
             "max_chunks": 1,

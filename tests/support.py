@@ -248,7 +248,16 @@ def make_task(task_id: str, **overrides: Any) -> CrawlTaskConfig:
         "retry_delay_s": 0,
         "min_batches_per_chunk": 5,
         "max_chunks": 4,
-        "source": {"backoff_s": 0.05, "max_backoff_s": 0.2, "max_retries": 2},
+        # The demo source is local: a generous shared rate (the limiter still runs), no bound on requests in flight
+        # (default_pool, as in every test written before per-source pools), quick recovery after a test's 429s.
+        "source": {
+            "backoff_s": 0.05,
+            "max_backoff_s": 0.2,
+            "max_retries": 2,
+            "requests_per_s": 1000,
+            "max_in_flight": None,
+            "rate_recovery_s": 2,
+        },
     }
     for key, value in overrides.items():
         if isinstance(value, dict) and isinstance(base.get(key), dict):

@@ -66,7 +66,14 @@ def task_entry(flight: Flight, shape: Shape) -> dict[str, Any]:
     return {
         "id": flight.task_id,
         "name": f"chaos {flight.task_id}",
-        "source": {"task": flight.task_id, "concurrency": 1, "backoff_s": 0.2, "max_backoff_s": 2.0},
+        "source": {
+            "task": flight.task_id,
+            "concurrency": 1,
+            "backoff_s": 0.2,
+            "max_backoff_s": 2.0,
+            "requests_per_s": None,
+            "max_in_flight": None,
+        },
         "batch_size": shape.batch,
         "filter": {"days": WINDOW_DAYS, "future_tolerance_hours": TOLERANCE_S / 3600},
         "kafka": {

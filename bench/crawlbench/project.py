@@ -26,7 +26,8 @@ from crawlbench.topics import check_topic
 
 def project_config(ds: Dataset, topic: str, args: argparse.Namespace) -> dict[str, Any]:
     """A one-task crawler_ops config for the data set (schedule null, retries 0, fresh topic)."""
-    source: dict[str, Any] = {"conn_id": "demo_source", "task": ds.name}
+    # The raw loop: no rate limit, no bound on requests in flight (source pools), as before they existed.
+    source: dict[str, Any] = {"conn_id": "demo_source", "task": ds.name, "requests_per_s": None, "max_in_flight": None}
     if args.concurrency:
         source["concurrency"] = args.concurrency
     task: dict[str, Any] = {

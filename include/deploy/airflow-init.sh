@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# airflow-init: check the settings, migrate the metadata DB, create the admin user, import connections and pools.
+# airflow-init: check the settings, migrate the metadata DB, create the admin user, import connections and pools,
+# create the source pools.
 set -euo pipefail
 missing=()
 for name in AIRFLOW_ADMIN_PASSWORD CRAWLER_DB_PASSWORD CRAWLER_DB_HOST KAFKA_BOOTSTRAP_SERVERS SOURCE_HOST; do
@@ -24,4 +25,6 @@ PY
 airflow connections import --overwrite "$rendered"
 rm -f "$rendered"
 airflow pools import /opt/airflow/include/deploy/pools.json
+# The source connections' pools (source.max_in_flight slots each), created or resized to the config.
+crawler-ops pools --apply
 echo "airflow-init: done"

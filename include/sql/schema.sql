@@ -84,6 +84,20 @@ CREATE INDEX IF NOT EXISTS crawl_error_task_time ON crawler_ops.crawl_error (tas
 CREATE INDEX IF NOT EXISTS crawl_error_time ON crawler_ops.crawl_error (created_at);
 CREATE INDEX IF NOT EXISTS crawl_run_age ON crawler_ops.crawl_run ((coalesce(finished_at, started_at)));
 
+-- One row per source connection: the request pacing every worker shares (crawler_ops.hooks.ratelimit). Times are
+-- epoch seconds on PostgreSQL's clock, so workers' clocks do not matter. Slots are handed out 1/rate apart from
+-- next_slot on; rate is the current shared rate (halved on 429, growing back to ceiling), as of rate_at.
+CREATE TABLE IF NOT EXISTS crawler_ops.source_rate (
+    source     text PRIMARY KEY,
+    ceiling    double precision NOT NULL,
+    rate       double precision NOT NULL,
+    rate_at    double precision NOT NULL,
+    next_slot  double precision NOT NULL,
+    cut_at     double precision NOT NULL DEFAULT 0,
+    throttles  bigint NOT NULL DEFAULT 0,
+    updated_at timestamptz NOT NULL DEFAULT now()
+);
+
 -- Upgrades of tables made by earlier versions; each checks the catalog first, so no lock is taken when done.
 DO $$
 BEGIN

@@ -52,6 +52,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     imports.add_argument("file", type=Path, help="the old status endpoint's JSON, or a CSV with its columns")
     imports.add_argument("--apply", action="store_true", help="write the plan (default: print it, write nothing)")
     imports.add_argument("--force", action="store_true", help="allow moving a watermark backwards")
+    pools = commands.add_parser(
+        "pools", help="the source connections' Airflow pools (max_in_flight slots), as airflow pools import reads them"
+    )
+    pools.add_argument("config", nargs="?", type=Path, help="a YAML file or folder (default: $CRAWLER_OPS_CONFIG)")
+    pools.add_argument(
+        "--apply", action="store_true", help="create or resize them in Airflow's metadata DB (default: print them)"
+    )
     args = parser.parse_args(argv)
     if args.command == "skip-batch":
         return skip_batch(args.task, args.offset)
@@ -67,6 +74,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return run_dag_shards(args.count, args.dags_folder)
         if args.command == "import-progress":
             return run_import(args.file, args.apply, args.force)
+        if args.command == "pools":
+            return run_pools(args.config, args.apply)
         return run_status(args)
     except (ConfigError, ImportFileError, StatusTableError) as exc:
         print(f"error: {exc}", file=sys.stderr)
@@ -87,6 +96,20 @@ def run_validate(path: Path | None) -> int:
         print(f"error: {problem}", file=sys.stderr)
     print(f"{len(loaded.tasks)} tasks and {len(loaded.executors)} executors valid, {len(problems)} invalid")
     return 1 if problems else 0
+
+
+def run_pools(path: Path | None, apply: bool) -> int:
+    from crawler_ops.pools import apply_pools, pools_document, source_pools
+
+    pools = source_pools(load_config(path).tasks).values()
+    if not apply:
+        print(json.dumps(pools_document(pools), ensure_ascii=False, indent=2))
+        return 0
+    changed = apply_pools(pools)
+    for change in changed:
+        print(f"pool {change}")
+    print(f"{len(pools)} source pools, {len(changed)} created or resized")
+    return 0
 
 
 def run_dag_shards(count: int, folder: Path) -> int:

@@ -63,6 +63,53 @@ class SourceConfig(_Model):
     concurrency: int = Field(
         8, ge=1, le=64, description="pages fetched concurrently within one chunk (also the window search's width)"
     )
+    # Per-connection limits shared by every task, run and worker on it (crawler_ops.hooks.ratelimit). The
+    # defaults suit a public API; a source you own can take more, and null turns a limit off (benchmarks).
+    requests_per_s: float | None = Field(
+        10.0,
+        gt=0,
+        description="requests per second to this source connection over all workers (shared through PostgreSQL); "
+        "null: no rate limit",
+    )
+    max_in_flight: int | None = Field(
+        8,
+        ge=1,
+        le=1024,
+        description="requests to this source connection in flight at once: the slots of the connection's Airflow pool "
+        "crawler_source_<conn_id> (each chunk and plan holds min(concurrency, max_in_flight)) and a bound per "
+        "process; null: no bound (tasks run in default_pool)",
+    )
+    min_requests_per_s: float = Field(
+        0.1, gt=0, description="the shared rate never drops below this (or requests_per_s, if lower) after 429s"
+    )
+    rate_recovery_s: float = Field(
+        60.0,
+        gt=0,
+        description="after a 429 halved the shared rate, it grows back by requests_per_s / rate_recovery_s each second",
+    )
+
+    @field_validator("requests_per_s", mode="before")
+    @classmethod
+    def _positive_rate(cls, value: Any) -> Any:
+        if isinstance(value, (int, float)) and not isinstance(value, bool) and not value > 0:
+            raise ValueError(f"{value!r} would stop every request; use a positive rate, or null for no rate limit")
+        return value
+
+    @property
+    def in_flight(self) -> int:
+        """Requests one chunk (or plan) may have in flight: its concurrency, within ``max_in_flight``."""
+        return min(self.concurrency, self.max_in_flight or self.concurrency)
+
+    @property
+    def pool(self) -> str | None:
+        """The connection's Airflow pool (``max_in_flight`` slots), None when in-flight requests are unbounded."""
+        return None if self.max_in_flight is None else f"crawler_source_{self.conn_id}"
+
+    @property
+    def pool_slots(self) -> tuple[str, int]:
+        """The pool of a step that calls this source and the slots it takes there: as many as it keeps requests in
+        flight in the connection's pool, so the pool bounds them over every worker; else one of ``default_pool``."""
+        return ("default_pool", 1) if self.pool is None else (self.pool, self.in_flight)
 
 
 def known_timezone(value: str) -> str:
@@ -341,6 +388,12 @@ class CrawlTaskConfig(DagSettings):
     @property
     def source_task(self) -> str:
         return self.source.task or self.id
+
+    @property
+    def chunk_pool(self) -> tuple[str, int]:
+        """The pool of ``crawl_chunk`` and the slots one instance takes: one of ``pool`` when set, else those of the
+        source connection (:attr:`SourceConfig.pool_slots`)."""
+        return (self.pool, 1) if self.pool is not None else self.source.pool_slots
 
     @property
     def marker_topic(self) -> str:

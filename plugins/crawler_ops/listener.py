@@ -1,4 +1,9 @@
-"""An Airflow listener (registered by the plugin) for crawl runs that end without their commit.
+"""An Airflow listener (registered by the plugin): creates a crawl run's source pool when the run starts, and
+closes crawl runs that end without their commit.
+
+When the scheduler starts a crawl run, :func:`on_dag_run_running` creates the source connection's Airflow pool if it
+is missing (:mod:`crawler_ops.pools`), in the scheduler's process (which has the metadata DB), in a short-lived
+thread: the run's first task (plan) needs the pool, and the scheduler leaves it scheduled until the pool exists.
 
 A run marked failed in the UI or the REST API, or whose commit was killed, leaves its run record 'running'
 and no one sends the failure webhook. Airflow calls :func:`on_dag_run_failed` in the process that failed the
@@ -21,6 +26,24 @@ from airflow.listeners import hookimpl
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 CLOSE_ATTEMPTS = 3
+
+
+@hookimpl
+def on_dag_run_running(dag_run: Any, msg: str) -> None:
+    dag_id = str(dag_run.dag_id)
+    if dag_id.startswith("crawl_"):
+        threading.Thread(target=ensure_pool, args=(dag_id,), name=f"crawler_ops-pool-{dag_id}", daemon=True).start()
+
+
+def ensure_pool(dag_id: str) -> None:
+    # In its own thread and session: the scheduler is not held up (its own transaction may still be open, which on
+    # SQLite blocks other writers); until the pool exists, the scheduler only leaves the run's tasks scheduled.
+    try:
+        from crawler_ops.pools import ensure_pool_of
+
+        ensure_pool_of(dag_id)
+    except Exception:  # a listener must never break the process that called it
+        log.exception("crawler_ops: could not create the source pool of %s; run crawler-ops pools --apply", dag_id)
 
 
 @hookimpl

@@ -117,7 +117,7 @@ class RunContext:
         from crawler_ops.hooks.source import SourceApiHook
 
         fields = head_fields(self.cfg.filter.date_fields, self.cfg.kafka.key_field)
-        return SourceApiHook(self.cfg.source, self.cfg.id, self.cfg.source_task, fields)
+        return SourceApiHook(self.cfg.source, self.cfg.id, self.cfg.source_task, fields, self.cfg.postgres_conn_id)
 
     def store(self) -> CrawlStoreHook:
         from crawler_ops.hooks.store import CrawlStoreHook

@@ -212,7 +212,14 @@ def test_crawl_dag_has_the_production_settings(monkeypatch, dag_id, timetable):
             timedelta(minutes=30),
         ), t.task_id
         assert t.execution_timeout == timedelta(minutes=60), t.task_id
-        assert t.pool == "default_pool", t.task_id
+    # The steps that call the source hold its pool's slots, one per request they keep in flight (concurrency 4).
+    pools = {t.task_id: (t.pool, t.pool_slots) for t in dag.tasks}
+    assert pools == {
+        "plan": ("crawler_source_demo_source", 4),
+        "crawl_chunk": ("crawler_source_demo_source", 4),
+        "commit": ("default_pool", 1),
+        "announce": ("default_pool", 1),
+    }
     assert dag.task_dict["commit"].trigger_rule == TriggerRule.ALL_DONE
     assert dag.task_dict["crawl_chunk"].max_active_tis_per_dagrun == 4
 
@@ -244,9 +251,10 @@ def test_configured_retries_timeouts_pool_schedule_and_pause_reach_every_task(mo
     assert tuned.timetable == CronDataIntervalTimetable("*/15 * * * *", timezone="Asia/Shanghai")
     for t in tuned.tasks:
         assert (t.retries, t.retry_delay, t.execution_timeout) == (5, timedelta(seconds=7), timedelta(minutes=13))
-    assert tuned.task_dict["crawl_chunk"].pool == "crawl_pool"
+    assert (tuned.task_dict["crawl_chunk"].pool, tuned.task_dict["crawl_chunk"].pool_slots) == ("crawl_pool", 1)
     assert tuned.task_dict["crawl_chunk"].max_active_tis_per_dagrun == 3
-    assert {t.pool for t in tuned.tasks if t.task_id != "crawl_chunk"} == {"default_pool"}
+    assert tuned.task_dict["plan"].pool == "crawler_source_demo_source", "plan stays in the source's pool"
+    assert {tuned.task_dict[t].pool for t in ("commit", "announce")} == {"default_pool"}
     assert type(manual.timetable).__name__ == "NullTimetable", "schedule: null means manual runs only"
 
 

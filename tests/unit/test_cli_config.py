@@ -87,8 +87,20 @@ def test_the_schema_accepts_the_sample_config(schema: dict[str, Any]) -> None:
         ({"defaults": {"executor": {"workers": 0}}}, ["defaults", "executor", "workers"], "less than the minimum"),
         ({"maintenance": {"keep_runs_days": 0}}, ["maintenance", "keep_runs_days"], "less than the minimum"),
         ({"task": []}, [], "'task' was unexpected"),
+        (
+            {"tasks": [{"id": "a", "source": {"requests_per_s": 0}}]},
+            ["tasks", 0, "source", "requests_per_s"],
+            "is not valid under any of the given schemas",
+        ),
     ],
-    ids=["wrong-type", "misspelt-key", "executor-default-range", "maintenance-range", "unknown-top-level-key"],
+    ids=[
+        "wrong-type",
+        "misspelt-key",
+        "executor-default-range",
+        "maintenance-range",
+        "unknown-top-level-key",
+        "rate-zero",
+    ],
 )
 def test_the_schema_points_at_what_is_wrong(
     schema: dict[str, Any], document: dict[str, Any], where: list[Any], message: str

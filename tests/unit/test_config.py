@@ -13,9 +13,11 @@ import yaml
 from crawler_ops.config import (
     CONFIG_ENV,
     DEFAULT_CONFIG,
+    CrawlTaskConfig,
     KafkaConfig,
     MaintenanceConfig,
     NotifyConfig,
+    SourceConfig,
     deep_merge,
     get_task,
     load_config,
@@ -149,6 +151,18 @@ def test_source_task_defaults_to_the_task_id() -> None:
         ({"id": "shrink", "kafka": {"topic": "t"}, "on_shrink": "ignore"}, "shrink", "on_shrink", "warn"),
         ({"id": "lease", "kafka": {"topic": "t"}, "claim_lease_s": 1}, "lease", "claim_lease_s", "10"),
         ({"kafka": {"topic": "t"}}, "#2", "id", "Field required"),
+        (
+            {"id": "no_rate", "kafka": {"topic": "t"}, "source": {"requests_per_s": 0}},
+            "no_rate",
+            "source.requests_per_s",
+            "0 would stop every request; use a positive rate, or null for no rate limit",
+        ),
+        (
+            {"id": "no_flight", "kafka": {"topic": "t"}, "source": {"max_in_flight": 0}},
+            "no_flight",
+            "source.max_in_flight",
+            "greater than or equal to 1",
+        ),
     ],
     ids=[
         "missing-kafka-topic",
@@ -168,6 +182,8 @@ def test_source_task_defaults_to_the_task_id() -> None:
         "unknown-on-shrink",
         "lease-too-short",
         "missing-id",
+        "rate-zero",
+        "in-flight-zero",
     ],
 )
 def test_an_invalid_task_is_reported_by_id_and_field_while_valid_tasks_load(
@@ -528,3 +544,62 @@ def test_two_maintenance_blocks_and_an_empty_folder_are_refused(tmp_path: Path) 
     loaded = load_config(tmp_path)
 
     assert loaded.maintenance is None and "defined in" in (loaded.maintenance_error or "")
+
+
+# --- source limits ----------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("source", "chunk_pool", "plan_pool"),
+    [
+        ({}, ("crawler_source_demo_source", 8), ("crawler_source_demo_source", 8)),
+        ({"concurrency": 4, "max_in_flight": 16}, ("crawler_source_demo_source", 4), ("crawler_source_demo_source", 4)),
+        ({"concurrency": 16, "max_in_flight": 6}, ("crawler_source_demo_source", 6), ("crawler_source_demo_source", 6)),
+        ({"max_in_flight": None}, ("default_pool", 1), ("default_pool", 1)),
+        ({"conn_id": "api"}, ("crawler_source_api", 8), ("crawler_source_api", 8)),
+    ],
+    ids=["defaults", "concurrency-within-the-bound", "concurrency-above-the-bound", "unbounded", "other-connection"],
+)
+def test_the_steps_that_call_the_source_hold_its_pool_slots_per_request_in_flight(
+    source: dict[str, Any], chunk_pool: tuple[str, int], plan_pool: tuple[str, int]
+) -> None:
+    cfg = CrawlTaskConfig.model_validate({"id": "t", "kafka": {"topic": "t"}, "source": source})
+
+    assert (cfg.chunk_pool, cfg.source.pool_slots) == (chunk_pool, plan_pool)
+
+
+def test_a_pool_set_on_the_task_takes_its_chunks_with_one_slot_each() -> None:
+    cfg = CrawlTaskConfig.model_validate({"id": "t", "kafka": {"topic": "t"}, "pool": "crawl_chunks"})
+
+    assert cfg.chunk_pool == ("crawl_chunks", 1)
+    assert cfg.source.pool_slots == ("crawler_source_demo_source", 8)
+
+
+def test_the_default_limits_suit_a_public_api_and_null_turns_them_off() -> None:
+    default = SourceConfig()
+    off = SourceConfig(requests_per_s=None, max_in_flight=None)
+
+    assert (default.requests_per_s, default.max_in_flight) == (10.0, 8)
+    assert (off.requests_per_s, off.max_in_flight, off.pool) == (None, None, None)
+
+
+def test_the_pool_of_a_connection_has_the_largest_max_in_flight_its_tasks_give() -> None:
+    from crawler_ops.pools import pools_document, source_pools
+
+    def task(task_id: str, **source: Any) -> CrawlTaskConfig:
+        return CrawlTaskConfig.model_validate({"id": task_id, "kafka": {"topic": task_id}, "source": source})
+
+    tasks = [
+        task("a", max_in_flight=4),
+        task("b", max_in_flight=12),
+        task("c", conn_id="api"),
+        task("d", max_in_flight=None, conn_id="x"),
+    ]
+
+    document = pools_document(source_pools(tasks).values())
+
+    assert {name: entry["slots"] for name, entry in document.items()} == {
+        "crawler_source_demo_source": 12,
+        "crawler_source_api": 8,
+    }
+    assert document["crawler_source_api"]["include_deferred"] is False

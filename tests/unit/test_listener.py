@@ -161,3 +161,26 @@ def test_other_failures_are_not_tried_again(closing, monkeypatch):
     listener.close_run("crawl_jobs", "r1", "marked failed")
 
     assert calls == ["r1"] and closing["notify"] == []
+
+
+# --- a crawl run starting: its source pool ---------------------------------------------------------------------------
+
+
+def test_a_starting_crawl_run_has_its_source_pool_ensured_in_a_thread_and_other_dags_are_left_alone(threads):
+    for dag_id in ("crawl_jobs_beijing", "exec_area_addresses", "crawler_ops_maintenance"):
+        listener.on_dag_run_running(dag_run=failed_run(dag_id), msg="started")
+
+    assert [(t["target"], t["args"]) for t in threads] == [(listener.ensure_pool, ("crawl_jobs_beijing",))]
+
+
+def test_a_pool_that_cannot_be_created_is_logged_and_the_scheduler_goes_on(monkeypatch, caplog):
+    from crawler_ops import pools
+
+    def broken(dag_id: str) -> None:
+        raise RuntimeError("metadata DB is down")
+
+    monkeypatch.setattr(pools, "ensure_pool_of", broken)
+
+    listener.ensure_pool("crawl_jobs_beijing")
+
+    assert "could not create the source pool of crawl_jobs_beijing; run crawler-ops pools --apply" in caplog.text

@@ -69,6 +69,10 @@ def doc_for(cfg: CrawlTaskConfig) -> str:
 
 def build_crawl_dag(cfg: CrawlTaskConfig) -> DAG:
     """The DAG ``crawl_<id>`` for one crawl task."""
+    # plan and crawl_chunk call the source: each holds as many slots of the source connection's pool as it keeps
+    # requests in flight, so the pool bounds the requests in flight to the source over every worker.
+    plan_pool, plan_slots = cfg.source.pool_slots
+    chunk_pool, chunk_slots = cfg.chunk_pool
     with DAG(
         dag_id=cfg.dag_id,
         description=f"Crawl {cfg.name or cfg.id} into Kafka topic {cfg.kafka.topic}",
@@ -79,7 +83,7 @@ def build_crawl_dag(cfg: CrawlTaskConfig) -> DAG:
         **dag_settings(cfg),
     ) as dag:
 
-        @task(task_id="plan")
+        @task(task_id="plan", pool=plan_pool, pool_slots=plan_slots)
         def plan(**context: Any) -> list[dict[str, Any]]:
             from crawler_ops.plan import plan_run, record_plan_failure
             from crawler_ops.run import RunContext
@@ -96,7 +100,8 @@ def build_crawl_dag(cfg: CrawlTaskConfig) -> DAG:
             task_id="crawl_chunk",
             map_index_template="{{ chunk_label | default('chunk') }}",
             max_active_tis_per_dagrun=cfg.max_parallel_chunks,
-            pool=cfg.pool or "default_pool",
+            pool=chunk_pool,
+            pool_slots=chunk_slots,
         )
         def crawl_chunk(chunk: dict[str, Any], **context: Any) -> dict[str, Any]:
             # map_index_template renders from the task's context after it ran: label the instance by offsets.

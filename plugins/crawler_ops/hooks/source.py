@@ -7,6 +7,7 @@ import functools
 import time
 import zlib
 from collections.abc import Callable, Mapping
+from contextlib import nullcontext
 from datetime import UTC, datetime
 from functools import cached_property
 from typing import Any
@@ -16,8 +17,9 @@ import msgspec
 from airflow.sdk import BaseHook
 
 from crawler_ops.config import SourceConfig
-from crawler_ops.errors import SourceError
+from crawler_ops.errors import SourceError, StatusTableError
 from crawler_ops.hooks.deadline import DeadlineTransport, deadline, environment_proxy
+from crawler_ops.hooks.ratelimit import limiter_for
 from crawler_ops.records import Page, head_struct
 
 RETRIABLE_STATUS = frozenset({408, 425, 429, 500, 502, 503, 504})
@@ -144,6 +146,8 @@ class SourceApiHook(BaseHook):
     :param source_task: the source's own id of the data set.
     :param fields: record fields each page's decode also reads (:func:`crawler_ops.records.head_fields`),
         so filtering does not decode every record again.
+    :param postgres_conn_id: the crawler database, through which the connection's rate limit is shared
+        (:mod:`crawler_ops.hooks.ratelimit`); without it, requests are not limited.
     """
 
     conn_name_attr = "source_conn_id"
@@ -151,13 +155,24 @@ class SourceApiHook(BaseHook):
     conn_type = "http"
     hook_name = "Crawler source API"
 
-    def __init__(self, source: SourceConfig, task_label: str, source_task: str, fields: tuple[str, ...] = ()) -> None:
+    def __init__(
+        self,
+        source: SourceConfig,
+        task_label: str,
+        source_task: str,
+        fields: tuple[str, ...] = (),
+        postgres_conn_id: str | None = None,
+    ) -> None:
         super().__init__()
         self.source = source
         self.task_label = task_label
         self.source_task = source_task
         self.fields = fields
         self.max_bytes = int(source.max_response_mb * 1024 * 1024)
+        self.limiter = limiter_for(source, postgres_conn_id)
+        self.attached = self.limiter is not None
+        if self.limiter is not None:
+            self.limiter.attach()
 
     @cached_property
     def client(self) -> httpx.Client:
@@ -166,6 +181,9 @@ class SourceApiHook(BaseHook):
     def close(self) -> None:
         if "client" in self.__dict__:
             self.client.close()
+        if self.limiter is not None and self.attached:
+            self.limiter.detach()
+            self.attached = False
 
     def url_for(self, path: str) -> str:
         return path.replace("{task}", self.source_task)
@@ -246,27 +264,14 @@ class SourceApiHook(BaseHook):
         self, path: str, params: Mapping[str, Any], what: str, decode: Callable[[bytes], Any] | None = None
     ) -> Any:
         label = f"task {self.task_label}: GET {path} {what}"
-        started = time.monotonic()
-        with deadline(self.source.deadline_s) as end:
-            try:
-                with self.client.stream("GET", path, params=dict(params)) as response:
-                    if response.status_code != 200:
-                        raise SourceError(
-                            f"{label} answered HTTP {response.status_code}: {error_excerpt(response)!r}",
-                            retriable=response.status_code in RETRIABLE_STATUS,
-                            retry_after=retry_after_seconds(response.headers.get("retry-after")),
-                        )
-                    body = read_bounded(response, self.max_bytes, label)
-            except httpx.TimeoutException as exc:
-                if time.monotonic() < end:
-                    raise SourceError(f"{label} timed out after {self.source.timeout_s}s", retriable=True) from exc
-                raise SourceError(
-                    f"{label} did not finish within its deadline of {end - started:.3g}s (source.deadline_s "
-                    f"{self.source.deadline_s:g}s; a read timeout, {self.source.timeout_s:g}s, bounds each read only)",
-                    retriable=True,
-                ) from exc
-            except httpx.TransportError as exc:
-                raise SourceError(f"{label} failed: {exc!r}", retriable=True) from exc
+        # The wait for the source's rate limit comes before the request's deadline starts.
+        try:
+            with self.limiter.request() if self.limiter is not None else nullcontext():
+                body = self._fetch(path, params, label)
+        except StatusTableError as exc:  # only the limiter talks to PostgreSQL here
+            raise StatusTableError(
+                f"task {self.task_label}: rate limit of source connection '{self.source.conn_id}': {exc}"
+            ) from exc
         try:
             return decode(body) if decode is not None else msgspec.json.decode(body)
         except msgspec.ValidationError as exc:
@@ -282,3 +287,31 @@ class SourceApiHook(BaseHook):
                 f"{label} returned JSON nested too deeply to decode ({len(body)} bytes); retrying will not change it",
                 retriable=False,
             ) from exc
+
+    def _fetch(self, path: str, params: Mapping[str, Any], label: str) -> bytes:
+        """One GET within ``source.deadline_s``: the body of a 200, else a :class:`SourceError` (a 429 or a
+        Retry-After also slows down every worker on the connection)."""
+        started = time.monotonic()
+        with deadline(self.source.deadline_s) as end:
+            try:
+                with self.client.stream("GET", path, params=dict(params)) as response:
+                    if response.status_code != 200:
+                        retry_after = retry_after_seconds(response.headers.get("retry-after"))
+                        if self.limiter is not None and (response.status_code == 429 or retry_after is not None):
+                            self.limiter.throttle(retry_after)
+                        raise SourceError(
+                            f"{label} answered HTTP {response.status_code}: {error_excerpt(response)!r}",
+                            retriable=response.status_code in RETRIABLE_STATUS,
+                            retry_after=retry_after,
+                        )
+                    return read_bounded(response, self.max_bytes, label)
+            except httpx.TimeoutException as exc:
+                if time.monotonic() < end:
+                    raise SourceError(f"{label} timed out after {self.source.timeout_s}s", retriable=True) from exc
+                raise SourceError(
+                    f"{label} did not finish within its deadline of {end - started:.3g}s (source.deadline_s "
+                    f"{self.source.deadline_s:g}s; a read timeout, {self.source.timeout_s:g}s, bounds each read only)",
+                    retriable=True,
+                ) from exc
+            except httpx.TransportError as exc:
+                raise SourceError(f"{label} failed: {exc!r}", retriable=True) from exc

@@ -10,6 +10,7 @@ import socket
 import threading
 import time
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -324,3 +325,60 @@ def test_an_unusable_total_fails_at_once_naming_the_path(fake, connection, sleep
         make_hook().get_total()
 
     assert err.value.retriable is False and sleeps == []
+
+
+# --------------------------------------------------------------------------- the rate limiter
+
+
+@dataclass
+class RecordingLimiter:
+    requests: int = 0
+    throttles: list[float | None] = field(default_factory=list)
+
+    @contextmanager
+    def request(self) -> Iterator[None]:
+        self.requests += 1
+        yield
+
+    def throttle(self, retry_after: float | None) -> None:
+        self.throttles.append(retry_after)
+
+
+@pytest.mark.parametrize(
+    ("reply", "throttled"),
+    [
+        (httpx.Response(429), [None]),
+        (httpx.Response(429, headers={"Retry-After": "2"}), [2.0]),
+        (httpx.Response(503, headers={"Retry-After": "3"}), [3.0]),
+        (httpx.Response(503), []),
+        (httpx.Response(500), []),
+    ],
+    ids=["429", "429-retry-after", "503-retry-after", "503", "500"],
+)
+def test_every_request_waits_for_the_limiter_and_a_429_or_retry_after_slows_everyone(
+    fake, connection, sleeps, reply, throttled
+):
+    fake.replies = [reply, count_body(3)]
+    hook = make_hook()
+    hook.limiter = RecordingLimiter()  # type: ignore[assignment]
+
+    assert hook.get_total() == 3
+
+    assert hook.limiter.requests == 2, "the failed try and the retry"
+    assert hook.limiter.throttles == throttled
+
+
+def test_a_hook_without_a_crawler_database_is_not_limited(fake, connection):
+    fake.replies = [count_body(3)]
+
+    assert make_hook().limiter is None
+
+
+def test_a_404_is_no_reason_to_slow_down_and_fails_as_before(fake, connection, sleeps):
+    fake.replies = [httpx.Response(404)]
+    hook = make_hook()
+    hook.limiter = RecordingLimiter()  # type: ignore[assignment]
+
+    with pytest.raises(SourceError, match="HTTP 404"):
+        hook.get_total()
+    assert hook.limiter.throttles == []

@@ -1,0 +1,95 @@
+"""The Airflow pool of each source connection: ``crawler_source_<conn_id>`` with ``max_in_flight`` slots.
+
+Each ``plan`` and ``crawl_chunk`` on the connection holds as many slots as it keeps requests in flight
+(:attr:`crawler_ops.config.SourceConfig.pool_slots`), so the scheduler bounds the requests in flight to a source
+over every worker, and the UI (Admin → Pools) shows how many are. Tasks on one connection share its pool; when
+they give different ``max_in_flight`` values, the pool gets the largest, so that no task needs more slots than the
+pool has.
+
+Airflow 3's task processes have no metadata-DB access, and neither the Task SDK nor its Execution API can create a
+pool, so a crawl task cannot create its own. The pools are created where the metadata DB is: by the plugin's
+listener in the scheduler when a crawl run starts (:func:`ensure_pool_of`: a missing pool only; the scheduler leaves
+tasks of a missing pool scheduled until it exists), and at deploy time by ``crawler-ops pools --apply``
+(``airflow-init``), which also resizes existing ones to the config; ``crawler-ops pools`` prints them in the format
+of ``airflow pools import``.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from crawler_ops.config import CrawlTaskConfig
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class SourcePool:
+    name: str
+    slots: int
+    conn_id: str
+
+    @property
+    def description(self) -> str:
+        return (
+            f"requests in flight to source connection {self.conn_id} (source.max_in_flight); each plan and "
+            "crawl_chunk holds as many slots as it keeps requests in flight"
+        )
+
+
+def source_pools(tasks: Iterable[CrawlTaskConfig]) -> dict[str, SourcePool]:
+    """The pool of every source connection whose requests in flight are bounded, by pool name."""
+    pools: dict[str, SourcePool] = {}
+    for task in tasks:
+        name, slots = task.source.pool, task.source.max_in_flight
+        if name is None or slots is None:
+            continue
+        known = pools.get(name)
+        pools[name] = SourcePool(name, max(slots, known.slots if known else 0), task.source.conn_id)
+    return pools
+
+
+def pools_document(pools: Iterable[SourcePool]) -> dict[str, Any]:
+    """The pools as ``airflow pools import`` reads them (the format of ``include/deploy/pools.json``)."""
+    return {p.name: {"slots": p.slots, "description": p.description, "include_deferred": False} for p in pools}
+
+
+def apply_pools(pools: Iterable[SourcePool], resize: bool = True) -> list[str]:
+    """Create the pools missing from Airflow's metadata DB and, with ``resize``, set the slots of existing ones;
+    returns what changed. Needs metadata-DB access (the scheduler, ``airflow-init``), not a task process."""
+    from airflow.models.pool import Pool
+    from airflow.utils.session import create_session
+
+    changed = []
+    with create_session() as session:
+        for pool in pools:
+            known = Pool.get_pool(pool.name, session=session)
+            if known is None or (resize and known.slots != pool.slots):
+                Pool.create_or_update_pool(pool.name, pool.slots, pool.description, False, session=session)
+                changed.append(f"{pool.name}: {pool.slots} slots" + ("" if known is None else f" (was {known.slots})"))
+            elif known.slots < pool.slots:
+                log.warning(
+                    "crawler_ops: pool %s has %s slots, fewer than source.max_in_flight %s; run crawler-ops pools "
+                    "--apply to resize it",
+                    pool.name,
+                    known.slots,
+                    pool.slots,
+                )
+    return changed
+
+
+def ensure_pool_of(dag_id: str) -> None:
+    """Create the source pool of the crawl DAG ``dag_id`` when it is missing (the tasks of a pool that does not exist
+    are never scheduled); existing pools are left as they are."""
+    from crawler_ops.config import load_config
+
+    tasks = load_config().tasks
+    task = next((t for t in tasks if t.dag_id == dag_id), None)
+    if task is None or task.source.pool is None:
+        return
+    on_conn = [t for t in tasks if t.source.conn_id == task.source.conn_id]
+    for change in apply_pools(source_pools(on_conn).values(), resize=False):
+        log.info("crawler_ops: created pool %s", change)

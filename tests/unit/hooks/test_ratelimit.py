@@ -1,0 +1,221 @@
+"""Unit tests of crawler_ops.hooks.ratelimit without PostgreSQL: how one process turns grants of slots into send
+times, drops stale slots, bounds requests in flight and reacts to a 429 (where the source hook calls it: the end of
+test_source.py). The shared bucket's own arithmetic (the SQL) is tested on PostgreSQL in
+tests/integration/test_rate_limits.py."""
+
+from __future__ import annotations
+
+import itertools
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from crawler_ops.config import SourceConfig
+from crawler_ops.hooks import ratelimit
+from crawler_ops.hooks.ratelimit import STALE_S, Grant, SourceLimiter, limiter_for
+
+finite = st.floats(min_value=0, max_value=1e4, allow_nan=False)
+
+
+@given(
+    now=finite,
+    lead=st.floats(min_value=-5, max_value=5, allow_nan=False),
+    interval=st.floats(min_value=1e-4, max_value=10, allow_nan=False),
+    count=st.integers(min_value=1, max_value=300),
+    received=finite,
+)
+def test_local_send_times_keep_the_grants_spacing_and_are_never_before_its_arrival(
+    now, lead, interval, count, received
+):
+    times = Grant(now, now + lead, interval, count, 1 / interval).local_times(received)
+
+    assert len(times) == count
+    assert all(t >= received for t in times), "a slot already due is due on arrival, not in the past"
+    assert times == sorted(times)
+    for i, t in enumerate(times):
+        assert t == pytest.approx(received + max(0.0, now + lead + i * interval - now), abs=1e-6)
+
+
+@dataclass
+class Clock:
+    """Simulated time: ``sleep`` moves it on."""
+
+    t: float = 100.0
+    slept: list[float] = field(default_factory=list)
+
+    def __call__(self) -> float:
+        return self.t
+
+    def sleep(self, seconds: float) -> None:
+        self.slept.append(seconds)
+        self.t += seconds
+
+
+@dataclass
+class Bucket:
+    """Hands out slots ``interval`` apart from ``next`` on, ``count`` per take, on the same clock as the limiter."""
+
+    clock: Clock
+    interval: float = 0.05
+    count: int = 5
+    next: float = 0.0
+    takes: list[int] = field(default_factory=list)
+    throttles: list[float | None] = field(default_factory=list)
+    closed: int = 0
+
+    def take(self, want: int) -> Grant:
+        self.takes.append(want)
+        first = max(self.next, self.clock())
+        self.next = first + self.count * self.interval
+        return Grant(self.clock(), first, self.interval, self.count, 1 / self.interval)
+
+    def throttle(self, retry_after: float | None) -> tuple[float, bool]:
+        self.throttles.append(retry_after)
+        return 10.0, True
+
+    def close(self) -> None:
+        self.closed += 1
+
+
+def limited(clock: Clock, bucket: Bucket | None, **limits: Any) -> SourceLimiter:
+    source = SourceConfig(conn_id="src", **{"requests_per_s": 20, **limits})
+    return SourceLimiter(source, bucket, clock=clock, sleep=clock.sleep)
+
+
+def test_requests_are_sent_at_the_slots_of_one_grant_then_of_the_next():
+    clock = Clock()
+    bucket = Bucket(clock)
+    limiter = limited(clock, bucket)
+    sent = []
+    for _ in range(12):
+        with limiter.request():
+            sent.append(clock())
+
+    gaps = [b - a for a, b in itertools.pairwise(sent)]
+    assert gaps == pytest.approx([0.05] * 11)
+    assert len(bucket.takes) == 3, "one round trip per grant of five slots"
+    assert bucket.takes[0] == 6, "asks for the slots of HORIZON_S at requests_per_s (5), plus one"
+
+
+def test_a_slot_found_stale_is_dropped_and_never_used_late():
+    clock = Clock()
+    bucket = Bucket(clock, count=3)
+    limiter = limited(clock, bucket)
+    with limiter.request():
+        first = clock()
+    clock.t += 0.05 + STALE_S + 0.01  # the second slot is stale, the third is not
+    with limiter.request():
+        second = clock()
+
+    assert second - first == pytest.approx(0.05 + STALE_S + 0.01), "sent at once, on the third slot (still fresh)"
+    assert len(bucket.takes) == 1 and not limiter.slots, "the second slot was dropped, the third used"
+
+
+@given(st.lists(st.floats(min_value=0, max_value=0.5, allow_nan=False), min_size=1, max_size=40))
+def test_whatever_the_delays_between_requests_none_is_sent_before_or_long_after_its_slot(delays):
+    clock = Clock()
+    bucket = Bucket(clock, interval=0.05, count=4)
+    granted: list[float] = []
+    real_take = bucket.take
+
+    def recording_take(want: int) -> Grant:
+        grant = real_take(want)
+        granted.extend(grant.local_times(clock()))
+        return grant
+
+    bucket.take = recording_take  # type: ignore[method-assign]
+    limiter = limited(clock, bucket)
+    sent = []
+    for delay in delays:
+        clock.t += delay
+        with limiter.request():
+            sent.append(clock())
+
+    assert all(any(0 <= s - g <= STALE_S for g in granted) for s in sent), "each send within STALE_S of a slot"
+    assert sent == sorted(sent)
+    busiest = max(sum(1 for t in sent if s <= t < s + 1) for s in sent)
+    assert busiest <= 20 * (1 + STALE_S) + 1, "the documented bound: requests_per_s x (1 + STALE_S) + 1 a second"
+
+
+def test_a_429_drops_the_reserved_slots_and_tells_the_shared_bucket():
+    clock = Clock()
+    bucket = Bucket(clock)
+    limiter = limited(clock, bucket)
+    with limiter.request():
+        pass
+
+    limiter.throttle(2.0)
+
+    assert bucket.throttles == [2.0]
+    assert not limiter.slots and limiter.rate == 10.0
+    with limiter.request():
+        pass
+    assert len(bucket.takes) == 2, "the slots reserved before the 429 are not used"
+
+
+def test_requests_in_flight_never_exceed_max_in_flight_across_threads():
+    limiter = SourceLimiter(SourceConfig(conn_id="src", requests_per_s=None, max_in_flight=3), bucket=None)
+    busy, peak, lock = [0], [0], threading.Lock()
+
+    def call() -> None:
+        with limiter.request():
+            with lock:
+                busy[0] += 1
+                peak[0] = max(peak[0], busy[0])
+            time.sleep(0.02)
+            with lock:
+                busy[0] -= 1
+
+    threads = [threading.Thread(target=call) for _ in range(12)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+
+    assert peak[0] == 3
+
+
+@pytest.mark.parametrize(
+    ("limits", "postgres", "limited_rate", "bounded"),
+    [
+        ({}, "crawler_db", True, True),
+        ({"requests_per_s": None}, "crawler_db", False, True),
+        ({"max_in_flight": None}, "crawler_db", True, False),
+        ({"requests_per_s": None, "max_in_flight": None}, "crawler_db", None, None),
+        ({}, None, None, None),
+    ],
+    ids=["defaults", "rate-off", "in-flight-off", "both-off", "no-database"],
+)
+def test_a_limiter_exists_for_what_is_limited_and_is_shared_in_the_process(limits, postgres, limited_rate, bounded):
+    source = SourceConfig(conn_id="src_shared", **limits)
+
+    limiter = limiter_for(source, postgres)
+
+    if limited_rate is None:
+        assert limiter is None
+        return
+    assert limiter is not None
+    assert (limiter.bucket is not None, limiter.permits is not None) == (limited_rate, bounded)
+    assert limiter_for(SourceConfig(conn_id="src_shared", **limits), postgres) is limiter, "one per process"
+    ratelimit._limiters.clear()
+
+
+def test_the_last_hook_done_with_a_limiter_closes_its_connection_and_the_next_one_reopens_it():
+    clock = Clock()
+    bucket = Bucket(clock)
+    limiter = limited(clock, bucket)
+    limiter.attach()
+    limiter.attach()
+
+    limiter.detach()
+    assert bucket.closed == 0, "another hook still uses it"
+    limiter.detach()
+    assert bucket.closed == 1
+    with limiter.request():
+        pass
+    assert len(bucket.takes) == 1, "a later request takes slots again (the store reconnects)"
