@@ -181,7 +181,7 @@ class ChunkCrawler:
     streak cutoff (:meth:`BatchFilter.cutoff_after`, shared by every chunk of the run through its run
     record) can only stop earlier: when ``max_expired_batches`` consecutive pages above the floor hold
     nothing in the window (records out of time order, a gap in the dates), batches below that page are
-    finished as expired without being fetched.
+    finished as expired without being fetched (a page a fetch thread had already read is filtered like any other).
 
     :param cfg: the crawl task.
     :param batches: the chunk's batches, newest first.

@@ -202,8 +202,13 @@ class KafkaConfig(_Model):
         connection's first bootstrap server if the environment defines the connection, so the Asset and the
         OpenLineage dataset of the topic match; else the connection id (a connection in the metadata DB or a secrets
         backend is read only when a task runs, which then warns that the two differ)."""
-        servers = env_bootstrap_servers(self.conn_id)
-        return kafka_server(servers) if servers else self.conn_id
+        try:
+            servers = env_bootstrap_servers(self.conn_id)
+            return kafka_server(servers) if servers else self.conn_id
+        except (ValueError, TypeError, AttributeError):
+            # A connection variable that does not read (bad JSON, no server) is the task runner's error to report,
+            # when a task connects; the DAG still builds, named by the connection id.
+            return self.conn_id
 
     @property
     def asset_uri(self) -> str:

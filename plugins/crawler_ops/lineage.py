@@ -15,10 +15,12 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
 KAFKA_DEFAULT_PORT = 9092
+_LISTENER_PREFIX = re.compile(r"^[A-Za-z][A-Za-z0-9_+.-]*://")
 HTTP_DEFAULT_PORTS = {"http": 80, "https": 443}
 
 
@@ -41,7 +43,9 @@ def kafka_server(bootstrap_servers: str) -> str:
     first = bootstrap_servers.split(",")[0].strip()
     if not first:
         raise ValueError(f"no server in bootstrap.servers {bootstrap_servers!r}")
-    parts = urlsplit(first if "://" in first else f"kafka://{first}")
+    # A listener prefix such as SASL_SSL:// is not a URL scheme urlsplit accepts (it has an underscore): drop it.
+    address = _LISTENER_PREFIX.sub("", first)
+    parts = urlsplit(f"kafka://{address}")
     if not parts.hostname:
         raise ValueError(f"no host in bootstrap server {first!r}")
     return _host_port(parts.hostname, parts.port or KAFKA_DEFAULT_PORT)

@@ -8,10 +8,10 @@ pool has.
 
 Airflow 3's task processes have no metadata-DB access, and neither the Task SDK nor its Execution API can create a
 pool, so a crawl task cannot create its own. The pools are created where the metadata DB is: by the plugin's
-listener in the scheduler when a crawl run starts (:func:`ensure_pool_of`: a missing pool only; the scheduler leaves
-tasks of a missing pool scheduled until it exists), and at deploy time by ``crawler-ops pools --apply``
-(``airflow-init``), which also resizes existing ones to the config; ``crawler-ops pools`` prints them in the format
-of ``airflow pools import``.
+listener in the scheduler when a crawl run starts (:func:`ensure_pool_of`: a missing pool is created, one smaller
+than the config is grown, never shrunk; the scheduler leaves tasks of a missing or too small pool scheduled), and at
+deploy time by ``crawler-ops pools --apply`` (``airflow-init``), which also shrinks existing ones to the config;
+``crawler-ops pools`` prints them in the format of ``airflow pools import``.
 """
 
 from __future__ import annotations
@@ -57,9 +57,10 @@ def pools_document(pools: Iterable[SourcePool]) -> dict[str, Any]:
     return {p.name: {"slots": p.slots, "description": p.description, "include_deferred": False} for p in pools}
 
 
-def apply_pools(pools: Iterable[SourcePool], resize: bool = True) -> list[str]:
-    """Create the pools missing from Airflow's metadata DB and, with ``resize``, set the slots of existing ones;
-    returns what changed. Needs metadata-DB access (the scheduler, ``airflow-init``), not a task process."""
+def apply_pools(pools: Iterable[SourcePool], shrink: bool = True) -> list[str]:
+    """Create the pools missing from Airflow's metadata DB and set existing ones to their slots (with ``shrink``
+    False, only grow them: a pool smaller than a task's slots would never run it); returns what changed. Needs
+    metadata-DB access (the scheduler, ``airflow-init``), not a task process."""
     from airflow.models.pool import Pool
     from airflow.utils.session import create_session
 
@@ -67,17 +68,10 @@ def apply_pools(pools: Iterable[SourcePool], resize: bool = True) -> list[str]:
     with create_session() as session:
         for pool in pools:
             known = Pool.get_pool(pool.name, session=session)
-            if known is None or (resize and known.slots != pool.slots):
-                Pool.create_or_update_pool(pool.name, pool.slots, pool.description, False, session=session)
-                changed.append(f"{pool.name}: {pool.slots} slots" + ("" if known is None else f" (was {known.slots})"))
-            elif known.slots < pool.slots:
-                log.warning(
-                    "crawler_ops: pool %s has %s slots, fewer than source.max_in_flight %s; run crawler-ops pools "
-                    "--apply to resize it",
-                    pool.name,
-                    known.slots,
-                    pool.slots,
-                )
+            if known is not None and (known.slots == pool.slots or (known.slots > pool.slots and not shrink)):
+                continue
+            Pool.create_or_update_pool(pool.name, pool.slots, pool.description, False, session=session)
+            changed.append(f"{pool.name}: {pool.slots} slots" + ("" if known is None else f" (was {known.slots})"))
     return changed
 
 
@@ -88,8 +82,15 @@ def ensure_pool_of(dag_id: str) -> None:
 
     tasks = load_config().tasks
     task = next((t for t in tasks if t.dag_id == dag_id), None)
-    if task is None or task.source.pool is None:
+    if task is None:
+        log.warning(
+            "crawler_ops: %s is not in the config the scheduler reads (CRAWLER_OPS_CONFIG); its source pool is not "
+            "checked here: run crawler-ops pools --apply where the config is",
+            dag_id,
+        )
+        return
+    if task.source.pool is None:
         return
     on_conn = [t for t in tasks if t.source.conn_id == task.source.conn_id]
-    for change in apply_pools(source_pools(on_conn).values(), resize=False):
-        log.info("crawler_ops: created pool %s", change)
+    for change in apply_pools(source_pools(on_conn).values(), shrink=False):
+        log.warning("crawler_ops: source pool %s (a run of %s needs it)", change, dag_id)

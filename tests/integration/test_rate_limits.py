@@ -267,7 +267,7 @@ def test_a_429_storm_halves_the_shared_rate_slows_every_request_and_the_rate_rec
 # --------------------------------------------------------------------------- Airflow pools
 
 
-def test_a_crawl_run_starting_creates_its_source_pool_and_the_cli_resizes_it(stack, unique_id, use_config):
+def test_a_crawl_run_starting_creates_or_grows_its_source_pool_and_the_cli_resizes_it(stack, unique_id, use_config):
     from airflow.models.pool import Pool
 
     from crawler_ops import listener
@@ -281,9 +281,13 @@ def test_a_crawl_run_starting_creates_its_source_pool_and_the_cli_resizes_it(sta
         assert created is not None and created.slots == 12
         assert "requests in flight to source connection" in (created.description or "")
 
-        path.write_text(path.read_text().replace("max_in_flight: 12", "max_in_flight: 5"))
+        path.write_text(path.read_text().replace("max_in_flight: 12", "max_in_flight: 16"))
         listener.ensure_pool(f"crawl_{unique_id}")
-        assert Pool.get_pool(name).slots == 12, "a run start creates a missing pool only, never resizes one"
+        assert Pool.get_pool(name).slots == 16, "a run start grows a pool its tasks would not fit in"
+
+        path.write_text(path.read_text().replace("max_in_flight: 16", "max_in_flight: 5"))
+        listener.ensure_pool(f"crawl_{unique_id}")
+        assert Pool.get_pool(name).slots == 16, "a run start never shrinks a pool (an operator may have sized it)"
 
         printed = cli("pools", str(path))
         assert printed.returncode == 0, printed.stderr

@@ -25,8 +25,10 @@ from crawler_ops.lineage import (
         (" broker ", "broker:9092"),
         ("PLAINTEXT://broker:19092,SSL://other:9094", "broker:19092"),
         ("[::1]:9092", "[::1]:9092"),
+        ("SASL_SSL://broker:9093", "broker:9093"),
+        ("sasl_plaintext://broker.example:9094,b2:9094", "broker.example:9094"),
     ],
-    ids=["host-port", "first-of-list", "default-port", "protocol-prefix", "ipv6"],
+    ids=["host-port", "first-of-list", "default-port", "protocol-prefix", "ipv6", "sasl-ssl", "sasl-plaintext"],
 )
 def test_the_kafka_server_is_the_first_bootstrap_server_with_its_port(servers, expected):
     assert kafka_server(servers) == expected
@@ -108,4 +110,15 @@ def test_asset_host_overrides_the_bootstrap_server(airflow_connection):
 
 def test_without_the_connection_in_the_environment_the_asset_host_is_the_connection_id():
     # Parsing reads no metadata DB or secrets backend: the running task warns when the two differ.
+    assert KafkaConfig(conn_id="kafka_main", topic="jobs").asset_uri == "kafka://kafka_main/jobs"
+
+
+@pytest.mark.parametrize(
+    "value",
+    ["{bad json", '{"conn_type": "kafka", "extra": "not json"}', '{"conn_type": "kafka", "extra": 5}'],
+    ids=["not-json", "extra-not-json", "extra-not-an-object"],
+)
+def test_a_connection_variable_that_does_not_read_leaves_the_asset_host_the_connection_id(monkeypatch, value):
+    # DAG parsing must still build the DAG; the task reports the bad connection when it connects.
+    monkeypatch.setenv("AIRFLOW_CONN_KAFKA_MAIN", value)
     assert KafkaConfig(conn_id="kafka_main", topic="jobs").asset_uri == "kafka://kafka_main/jobs"

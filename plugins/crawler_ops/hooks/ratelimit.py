@@ -7,7 +7,8 @@ matter. A process reserves the slots due within :data:`HORIZON_S` in one round t
 order; a slot not used within :data:`STALE_S` of its time is dropped, never saved up, and an idle source earns no
 burst. So in any one second a source receives at most ``requests_per_s * (1 + STALE_S) + 1`` requests.
 
-A 429, or any answer with Retry-After, slows everyone down (AIMD): no worker sends before the Retry-After has passed,
+A 429, or any answer with Retry-After, slows everyone down (AIMD): no slot is handed out before the Retry-After has
+passed (a process may still send the few it had reserved, within :data:`HORIZON_S`),
 and the shared rate is halved, at most once per :data:`CUT_EVERY_S` (the answers to requests already in flight are
 the same signal), never below ``min_requests_per_s``. It then grows back by ``requests_per_s / rate_recovery_s``
 each second (additive increase) once the Retry-After has passed, up to ``requests_per_s``. Slots a process reserved
@@ -48,6 +49,9 @@ HORIZON_S = 0.25
 STALE_S = 0.1
 #: 429s within this many seconds of a halving do not halve the rate again.
 CUT_EVERY_S = 1.0
+#: A round trip waits at most this long for the source's row lock, and runs at most this long.
+LOCK_TIMEOUT_MS = 10_000
+STATEMENT_TIMEOUT_MS = 30_000
 
 
 @dataclass(frozen=True)
@@ -103,12 +107,20 @@ class SourceRateStore:
             ) from exc
         db.autocommit = True
         try:
-            db.execute(read_sql("ratelimit/add_source"), {"source": self.source.conn_id, "ceiling": self.ceiling})
-        except psycopg.errors.UndefinedTable:
-            # A first request before any plan created the schema (plan asks for the total first).
-            with db.transaction(), db.cursor() as cur:
-                self.hook.ensure_schema(cur)
-            db.execute(read_sql("ratelimit/add_source"), {"source": self.source.conn_id, "ceiling": self.ceiling})
+            # Every fetch thread of the process waits on this connection: a held row lock or a hung server must
+            # fail a request, not stall them all.
+            db.execute(f"SET lock_timeout = '{LOCK_TIMEOUT_MS}ms'")
+            db.execute(f"SET statement_timeout = '{STATEMENT_TIMEOUT_MS}ms'")
+            try:
+                db.execute(read_sql("ratelimit/add_source"), {"source": self.source.conn_id, "ceiling": self.ceiling})
+            except psycopg.errors.UndefinedTable:
+                # A first request before any plan created the schema (plan asks for the total first).
+                with db.transaction(), db.cursor() as cur:
+                    self.hook.ensure_schema(cur)
+                db.execute(read_sql("ratelimit/add_source"), {"source": self.source.conn_id, "ceiling": self.ceiling})
+        except BaseException:
+            db.close()
+            raise
         return db
 
     def close(self) -> None:
@@ -120,11 +132,16 @@ class SourceRateStore:
     def run(self, name: str, **params: Any) -> tuple[Any, ...]:
         params = {"source": self.source.conn_id, "ceiling": self.ceiling, "now": None, **params}
         try:
-            row = self.db.execute(read_sql(f"ratelimit/{name}"), params).fetchone()
-            if row is None:  # the row was deleted meanwhile: it starts again as on first use
+            try:
+                row = self.db.execute(read_sql(f"ratelimit/{name}"), params).fetchone()
+            except psycopg.OperationalError:  # a connection lost (a server restart): once more on a new one
+                self.close()
+                row = None
+            if row is None:  # or the row was deleted meanwhile: it starts again as on first use
                 self.close()
                 row = self.db.execute(read_sql(f"ratelimit/{name}"), params).fetchone()
         except psycopg.Error as exc:
+            self.close()
             raise StatusTableError(f"PostgreSQL failed: {exc}") from exc
         if row is None:
             raise StatusTableError(f"no row of source '{self.source.conn_id}' in crawler_ops.source_rate")
