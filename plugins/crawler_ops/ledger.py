@@ -141,6 +141,8 @@ class StatusTableLedger(RunRecordLedger):
     :param lease_s: how long a claim holds without renewal.
     :param max_attempts: a batch failing this often is parked: no run fetches it again, and the watermark stops
         below it, until an operator skips it.
+    :param claims: a store on a connection of its own for the claims, which the fetch threads make while the
+        checkpoint thread finishes batches on ``store``'s.
     """
 
     def __init__(
@@ -151,11 +153,11 @@ class StatusTableLedger(RunRecordLedger):
         token: str,
         lease_s: int,
         max_attempts: int,
-        claims: CrawlStoreHook | None = None,
+        claims: CrawlStoreHook,
     ) -> None:
         super().__init__(store, run_id)
         self.owner, self.token, self.lease_s, self.max_attempts = owner, token, lease_s, max_attempts
-        self.claims = claims or store
+        self.claims = claims
         self._claiming = threading.Lock()
 
     def claim(self, batch: Batch) -> bool:
@@ -207,7 +209,5 @@ def ledger_for(run: RunContext, owner: str, token: str) -> Ledger:
     store = run.store()
     if run.uses_status_table:
         cfg = run.cfg
-        return StatusTableLedger(
-            store, run.run_id, owner, token, cfg.claim_lease_s, cfg.max_attempts, claims=run.store()
-        )
+        return StatusTableLedger(store, run.run_id, owner, token, cfg.claim_lease_s, cfg.max_attempts, run.store())
     return RunRecordLedger(store, run.run_id)

@@ -135,7 +135,6 @@ class SourceRateStore:
             try:
                 row = self.db.execute(read_sql(f"ratelimit/{name}"), params).fetchone()
             except psycopg.OperationalError:  # a connection lost (a server restart): once more on a new one
-                self.close()
                 row = None
             if row is None:  # or the row was deleted meanwhile: it starts again as on first use
                 self.close()
