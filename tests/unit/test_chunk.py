@@ -197,7 +197,25 @@ def test_each_batch_is_finished_only_after_kafka_confirmed_it_and_one_at_most_is
 
 
 def test_each_batch_is_claimed_before_its_page_is_requested_and_claims_run_ahead_of_the_filter(events):
-    ledger, publisher = MemoryLedger(events), RecordingPublisher(events)
+    fourth = TOTAL - 4 * BATCH
+    fourth_claimed = threading.Event()
+
+    class WaitingLedger(MemoryLedger):
+        """Finishing the first batch waits (a while) for the fourth batch's claim: a loop that claimed a batch
+        only once the one before it was finished would never make it."""
+
+        def claim(self, batch: Batch) -> bool:
+            claimed = super().claim(batch)
+            if batch.lo == fourth:
+                fourth_claimed.set()
+            return claimed
+
+        def finish(self, outcome: BatchOutcome, next_batch: Batch | None = None) -> tuple[int, bool]:
+            if outcome.batch.lo == TOTAL - BATCH:
+                fourth_claimed.wait(10.0)
+            return super().finish(outcome, next_batch)
+
+    ledger, publisher = WaitingLedger(events), RecordingPublisher(events)
     make_crawler(Source(events=events), ledger, publisher, cfg=make_cfg(source={"concurrency": 4})).crawl()
 
     log = events.log
@@ -205,7 +223,7 @@ def test_each_batch_is_claimed_before_its_page_is_requested_and_claims_run_ahead
         assert log.index(("claim", lo)) < log.index(("get", lo)) < log.index(("finish", lo))
     # The fetch threads claim and read ahead while earlier batches are produced: the fourth batch is claimed
     # before the first one is finished.
-    assert log.index(("claim", TOTAL - 4 * BATCH)) < log.index(("finish", TOTAL - BATCH))
+    assert log.index(("claim", fourth)) < log.index(("finish", TOTAL - BATCH))
 
 
 def test_kafka_confirming_and_recording_a_batch_overlap_with_filtering_the_next_one(events):

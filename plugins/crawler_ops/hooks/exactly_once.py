@@ -72,7 +72,7 @@ class MarkerLog:
             "run_id": self.run_id,
             "counts": counts.to_dict(),
         }
-        return Message(f"{self.task_id}:{batch.lo}".encode(), json.dumps(value).encode(), (), self.topic)
+        return Message(f"{self.task_id}:{batch.lo}".encode(), json.dumps(value).encode(), [], self.topic)
 
     def delivered(self, batch: Batch) -> RunCounts | None:
         """The counts in ``batch``'s committed marker, when it has one written for its current row."""

@@ -194,7 +194,7 @@ class KafkaPublisher:
                         topic,
                         key=message.key,
                         value=message.value,
-                        headers=list(message.headers),
+                        headers=message.headers,  # type: ignore[arg-type]  # the stub's list is invariant
                         on_delivery=self._on_delivery,
                     )
                     break
