@@ -141,15 +141,20 @@ class WindowTest:
         parse, tz, out = datetime.fromisoformat, self.tz, []
         for values in rows:
             value = values[0]
-            text = value.strip().replace("/", "-") if value.__class__ is str else ""  # type: ignore[attr-defined]
-            if text[4:5] != "-":  # not ISO with separators: digits read as ISO may be epoch numbers
-                out.append(self.slow(values))
-                continue
-            try:
-                moment = parse(text)
+            try:  # ISO text as sources send it, tried as it is first: most dates are
+                if value.__class__ is not str or value[4:5] != "-":  # type: ignore[index]
+                    raise ValueError
+                moment = parse(value)  # type: ignore[arg-type]
             except ValueError:
-                out.append(self.slow(values))
-                continue
+                text = value.strip().replace("/", "-") if value.__class__ is str else ""  # type: ignore[attr-defined]
+                if text[4:5] != "-":  # not ISO with separators: digits read as ISO may be epoch numbers
+                    out.append(self.slow(values))
+                    continue
+                try:
+                    moment = parse(text)
+                except ValueError:
+                    out.append(self.slow(values))
+                    continue
             if moment.tzinfo is None and wall is not None:
                 start, end = wall
             else:
