@@ -140,12 +140,13 @@ class WindowTest:
         closed = not self.window.half_open
         parse, tz, out = datetime.fromisoformat, self.tz, []
         for values in rows:
-            value = values[0]
-            try:  # ISO text as sources send it, tried as it is first: most dates are
-                if value.__class__ is not str or value[4:5] != "-":  # type: ignore[index]
-                    raise ValueError
-                moment = parse(value)  # type: ignore[arg-type]
-            except ValueError:
+            value, moment = values[0], None
+            if value.__class__ is str and value[4:5] == "-":  # type: ignore[index]
+                try:  # ISO text as sources send it, tried as it is first: most dates are
+                    moment = parse(value)  # type: ignore[arg-type]
+                except ValueError:  # not as it is (padded, slashed): normalised below
+                    moment = None
+            if moment is None:
                 text = value.strip().replace("/", "-") if value.__class__ is str else ""  # type: ignore[attr-defined]
                 if text[4:5] != "-":  # not ISO with separators: digits read as ISO may be epoch numbers
                     out.append(self.slow(values))
