@@ -54,7 +54,7 @@ def timed(parts: PARTS, owner: Any, name: str, label: str) -> None:
 
 def instrument(parts: PARTS) -> None:
     """Time the parts of ``ChunkCrawler.crawl``'s loop."""
-    from crawler_ops import chunk, ledger
+    from crawler_ops.crawl import chunk, ledger
     from crawler_ops.hooks import producer
 
     timed(parts, ledger.StatusTableLedger, "claim", "claim (PostgreSQL, fetch threads)")
@@ -118,11 +118,11 @@ def cpu_used(into: dict[str, float]) -> Iterator[None]:
 
 def run_chunk(args: argparse.Namespace, admin: SourceAdmin, parts: PARTS) -> tuple[dict[str, Any], dict[str, float]]:
     """A fresh data set, its first crawl planned into one chunk, the chunk crawled; its result and CPU."""
-    from crawler_ops.chunk import crawl_chunk
     from crawler_ops.config import CrawlTaskConfig
-    from crawler_ops.plan import chunk_payload, ensure_topics
+    from crawler_ops.crawl.chunk import crawl_chunk
+    from crawler_ops.crawl.plan import chunk_payload, ensure_topics
+    from crawler_ops.crawl.run import RunContext, RunParams
     from crawler_ops.planning import chunk_batches, plan_batches
-    from crawler_ops.run import RunContext, RunParams
 
     name = f"bench_{secrets.token_hex(4)}"
     ds = admin.create(name, args.total, args.share, 1000)

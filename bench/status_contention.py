@@ -1,7 +1,7 @@
 """The status app under a trickling source: parallel status requests beside a sync route of the same server.
 
 A loopback source answers every request one byte every half second (about 31 s for its count). The status app
-(``crawler_ops.web``) is mounted, as in Airflow's api-server, next to a sync ``/ping`` route that shares the
+(``crawler_ops.ops.web``) is mounted, as in Airflow's api-server, next to a sync ``/ping`` route that shares the
 server's thread pool the way Airflow's own API does; uvicorn serves both. ``--requests`` status requests are sent at
 once while ``/ping`` is timed every 0.2 s. Reported: the status requests' times and answers, how often the source
 was asked, ``/ping``'s times meanwhile, and one more status request after them.
@@ -46,7 +46,7 @@ def serve_app() -> str:
     import uvicorn
     from fastapi import FastAPI
 
-    from crawler_ops import web
+    from crawler_ops.ops import web
 
     api_app.get_auth_manager = ReadsEverything  # type: ignore[assignment]
     web.app.dependency_overrides[web.current_user] = lambda: SimpleNamespace(name="bench")

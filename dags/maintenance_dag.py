@@ -1,6 +1,6 @@
 """Airflow DAG file: ``crawler_ops_maintenance``, the retention DAG, from the ``maintenance`` block of the config.
 
-Thin on purpose: the pruning lives in ``crawler_ops.maintenance``; no database access at parse time.
+Thin on purpose: the pruning lives in ``crawler_ops.ops.maintenance``; no database access at parse time.
 """
 
 from __future__ import annotations

@@ -11,13 +11,13 @@ from typing import Any
 
 from airflow.plugins_manager import AirflowPlugin
 
-from crawler_ops import listener
+from crawler_ops.ops import listener
 
 URL_PREFIX = "/crawler-ops"
 
 
 class StatusApp:
-    """The status view (:mod:`crawler_ops.web`), imported on its first request.
+    """The status view (:mod:`crawler_ops.ops.web`), imported on its first request.
 
     Every Airflow process loads plugins, each task process included, and only the api-server serves this
     app: importing FastAPI and the view's Kafka, PostgreSQL and source clients up front would cost every
@@ -30,7 +30,7 @@ class StatusApp:
         receive: Callable[[], Awaitable[MutableMapping[str, Any]]],
         send: Callable[[MutableMapping[str, Any]], Awaitable[None]],
     ) -> None:
-        from crawler_ops.web import app
+        from crawler_ops.ops.web import app
 
         await app(scope, receive, send)
 

@@ -317,7 +317,7 @@ class Receiver:
 
 def verified(request: dict[str, Any], secret: str = "s3cret-秘密") -> dict[str, Any]:
     """The JSON body, after checking the signature as a receiver would."""
-    from crawler_ops.webhook import verify
+    from crawler_ops.telemetry.webhook import verify
 
     verify(secret, request["headers"], request["body"])
     return json.loads(request["body"])

@@ -36,7 +36,7 @@ class ChunkAttempt:
 
     @property
     def token_prefix(self) -> str:
-        """How the batch claims of this try start (``run_id|map_index|try|``, see ``crawler_ops.chunk``)."""
+        """How the batch claims of this try start (``run_id|map_index|try|``, see ``crawler_ops.crawl.chunk``)."""
         return f"{self.run_id}|{self.map_index}|{self.try_number}|"
 
 

@@ -14,7 +14,7 @@ from crawlbench.common import BenchError
 
 RATE_HZ = 250
 # Frames of the crawl_chunk step: its loop and its fetch threads.
-CHUNK_FRAMES = ("crawler_ops/chunk.py", "crawler_ops/hooks/source.py")
+CHUNK_FRAMES = ("crawler_ops/crawl/chunk.py", "crawler_ops/hooks/source.py")
 
 
 def profiled(command: Sequence[str], output: Path) -> list[str]:
@@ -60,7 +60,7 @@ def chunk_profile(path: Path, top: int = 15) -> dict[str, Any]:
 # Where a whole ``dags test`` run's samples go, by what their stack passes through (first match wins).
 RUN_PARTS = (
     ("Airflow's in-process Execution API building its versioned routes (Cadwyn)", "cadwyn/"),
-    ("the crawl_chunk step", "crawler_ops/chunk.py"),
+    ("the crawl_chunk step", "crawler_ops/crawl/chunk.py"),
     ("imports", "_find_and_load"),
     ("the other steps (plan, commit) and the DAG's build", "crawler_ops/"),
 )

@@ -17,7 +17,7 @@ from typing import Any
 
 from crawler_ops.config import config_schema, load_config
 from crawler_ops.errors import ConfigError, StatusTableError
-from crawler_ops.migrate import ImportFileError
+from crawler_ops.migration.old_status import ImportFileError
 
 DAGS_FOLDER = Path(__file__).resolve().parents[2] / "dags"
 
@@ -99,7 +99,7 @@ def run_validate(path: Path | None) -> int:
 
 
 def run_pools(path: Path | None, apply: bool) -> int:
-    from crawler_ops.pools import apply_pools, pools_document, source_pools
+    from crawler_ops.ops.pools import apply_pools, pools_document, source_pools
 
     pools = source_pools(load_config(path).tasks).values()
     if not apply:
@@ -125,7 +125,7 @@ def run_dag_shards(count: int, folder: Path) -> int:
 
 def run_import(path: Path, apply: bool, force: bool) -> int:
     """Exit status 0 when every row was importable (and, with ``apply``, written), 1 otherwise."""
-    from crawler_ops.import_progress import import_progress, render  # imports Airflow's hooks
+    from crawler_ops.migration.import_progress import import_progress, render  # imports Airflow's hooks
 
     report = import_progress(path, load_config(), apply=apply, force=force)
     render(report, path, apply, print)
@@ -133,7 +133,7 @@ def run_import(path: Path, apply: bool, force: bool) -> int:
 
 
 def run_status(args: argparse.Namespace) -> int:
-    from crawler_ops.status import collect  # imports Airflow: after argument errors are reported
+    from crawler_ops.ops.status import collect  # imports Airflow: after argument errors are reported
 
     if args.task and args.executor:
         print("error: name a crawl task (--task) or an executor (--executor), not both", file=sys.stderr)

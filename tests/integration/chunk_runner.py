@@ -16,10 +16,10 @@ import sys
 from datetime import datetime
 from typing import Any
 
-from crawler_ops.chunk import crawl_chunk
 from crawler_ops.config import CrawlTaskConfig
+from crawler_ops.crawl.chunk import crawl_chunk
+from crawler_ops.crawl.run import RunContext, RunParams
 from crawler_ops.hooks.producer import KafkaPublisher
-from crawler_ops.run import RunContext, RunParams
 
 
 def arm(point: str, nth: int) -> None:

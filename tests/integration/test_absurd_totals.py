@@ -11,9 +11,9 @@ from datetime import UTC, datetime
 
 import pytest
 
+from crawler_ops.crawl.plan import plan_run
+from crawler_ops.crawl.run import RunContext, RunParams
 from crawler_ops.errors import SourceError
-from crawler_ops.plan import plan_run
-from crawler_ops.run import RunContext, RunParams
 from tests.support import make_task, query, watermark
 
 pytestmark = pytest.mark.integration

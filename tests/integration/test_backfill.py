@@ -13,10 +13,10 @@ from itertools import pairwise
 
 import pytest
 
-from crawler_ops.chunk import crawl_chunk
-from crawler_ops.commit import commit_run
-from crawler_ops.plan import plan_run
-from crawler_ops.run import RunContext, RunParams
+from crawler_ops.crawl.chunk import crawl_chunk
+from crawler_ops.crawl.commit import commit_run
+from crawler_ops.crawl.plan import plan_run
+from crawler_ops.crawl.run import RunContext, RunParams
 from tests.support import make_task, read_topic, watermark
 
 pytestmark = pytest.mark.integration

@@ -13,11 +13,11 @@ from datetime import UTC, datetime
 
 import pytest
 
-from crawler_ops.chunk import crawl_chunk
-from crawler_ops.commit import commit_run
+from crawler_ops.crawl.chunk import crawl_chunk
+from crawler_ops.crawl.commit import commit_run
+from crawler_ops.crawl.plan import plan_run
+from crawler_ops.crawl.run import RunContext, RunParams
 from crawler_ops.errors import DeliveryError, StatusTableError
-from crawler_ops.plan import plan_run
-from crawler_ops.run import RunContext, RunParams
 from tests.support import (
     Forwarded,
     done_batches,

@@ -7,11 +7,11 @@ from datetime import UTC, datetime
 
 import pytest
 
-from crawler_ops import plan as plan_module
-from crawler_ops.chunk import crawl_chunk
-from crawler_ops.commit import commit_run
-from crawler_ops.plan import plan_run
-from crawler_ops.run import RunContext, RunParams
+from crawler_ops.crawl import plan as plan_module
+from crawler_ops.crawl.chunk import crawl_chunk
+from crawler_ops.crawl.commit import commit_run
+from crawler_ops.crawl.plan import plan_run
+from crawler_ops.crawl.run import RunContext, RunParams
 from tests.support import duplicates, make_task, query, read_topic, run_record, watermark
 
 pytestmark = pytest.mark.integration

@@ -114,8 +114,8 @@ def test_filter_days_override_widens_the_window(source, kafka_bootstrap, unique_
     ids=["replay-half-given", "replay-empty", "replay-with-reset"],
 )
 def test_inconsistent_params_fail_without_touching_anything(source, pg_uri, unique_id, conf, message, run_dag):
+    from crawler_ops.crawl.run import RunParams
     from crawler_ops.errors import ConfigError
-    from crawler_ops.run import RunParams
 
     with pytest.raises(ConfigError, match=message):
         RunParams.from_params(conf, unique_id)

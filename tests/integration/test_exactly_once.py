@@ -17,10 +17,10 @@ from typing import Any
 
 import pytest
 
-from crawler_ops.commit import commit_run
 from crawler_ops.config import CrawlTaskConfig
-from crawler_ops.plan import plan_run
-from crawler_ops.run import RunContext, RunParams
+from crawler_ops.crawl.commit import commit_run
+from crawler_ops.crawl.plan import plan_run
+from crawler_ops.crawl.run import RunContext, RunParams
 from tests.support import Delivered, make_task, query, read_topic, run_record, runner_result, spawn_chunk
 
 pytestmark = pytest.mark.integration

@@ -17,10 +17,10 @@ from typing import Any
 import pytest
 from confluent_kafka.admin import AdminClient
 
-from crawler_ops.commit import commit_run
 from crawler_ops.config import CrawlTaskConfig
-from crawler_ops.plan import plan_run
-from crawler_ops.run import RunContext, RunParams
+from crawler_ops.crawl.commit import commit_run
+from crawler_ops.crawl.plan import plan_run
+from crawler_ops.crawl.run import RunContext, RunParams
 from kafka_cluster import KafkaCluster
 from tests.support import make_task, query, read_topic, runner_result, spawn_chunk
 

@@ -23,9 +23,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from crawler_ops.config import SourceConfig
+from crawler_ops.crawl.plan import plan_run
+from crawler_ops.crawl.run import RunContext, RunParams
 from crawler_ops.hooks.ratelimit import CUT_EVERY_S, HORIZON_S, STALE_S, SourceRateStore
-from crawler_ops.plan import plan_run
-from crawler_ops.run import RunContext, RunParams
 from tests.support import Forwarded, cli, done_batches, make_task, query, runner_result, spawn_chunk, watermark
 
 pytestmark = pytest.mark.integration
@@ -270,7 +270,7 @@ def test_a_429_storm_halves_the_shared_rate_slows_every_request_and_the_rate_rec
 def test_a_crawl_run_starting_creates_or_grows_its_source_pool_and_the_cli_resizes_it(stack, unique_id, use_config):
     from airflow.models.pool import Pool
 
-    from crawler_ops import listener
+    from crawler_ops.ops import listener
 
     conn_id = f"api_{unique_id}"
     name = f"crawler_source_{conn_id}"

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from crawler_ops import status
 from crawler_ops.hooks.store import CrawlStoreHook
+from crawler_ops.ops import status
 from tests.support import make_task, query
 
 pytestmark = pytest.mark.integration

@@ -584,7 +584,7 @@ def test_the_default_limits_suit_a_public_api_and_null_turns_them_off() -> None:
 
 
 def test_the_pool_of_a_connection_has_the_largest_max_in_flight_its_tasks_give() -> None:
-    from crawler_ops.pools import pools_document, source_pools
+    from crawler_ops.ops.pools import pools_document, source_pools
 
     def task(task_id: str, **source: Any) -> CrawlTaskConfig:
         return CrawlTaskConfig.model_validate({"id": task_id, "kafka": {"topic": task_id}, "source": source})

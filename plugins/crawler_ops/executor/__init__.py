@@ -12,15 +12,40 @@ Steps of a run of ``exec_<name>``:
   at ``max_attempts``. Every write to a claimed row is fenced by the claim token;
 - :func:`summarize` gives back claims the run's workers left and counts rows per status.
 
-The user function contract is in :mod:`crawler_ops.udf`.
+The user function contract is in :mod:`crawler_ops.executor.udf`, the child process of ``isolation: process`` in
+:mod:`crawler_ops.executor.udf_child`.
 """
 
 from __future__ import annotations
 
-from crawler_ops.executor.calls import load_function
-from crawler_ops.executor.runs import Unparked, executor_status, summarize, unpark
-from crawler_ops.executor.tables import Tables, executor_hook, find_table, resolve_tables, split_name, sync_rows
-from crawler_ops.executor.worker import ExecutorWorker, WorkerCounts, run_worker
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from crawler_ops.executor.calls import load_function
+    from crawler_ops.executor.runs import Unparked, executor_status, summarize, unpark
+    from crawler_ops.executor.tables import Tables, executor_hook, find_table, resolve_tables, split_name, sync_rows
+    from crawler_ops.executor.worker import ExecutorWorker, WorkerCounts, run_worker
+
+# Names load from their module on first use: the child process of ``isolation: process`` runs
+# ``python -m crawler_ops.executor.udf_child``, which imports this package first and must not pay for (or need)
+# Airflow, which the workers' modules import.
+_MODULES = {
+    "ExecutorWorker": "worker",
+    "Tables": "tables",
+    "Unparked": "runs",
+    "WorkerCounts": "worker",
+    "executor_hook": "tables",
+    "executor_status": "runs",
+    "find_table": "tables",
+    "load_function": "calls",
+    "resolve_tables": "tables",
+    "run_worker": "worker",
+    "split_name": "tables",
+    "summarize": "runs",
+    "sync_rows": "tables",
+    "unpark": "runs",
+}
 
 __all__ = [
     "ExecutorWorker",
@@ -38,3 +63,9 @@ __all__ = [
     "sync_rows",
     "unpark",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _MODULES:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(f"{__name__}.{_MODULES[name]}"), name)

@@ -15,12 +15,12 @@ import subprocess
 import sys
 from typing import IO, Protocol
 
-from crawler_ops import udf
 from crawler_ops.config import ExecutorTaskConfig
 from crawler_ops.errors import ConfigError
+from crawler_ops.executor import udf
 from crawler_ops.executor.leases import LeaseBook
+from crawler_ops.executor.udf_child import read_frame, write_frame
 from crawler_ops.status_table import ClaimedRow
-from crawler_ops.udf_child import read_frame, write_frame
 
 log = logging.getLogger(__name__)
 STOP_WAIT_S = 2.0
@@ -69,7 +69,7 @@ class ThreadCaller:
 
 
 class ProcessCaller:
-    """Calls the function in a child process (``crawler_ops.udf_child``), one call at a time.
+    """Calls the function in a child process (``crawler_ops.executor.udf_child``), one call at a time.
 
     The child is started by :meth:`start` or :meth:`prepare`, and again after it died or was killed; it loads
     the function once and calls it for each row it is sent.
@@ -93,7 +93,7 @@ class ProcessCaller:
         child_reads, parent_writes = os.pipe()
         parent_reads, child_writes = os.pipe()
         search_path = os.pathsep.join(p or os.getcwd() for p in sys.path)
-        args = [sys.executable, "-m", "crawler_ops.udf_child", self.path, self.style, json.dumps(self.names)]
+        args = [sys.executable, "-m", "crawler_ops.executor.udf_child", self.path, self.style, json.dumps(self.names)]
         self.proc = subprocess.Popen(
             [*args, str(child_reads), str(child_writes)],
             pass_fds=(child_reads, child_writes),

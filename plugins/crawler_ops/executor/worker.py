@@ -25,9 +25,9 @@ from crawler_ops.errors import ConfigError, CrawlerError, StatusTableError
 from crawler_ops.executor.calls import Caller, ProcessCaller, ThreadCaller, load_function, run_calls
 from crawler_ops.executor.leases import LeaseBook, LeaseTimes, Outcomes
 from crawler_ops.executor.tables import Tables, executor_hook, resolve_tables
+from crawler_ops.executor.udf import FunctionLoadError
 from crawler_ops.hooks.store import CrawlerDbHook
 from crawler_ops.status_table import PARKED, ClaimedRow
-from crawler_ops.udf import FunctionLoadError
 
 log = logging.getLogger(__name__)
 PROGRESS_EVERY_S = 5.0

@@ -85,8 +85,8 @@ def build_crawl_dag(cfg: CrawlTaskConfig) -> DAG:
 
         @task(task_id="plan", pool=plan_pool, pool_slots=plan_slots)
         def plan(**context: Any) -> list[dict[str, Any]]:
-            from crawler_ops.plan import plan_run, record_plan_failure
-            from crawler_ops.run import RunContext
+            from crawler_ops.crawl.plan import plan_run, record_plan_failure
+            from crawler_ops.crawl.run import RunContext
 
             run = RunContext.from_airflow(cfg, context)
             try:
@@ -106,8 +106,8 @@ def build_crawl_dag(cfg: CrawlTaskConfig) -> DAG:
         def crawl_chunk(chunk: dict[str, Any], **context: Any) -> dict[str, Any]:
             # map_index_template renders from the task's context after it ran: label the instance by offsets.
             get_current_context()["chunk_label"] = chunk["label"]  # type: ignore[typeddict-unknown-key]
-            from crawler_ops.chunk import crawl_chunk as crawl_one_chunk
-            from crawler_ops.run import RunContext
+            from crawler_ops.crawl.chunk import crawl_chunk as crawl_one_chunk
+            from crawler_ops.crawl.run import RunContext
 
             run = RunContext.from_airflow(cfg, context)
             report_lineage(context, CrawlLineage(cfg, publishes=not run.params.dry_run))  # type: ignore[arg-type]
@@ -115,7 +115,7 @@ def build_crawl_dag(cfg: CrawlTaskConfig) -> DAG:
 
         @task(task_id="commit", trigger_rule=TriggerRule.ALL_DONE)
         def commit(**context: Any) -> dict[str, Any]:
-            from crawler_ops.commit import commit_step
+            from crawler_ops.crawl.commit import commit_step
 
             return commit_step(cfg, context)
 

@@ -31,8 +31,8 @@ def build_gauges_dag(cfg: MaintenanceConfig, loaded: LoadedConfig) -> DAG:
             "### crawler_ops gauges\n\nEmits, through Airflow's metrics (`[metrics]`), per crawl task: backlog "
             "(source total - watermark), stored and live totals, watermark, parked batches, seconds since the last "
             "successful run, the last run's duration and records/s, consumer lag per `kafka.consumer_groups` entry, "
-            "and `scrape_errors` (lookups that failed this round); per executor: rows by status. See the README, "
-            "Operations / Metrics."
+            "and `scrape_errors` (lookups that failed this round); per executor: rows by status. See "
+            "docs/operators-guide.md, Metrics."
         ),
         schedule=timetable(cfg.gauges_schedule, cfg.schedule_timezone),
         start_date=cfg.start_date,
@@ -45,7 +45,7 @@ def build_gauges_dag(cfg: MaintenanceConfig, loaded: LoadedConfig) -> DAG:
 
         @task(task_id="emit_gauges")
         def emit_gauges() -> dict:
-            from crawler_ops.gauges import emit_gauges
+            from crawler_ops.ops.gauges import emit_gauges
 
             return emit_gauges(loaded)
 

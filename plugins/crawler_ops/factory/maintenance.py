@@ -6,9 +6,9 @@ from typing import Any
 
 from airflow.sdk import DAG, get_parsing_context, task
 
-from crawler_ops import maintenance
 from crawler_ops.config import LoadedConfig, MaintenanceConfig, load_config
 from crawler_ops.factory.common import build_broken_dag, dag_settings, timetable_for
+from crawler_ops.ops import maintenance
 
 
 def build_maintenance_dag(cfg: MaintenanceConfig, loaded: LoadedConfig) -> DAG:

@@ -15,7 +15,7 @@ each second (additive increase) once the Retry-After has passed, up to ``request
 before the 429 are dropped.
 
 ``max_in_flight`` bounds the requests in flight at once: within a process by a semaphore shared by every hook on the
-connection, across processes by the connection's Airflow pool (:mod:`crawler_ops.pools`), in which each chunk and
+connection, across processes by the connection's Airflow pool (:mod:`crawler_ops.ops.pools`), in which each chunk and
 plan holds as many slots as it keeps requests in flight.
 
 ``requests_per_s: null`` turns the rate limit off (no PostgreSQL round trip at all), ``max_in_flight: null`` the

@@ -1,0 +1,314 @@
+"""The status view inside Airflow's api-server: a FastAPI app mounted at ``/crawler-ops`` by the plugin.
+
+``GET /crawler-ops/api/status[?task=ID&live=false&history=true]`` returns the JSON of ``python -m crawler_ops
+status --json`` (``history``: also each task's run in progress and last runs); ``GET /crawler-ops/[?task=ID]``
+renders it, with the history as charts, from the Jinja2 templates in ``templates/`` (the Airflow UI frames it
+from Browse -> Crawler status), and ``GET /crawler-ops/?dag_id=DAG`` shows one DAG's task (the UI's DAG tab).
+Both need an Airflow login (the UI's session cookie or ``Authorization: Bearer <JWT>``), and a user sees
+only the tasks whose DAG runs they may read (with the DAG's team in Airflow's multi-team mode).
+
+The routes are sync, so each request holds a thread of the api-server's pool, which Airflow's own API shares:
+a report is answered within the status deadline, the same question is answered from a cache for
+``REPORT_TTL_S``, and at most ``MAX_LIVE_REPORTS`` live reports are gathered at once; a request beyond that gets
+the last answer to its question, however old, or 503 at once, instead of a thread waiting for its turn.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Hashable
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Annotated, Any
+from urllib.parse import quote
+
+from fastapi import Depends, FastAPI, HTTPException, Query, Request
+from fastapi.responses import HTMLResponse
+from jinja2 import Environment, FileSystemLoader, select_autoescape
+
+from crawler_ops.config import broken_dag_id, load_config
+from crawler_ops.errors import ConfigError
+from crawler_ops.ops.charts import run_charts
+from crawler_ops.ops.status import STATUS_DEADLINE_S, collect
+
+REPORT_TTL_S = 20.0
+MAX_LIVE_REPORTS = 2
+# Answers kept for requests that find every live slot taken; older ones are dropped.
+STALE_AFTER_S = 600.0
+
+
+class BusyError(Exception):
+    """Every live slot is taken and the question was never answered before."""
+
+
+class ReportCache:
+    """Recent status reports by question, and a cap on the live reports gathered at once.
+
+    :param ttl_s: an answer younger than this is given again without asking anyone.
+    :param max_live: live reports gathered at once; a request beyond it never waits.
+    """
+
+    def __init__(self, ttl_s: float = REPORT_TTL_S, max_live: int = MAX_LIVE_REPORTS) -> None:
+        self.ttl_s = ttl_s
+        self.slots = threading.BoundedSemaphore(max_live)
+        self.max_live = max_live
+        self.lock = threading.Lock()
+        self.answers: dict[Hashable, tuple[float, dict[str, Any]]] = {}
+
+    def report(self, key: Hashable, live: bool, build: Callable[[], dict[str, Any]]) -> dict[str, Any]:
+        """The answer to ``key``: a fresh one from the cache, else ``build()`` (for a live report only while a slot
+        is free; else the last answer, however old).
+
+        :raises BusyError: every live slot is taken and ``key`` was never answered.
+        """
+        with self.lock:
+            known = self.answers.get(key)
+        if known is not None and time.monotonic() - known[0] < self.ttl_s:
+            return known[1]
+        if not live:
+            return self.keep(key, build())
+        if not self.slots.acquire(blocking=False):
+            if known is not None:
+                return known[1]
+            raise BusyError(f"{self.max_live} live status reports are being gathered")
+        try:
+            return self.keep(key, build())
+        finally:
+            self.slots.release()
+
+    def keep(self, key: Hashable, answer: dict[str, Any]) -> dict[str, Any]:
+        now = time.monotonic()
+        with self.lock:
+            self.answers = {k: v for k, v in self.answers.items() if now - v[0] < STALE_AFTER_S}
+            self.answers[key] = (now, answer)
+        return answer
+
+
+REPORTS = ReportCache()
+TEMPLATES = Path(__file__).resolve().parent / "templates"
+
+
+async def current_user(request: Request) -> Any:
+    """The logged-in Airflow user, exactly as the REST API resolves it (401 without a valid login).
+
+    Imported here, not at module level: every task process loads plugins (for macros), and the api-server's
+    security module would cost each task start half a second.
+    """
+    from airflow.api_fastapi.core_api.security import bearer_scheme, get_user
+
+    return await get_user(request, None, await bearer_scheme(request))
+
+
+User = Annotated[Any, Depends(current_user)]
+
+# Every route needs a login; no unauthenticated docs or schema either.
+app = FastAPI(
+    title="crawler_ops status",
+    docs_url=None,
+    redoc_url=None,
+    openapi_url=None,
+    dependencies=[Depends(current_user)],
+)
+
+
+# The page needs no script and no resource from elsewhere; Airflow's own UI may frame it.
+SECURITY_HEADERS = {
+    "Cache-Control": "no-store",
+    "X-Content-Type-Options": "nosniff",
+    "Content-Security-Policy": (
+        "default-src 'none'; style-src 'unsafe-inline'; frame-ancestors 'self'; base-uri 'none'; form-action 'none'"
+    ),
+}
+
+
+@app.middleware("http")
+async def security_headers(request: Request, call_next: Any) -> Any:
+    response = await call_next(request)
+    response.headers.update(SECURITY_HEADERS)
+    return response
+
+
+def visible_report(
+    user: Any, task: str | None, live: bool, *, executor: str | None = None, history: bool = False
+) -> dict[str, Any]:
+    """The status report restricted to the DAGs ``user`` may read.
+
+    A task's row carries its runs, so it needs read access to the DAG's runs; a task's config error names only
+    its DAG, so it needs read access to that DAG. In multi-team mode each DAG is checked with its team, as
+    Airflow's own endpoints do. A config that does not load at all may quote any part of the YAML: only a user
+    who may read every DAG sees why, everyone else gets a generic error.
+    """
+    from airflow.api_fastapi.app import get_auth_manager
+    from airflow.api_fastapi.auth.managers.models.resource_details import DagAccessEntity
+
+    end = time.monotonic() + STATUS_DEADLINE_S
+    try:
+        loaded = load_config(check_imports=True)
+    except ConfigError as exc:
+        if get_auth_manager().is_authorized_dag(method="GET", user=user):
+            raise HTTPException(status_code=500, detail=f"crawler_ops config: {exc}") from exc
+        raise HTTPException(status_code=500, detail=GENERIC_CONFIG_ERROR) from exc
+    broken = {k: broken_dag_id(k) for k in loaded.errors}
+    broken_executors = {k: broken_dag_id(k, "exec_") for k in loaded.executor_errors}
+    may_read = DagReader(
+        user,
+        [t.dag_id for t in loaded.tasks]
+        + [e.dag_id for e in loaded.executors]
+        + list(broken.values())
+        + list(broken_executors.values()),
+    )
+    tasks = tuple(t for t in loaded.tasks if may_read(t.dag_id, DagAccessEntity.RUN))
+    errors = {k: v for k, v in loaded.errors.items() if may_read(broken[k])}
+    executors = tuple(e for e in loaded.executors if may_read(e.dag_id, DagAccessEntity.RUN))
+    executor_errors = {k: v for k, v in loaded.executor_errors.items() if may_read(broken_executors[k])}
+    visible = {"tasks": tasks, "errors": errors, "executors": executors, "executor_errors": executor_errors}
+    # The question: what is asked, of the entries this user may see (a config change shows within the TTL).
+    seen = (tuple(t.id for t in tasks), tuple(errors), tuple(e.name for e in executors), tuple(executor_errors))
+    try:
+        return REPORTS.report(
+            (task, executor, live, history, seen),
+            live,
+            lambda: collect(
+                loaded.model_copy(update=visible), task, live=live, executor=executor, history=history, end=end
+            ),
+        )
+    except KeyError as exc:
+        what = f"crawl task '{task}'" if executor is None else f"executor '{executor}'"
+        raise HTTPException(status_code=404, detail=f"no {what} visible to you") from exc
+    except BusyError as exc:
+        raise HTTPException(
+            status_code=503,
+            detail=f"busy: {exc}; try again in a few seconds, or ask with live=false",
+            headers={"Retry-After": "5"},
+        ) from exc
+
+
+GENERIC_CONFIG_ERROR = "crawler_ops config is invalid; ask an Airflow administrator for the details"
+
+
+class DagReader:
+    """Answers whether ``user`` may read a DAG (or one kind of its details), asking the auth manager with the
+    DAG's team the way Airflow's ``requires_access_dag`` does.
+
+    :param user: the logged-in Airflow user
+    :param dag_ids: the DAGs that will be asked about; their teams are looked up in one query
+    """
+
+    def __init__(self, user: Any, dag_ids: list[str]) -> None:
+        from airflow.api_fastapi.app import get_auth_manager
+
+        self.user = user
+        self.auth_manager = get_auth_manager()
+        self.teams = dag_teams(dag_ids)
+
+    def __call__(self, dag_id: str, access_entity: Any = None) -> bool:
+        from airflow.api_fastapi.auth.managers.models.resource_details import DagDetails
+
+        return bool(
+            self.auth_manager.is_authorized_dag(
+                method="GET",
+                access_entity=access_entity,
+                details=DagDetails(id=dag_id, team_name=self.teams.get(dag_id)),
+                user=self.user,
+            )
+        )
+
+
+def dag_teams(dag_ids: list[str]) -> dict[str, str | None]:
+    """The team owning each DAG (through its bundle) in multi-team mode; a DAG not (yet) parsed has none."""
+    from airflow.configuration import conf
+
+    if not dag_ids or not conf.getboolean("core", "multi_team", fallback=False):
+        return {}
+    from airflow.models.dag import DagModel
+
+    return DagModel.get_dag_id_to_team_name_mapping(sorted(set(dag_ids)))
+
+
+@app.get("/api/status")
+def status_json(
+    user: User,
+    task: Annotated[str | None, Query(description="only this crawl task id")] = None,
+    live: Annotated[bool, Query(description="ask the sources and Kafka too")] = True,
+    history: Annotated[bool, Query(description="also the run in progress and the last runs of each task")] = False,
+) -> dict[str, Any]:
+    return visible_report(user, task, live, history=history)
+
+
+@app.get("/", response_class=HTMLResponse)
+def status_page(user: User, task: str | None = None, live: bool = True, dag_id: str | None = None) -> str:
+    if dag_id is None:
+        return render_html(visible_report(user, task, live, history=True), filtered=task is not None)
+    crawl_task, executor = dag_target(dag_id)
+    if crawl_task is None and executor is None:
+        return render_html(empty_report(), dag_id=dag_id, note=not_ours(dag_id))
+    try:
+        report = visible_report(user, crawl_task, live, executor=executor, history=True)
+    except HTTPException as exc:
+        if exc.status_code != 404:
+            raise
+        return render_html(empty_report(), dag_id=dag_id, note=not_ours(dag_id))
+    return render_html(report, dag_id=dag_id, filtered=True)
+
+
+def dag_target(dag_id: str) -> tuple[str | None, str | None]:
+    """The crawl task id or the executor name a DAG id stands for (by the prefixes the factory gives them);
+    whether it is configured, and visible, is the report's business."""
+    crawl, executor = dag_id.removeprefix("crawl_"), dag_id.removeprefix("exec_")
+    return (crawl or None) if crawl != dag_id else None, (executor or None) if executor != dag_id else None
+
+
+def not_ours(dag_id: str) -> str:
+    return f"{dag_id} is not a crawl or executor DAG of crawler_ops that you may read: there is no crawl status here."
+
+
+def empty_report() -> dict[str, Any]:
+    return {"generated_at": datetime.now(UTC).isoformat(), "tasks": [], "invalid_tasks": []}
+
+
+# The Airflow UI may serve this app under a base_url path: every link in the templates is relative.
+TEMPLATE_ENV = Environment(
+    loader=FileSystemLoader(TEMPLATES),
+    autoescape=select_autoescape(["html"], default_for_string=True, default=True),
+    trim_blocks=True,
+    lstrip_blocks=True,
+)
+
+COLUMNS = (
+    "task",
+    "running",
+    "status",
+    "source total",
+    "watermark",
+    "last start offset",
+    "filtered / produced",
+    "last update",
+    "last run",
+    "errors 24h",
+    "parked batches",
+    "kafka",
+)
+
+
+def render_html(
+    report: dict[str, Any], *, dag_id: str | None = None, note: str | None = None, filtered: bool = False
+) -> str:
+    """The status page of ``report``; each task with a ``history`` gets its charts. ``dag_id`` and ``note``
+    title the page of the UI's DAG tab; ``filtered``: the page shows part of the tasks (links back to all)."""
+    tasks = [
+        {**row, "history": {**row["history"], "charts": run_charts(row["history"]["runs"])}}
+        if row.get("history") is not None
+        else row
+        for row in report["tasks"]
+    ]
+    tasks_shown = [row["task_id"] for row in tasks]
+    json_href = "api/status" + (f"?task={quote(tasks_shown[0])}" if filtered and len(tasks_shown) == 1 else "")
+    return TEMPLATE_ENV.get_template("status.html").render(
+        report={**report, "tasks": tasks},
+        columns=COLUMNS,
+        dag_id=dag_id,
+        note=note,
+        filtered=filtered or dag_id is not None,
+        json_href=json_href,
+    )
