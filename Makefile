@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test test-unit stack-up stack-down stack-status airflow-up airflow-down status lint fmt bench clean
+.PHONY: demo test test-unit stack-up stack-down stack-status airflow-up airflow-down status lint fmt docs bench clean
 
 $(STAMP): requirements.txt requirements-dev.txt pyproject.toml
 	@command -v $(PY) >/dev/null || { echo "Python 3.11 is required ($(PY) not found): apt-get install python3.11 python3.11-venv"; exit 1; }
@@ -53,6 +53,11 @@ lint: $(STAMP)
 fmt: $(STAMP)
 	$(BIN)/ruff format .
 	$(BIN)/ruff check --fix .
+
+# The configuration reference, generated from the config model (tests/unit/config/test_reference.py checks it).
+docs: $(STAMP)
+	mkdir -p docs
+	$(BIN)/python -m crawler_ops config-reference > docs/configuration.md.tmp && mv docs/configuration.md.tmp docs/configuration.md
 
 # Every figure of the README's Performance section (12-20 minutes on 2 cores); BENCH_ARGS to change.
 BENCH_ARGS ?= --total 200000 --latencies 0,20,50,200 --totals 10000,100000,1000000 --skip-old-sleep \

@@ -1,6 +1,7 @@
 """Command line ``crawler-ops`` (or ``python -m crawler_ops``): ``status [--task ID | --executor NAME] [--json]
-[--no-live]``, ``validate [CONFIG]``, ``schema``, ``skip-batch --task ID --offset O``, ``unpark --executor NAME
-[--id ID ...]``, ``dag-shards N [--dags-folder DIR]`` and ``import-progress FILE [--apply] [--force]``.
+[--no-live]``, ``validate [CONFIG]``, ``schema``, ``config-reference``, ``skip-batch --task ID --offset O``,
+``unpark --executor NAME [--id ID ...]``, ``dag-shards N [--dags-folder DIR]`` and ``import-progress FILE [--apply]
+[--force]``.
 
 Run it where the DAGs run (same ``AIRFLOW_CONN_*`` connections, same ``CRAWLER_OPS_CONFIG``); ``make`` installs
 the ``crawler-ops`` command into the project's virtualenv, and ``make status`` runs it on the local stack.
@@ -15,7 +16,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from crawler_ops.config import config_schema, load_config
+from crawler_ops.config import config_reference, config_schema, load_config
 from crawler_ops.errors import ConfigError, StatusTableError
 from crawler_ops.migration.old_status import ImportFileError
 
@@ -37,6 +38,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     validate.add_argument("config", nargs="?", type=Path, help="a YAML file or folder (default: $CRAWLER_OPS_CONFIG)")
     commands.add_parser("schema", help="print the config's JSON schema (for editors)")
+    commands.add_parser("config-reference", help="print the configuration reference (Markdown, docs/configuration.md)")
     skip = commands.add_parser("skip-batch", help="let the watermark pass a parked batch (its records are lost)")
     skip.add_argument("--task", required=True, help="the crawl task id")
     skip.add_argument("--offset", type=int, required=True, help="the parked batch's start offset")
@@ -64,6 +66,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return skip_batch(args.task, args.offset)
     if args.command == "schema":
         print(json.dumps(config_schema(), ensure_ascii=False, indent=2))
+        return 0
+    if args.command == "config-reference":
+        sys.stdout.write(config_reference())
         return 0
     try:
         if args.command == "validate":

@@ -25,7 +25,7 @@ from crawler_ops.config import (
 )
 from crawler_ops.errors import ConfigError
 
-REPO_CONFIG = Path(__file__).resolve().parents[2] / "include" / "crawler_tasks.yaml"
+REPO_CONFIG = Path(__file__).resolve().parents[3] / "include" / "crawler_tasks.yaml"
 
 
 @pytest.fixture

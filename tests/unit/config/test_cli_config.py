@@ -16,7 +16,7 @@ import yaml
 
 from crawler_ops.config import load_config
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 COMMAND = Path(sys.executable).parent / "crawler-ops"
 
 

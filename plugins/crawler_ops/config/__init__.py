@@ -1,0 +1,102 @@
+"""The YAML config: the models (:mod:`.sections`, :mod:`.models`), the value checks (:mod:`.checks`), reading and
+validating files (:mod:`.loading`), the JSON schema for editors (:mod:`.schema`) and the generated reference
+(:mod:`.reference`). Every name used from ``crawler_ops.config`` is importable from here."""
+
+from __future__ import annotations
+
+from crawler_ops.config.checks import (
+    DOTTED_PATH,
+    FIRST_FIRE_FROM,
+    SPECIAL_SCHEDULES,
+    SQL_NAME,
+    check_dotted,
+    check_id,
+    check_module,
+    check_schedule,
+    check_table_name,
+    known_timezone,
+    missing_modules,
+)
+from crawler_ops.config.loading import (
+    CONFIG_ENV,
+    DEFAULT_CONFIG,
+    EXECUTOR_DEFAULTS,
+    SHARED_DEFAULTS,
+    TOP_LEVEL,
+    broken_dag_id,
+    config_path,
+    deep_merge,
+    describe,
+    describe_problems,
+    executor_defaults,
+    get_task,
+    load_config,
+    merge_configs,
+    merge_entries,
+    parse_config,
+    parse_maintenance,
+    read_document,
+    validate_entries,
+    validate_entry,
+)
+from crawler_ops.config.models import (
+    ALL_CATEGORIES,
+    CrawlTaskConfig,
+    DagSettings,
+    ExecutorTaskConfig,
+    LoadedConfig,
+    MaintenanceConfig,
+)
+from crawler_ops.config.reference import config_reference
+from crawler_ops.config.schema import config_schema, optional_everywhere
+from crawler_ops.config.sections import FilterConfig, KafkaConfig, NotifyConfig, SourceConfig, StrictModel
+from crawler_ops.errors import ConfigError
+
+__all__ = [
+    "ALL_CATEGORIES",
+    "CONFIG_ENV",
+    "DEFAULT_CONFIG",
+    "DOTTED_PATH",
+    "EXECUTOR_DEFAULTS",
+    "FIRST_FIRE_FROM",
+    "SHARED_DEFAULTS",
+    "SPECIAL_SCHEDULES",
+    "SQL_NAME",
+    "TOP_LEVEL",
+    "ConfigError",
+    "CrawlTaskConfig",
+    "DagSettings",
+    "ExecutorTaskConfig",
+    "FilterConfig",
+    "KafkaConfig",
+    "LoadedConfig",
+    "MaintenanceConfig",
+    "NotifyConfig",
+    "SourceConfig",
+    "StrictModel",
+    "broken_dag_id",
+    "check_dotted",
+    "check_id",
+    "check_module",
+    "check_schedule",
+    "check_table_name",
+    "config_path",
+    "config_reference",
+    "config_schema",
+    "deep_merge",
+    "describe",
+    "describe_problems",
+    "executor_defaults",
+    "get_task",
+    "known_timezone",
+    "load_config",
+    "merge_configs",
+    "merge_entries",
+    "missing_modules",
+    "optional_everywhere",
+    "parse_config",
+    "parse_maintenance",
+    "read_document",
+    "validate_entries",
+    "validate_entry",
+]

@@ -1,0 +1,293 @@
+"""The sections of a crawl task: ``source``, ``filter``, ``kafka`` and ``notify``.
+
+Models only: they validate values and do no I/O (no file, no import of user modules, no environment read while
+validating). Every field has a description; :mod:`crawler_ops.config.reference` turns them into the reference.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import TYPE_CHECKING, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from crawler_ops.config.checks import known_timezone
+from crawler_ops.filtering import DateRule
+from crawler_ops.lineage import env_bootstrap_servers, kafka_server
+
+if TYPE_CHECKING:
+    from airflow.sdk import Asset
+
+TOPIC = r"^[A-Za-z0-9._-]{1,249}$"
+
+
+class StrictModel(BaseModel):
+    """Frozen, and an unknown key is an error (a misspelt key must not be ignored silently)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class SourceConfig(StrictModel):
+    """How to ask the HTTP source for its total and its pages. Paths may contain ``{task}``."""
+
+    conn_id: str = Field(
+        "demo_source",
+        description="Airflow HTTP connection of the source: schema, host and port of its URL, login/password for "
+        "basic auth, extra = HTTP headers; the rate limit and the pool crawler_source_<conn_id> belong to it",
+    )
+    task: str | None = Field(
+        None,
+        description="the source's own id for this data set, put for {task} in count_path and page_path; "
+        "defaults to the task id",
+    )
+    count_path: str = Field("/api/{task}/count", description="path of the request that returns the source's total")
+    page_path: str = Field(
+        "/api/{task}/list", description="path of the request that returns one page (batch_size records)"
+    )
+    total_path: str = Field("data.total", description="dotted JSON path of the total in the count response")
+    records_path: str = Field("data.data", description="dotted JSON path of the record list in a page response")
+    offset_param: str = Field("offset", description="query parameter carrying a page's start offset")
+    limit_param: str = Field("limit", description="query parameter carrying a page's size in records")
+    timeout_s: float = Field(
+        30.0,
+        gt=0,
+        description="seconds each connect, read or write of a request may wait (deadline_s bounds the whole "
+        "request); a timed-out request is retried",
+    )
+    deadline_s: float = Field(
+        120.0,
+        gt=0,
+        description="seconds: wall-clock limit of one request, body included (timeout_s bounds each read); the wait "
+        "for a rate-limit slot comes before it starts; a request past it is retried as a timeout",
+    )
+    max_retries: int = Field(
+        4,
+        ge=0,
+        le=20,
+        description="retries of one request after a retriable failure (5xx, 429, timeout, truncated or malformed "
+        "JSON); then the step fails and Airflow's retries take over",
+    )
+    backoff_s: float = Field(
+        0.5,
+        ge=0,
+        description="seconds before a request's first retry, doubled at each further one up to max_backoff_s; a "
+        "Retry-After sent by the source wins",
+    )
+    max_backoff_s: float = Field(30.0, ge=0, description="seconds: the longest wait between two tries of a request")
+    max_response_mb: float = Field(
+        64.0,
+        gt=0,
+        description="MiB (1024 x 1024 bytes): a larger response body fails its request, without retry",
+    )
+    # Eight pages in flight keep a chunk busy at a remote source's 50-200 ms per page; a run asks the source
+    # for at most concurrency x max_parallel_chunks pages at once (an Airflow pool bounds it across tasks).
+    concurrency: int = Field(
+        8, ge=1, le=64, description="pages fetched concurrently within one chunk (also the window search's width)"
+    )
+    # Per-connection limits shared by every task, run and worker on it (crawler_ops.hooks.ratelimit). The
+    # defaults suit a public API; a source you own can take more, and null turns a limit off (benchmarks).
+    requests_per_s: float | None = Field(
+        10.0,
+        gt=0,
+        description="requests per second to this source connection over all workers (shared through PostgreSQL); "
+        "null: no rate limit",
+    )
+    max_in_flight: int | None = Field(
+        8,
+        ge=1,
+        le=1024,
+        description="requests to this source connection in flight at once: the slots of the connection's Airflow pool "
+        "crawler_source_<conn_id> (each chunk and plan holds min(concurrency, max_in_flight)) and a bound per "
+        "process; null: no bound (tasks run in default_pool)",
+    )
+    min_requests_per_s: float = Field(
+        0.1, gt=0, description="the shared rate never drops below this (or requests_per_s, if lower) after 429s"
+    )
+    rate_recovery_s: float = Field(
+        60.0,
+        gt=0,
+        description="after a 429 halved the shared rate, it grows back by requests_per_s / rate_recovery_s each second",
+    )
+
+    @field_validator("requests_per_s", mode="before")
+    @classmethod
+    def _positive_rate(cls, value: Any) -> Any:
+        if isinstance(value, (int, float)) and not isinstance(value, bool) and not value > 0:
+            raise ValueError(f"{value!r} would stop every request; use a positive rate, or null for no rate limit")
+        return value
+
+    @property
+    def in_flight(self) -> int:
+        """Requests one chunk (or plan) may have in flight: its concurrency, within ``max_in_flight``."""
+        return min(self.concurrency, self.max_in_flight or self.concurrency)
+
+    @property
+    def pool(self) -> str | None:
+        """The connection's Airflow pool (``max_in_flight`` slots), None when in-flight requests are unbounded."""
+        return None if self.max_in_flight is None else f"crawler_source_{self.conn_id}"
+
+    @property
+    def pool_slots(self) -> tuple[str, int]:
+        """The pool of a step that calls this source and the slots it takes there: as many as it keeps requests in
+        flight in the connection's pool, so the pool bounds them over every worker; else one of ``default_pool``."""
+        return ("default_pool", 1) if self.pool is None else (self.pool, self.in_flight)
+
+
+class FilterConfig(StrictModel):
+    """Which records a run keeps: by the first date field present and parseable, read in ``timezone``."""
+
+    date_fields: tuple[str, ...] = Field(
+        ("aae397", "Collect_time"),
+        description="record fields that may hold its date, in order: the first present and parseable one is the "
+        "record's date; a record with none is dead-lettered with the reason",
+    )
+    days: float = Field(
+        7,
+        gt=0,
+        le=36_500,
+        description="days: runs that move the watermark, and offset replays, keep records dated at or after the "
+        "run's reference time minus this (the filter_days run parameter overrides it)",
+    )
+    timezone: str = Field(
+        "Asia/Shanghai", description="IANA zone of dates sent without an offset, such as 2026-11-20 10:00:00"
+    )
+    future_tolerance_hours: float = Field(
+        24,
+        ge=0,
+        description="hours: a date later than the wall clock plus this is no real date; its record is dead-lettered",
+    )
+
+    @field_validator("timezone")
+    @classmethod
+    def _known_timezone(cls, value: str) -> str:
+        return known_timezone(value)
+
+    @field_validator("date_fields")
+    @classmethod
+    def _some_field(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        if not value:
+            raise ValueError("name at least one date field")
+        return value
+
+    @property
+    def rule(self) -> DateRule:
+        return DateRule(self.date_fields, self.timezone)
+
+    @property
+    def tolerance(self) -> timedelta:
+        return timedelta(hours=self.future_tolerance_hours)
+
+
+class KafkaConfig(StrictModel):
+    """Where kept records go: a topic, keyed by a record field, delivered at least or exactly once."""
+
+    conn_id: str = Field(
+        "kafka_default", description="Airflow connection of conn_type kafka, with librdkafka settings in its extra"
+    )
+    topic: str = Field(pattern=TOPIC, description="the topic kept records are published to")
+    key_field: str | None = Field(
+        "id",
+        description="record field whose value is the message key; a record without it (or with it empty), or every "
+        "record when null, is keyed by a SHA-256 of its canonical JSON",
+    )
+    partitions: int = Field(
+        3, ge=1, description="partitions of the topic and dead-letter topic when crawler_ops creates them"
+    )
+    replication_factor: int | None = Field(
+        None,
+        ge=1,
+        description="replicas of a topic crawler_ops creates; default min(3, brokers), with min.insync.replicas one "
+        "less (at least 1) so acks=all survives a broker",
+    )
+    create_topic: bool = Field(
+        True,
+        description="plan creates a missing topic, dead-letter topic or marker topic; false: a missing one fails the "
+        "run, naming it",
+    )
+    max_message_bytes: int = Field(
+        1_000_000,
+        ge=1024,
+        description="a kept record whose message is larger (key and value) is dead-lettered with its size; at most "
+        "the producer's and the topic's message.max.bytes (librdkafka's default is 1000000)",
+    )
+    dead_letter_topic: str | None = Field(
+        None,
+        pattern=TOPIC,
+        description="also publish dead-lettered records here (with the reason), before the batch is done",
+    )
+    consumer_groups: tuple[str, ...] = Field((), description="consumer groups whose lag the status view shows")
+    delivery: Literal["at_least_once", "exactly_once"] = Field(
+        "at_least_once",
+        description="exactly_once: each batch in one Kafka transaction with its completion marker; consumers "
+        "must read with isolation.level=read_committed",
+    )
+    marker_topic: str | None = Field(
+        None,
+        pattern=TOPIC,
+        description="exactly_once: the compacted topic of batch completion markers; default crawler_ops.batches.<id>",
+    )
+    asset_host: str | None = Field(
+        None,
+        description="host part of the topic's Asset URI kafka://<host>/<topic>; default: the connection's first "
+        "bootstrap server when the environment defines the connection (AIRFLOW_CONN_<ID>), else the connection id",
+    )
+
+    @model_validator(mode="after")
+    def _separate_dead_letters(self) -> KafkaConfig:
+        if self.dead_letter_topic == self.topic:
+            raise ValueError("dead_letter_topic must differ from topic, or dead letters would look like records")
+        if self.marker_topic is not None and self.marker_topic in (self.topic, self.dead_letter_topic):
+            raise ValueError("marker_topic must differ from topic and dead_letter_topic")
+        return self
+
+    @property
+    def asset_host_default(self) -> str:
+        """The Asset URI's host when ``asset_host`` is unset, known without I/O (DAG parsing does none): the
+        connection's first bootstrap server if the environment defines the connection, so the Asset and the
+        OpenLineage dataset of the topic match; else the connection id (a connection in the metadata DB or a secrets
+        backend is read only when a task runs, which then warns that the two differ)."""
+        try:
+            servers = env_bootstrap_servers(self.conn_id)
+            return kafka_server(servers) if servers else self.conn_id
+        except (ValueError, TypeError, AttributeError):
+            # A connection variable that does not read (bad JSON, no server) is the task runner's error to report,
+            # when a task connects; the DAG still builds, named by the connection id.
+            return self.conn_id
+
+    @property
+    def asset_uri(self) -> str:
+        return f"kafka://{self.asset_host or self.asset_host_default}/{self.topic}"
+
+    @property
+    def asset(self) -> Asset:
+        """The Airflow Asset of the topic; downstream DAGs schedule on it (``schedule=[Asset(uri)]``)."""
+        from airflow.sdk import Asset  # imported here: the config model stays importable without Airflow
+
+        return Asset(uri=self.asset_uri)
+
+
+class NotifyConfig(StrictModel):
+    """A webhook called with the run summary when a run succeeds or fails, and (``started`` in ``on``) with the
+    plan when a run has planned its batches.
+
+    The URL and the HMAC secret come from an Airflow connection (``host`` = the URL, ``password`` =
+    the secret), never from this file. ``max_wait_s`` caps the time one delivery spends waiting between its
+    tries, ``Retry-After`` included.
+    """
+
+    conn_id: str = Field(
+        description="Airflow connection of the webhook: host = its URL, password = the HMAC secret the body is "
+        "signed with"
+    )
+    on: tuple[Literal["started", "success", "failure"], ...] = Field(
+        ("success", "failure"),
+        description="the events that call the webhook: a run that succeeded, failed, or (started) planned its batches",
+    )
+    timeout_s: float = Field(10.0, gt=0, le=120, description="seconds one HTTP request to the webhook may take")
+    max_wait_s: float = Field(
+        30.0,
+        ge=0,
+        le=600,
+        description="seconds one delivery may spend waiting between its tries, Retry-After included; a receiver "
+        "asking for longer is given up on",
+    )
