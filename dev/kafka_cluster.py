@@ -2,9 +2,9 @@
 stack's single broker. Internal topics are replicated on every node (up to 3) with ``min.insync.replicas`` one
 less, so the cluster keeps accepting ``acks=all`` writes with one node down and refuses them with two down.
 
-Used by ``dev/stack.py up --kafka-brokers 3`` (``start_kafka_cluster`` below: the cluster in ``.stack/kafka-cluster``)
-and by the tests that kill brokers. Each node has its own folder
-``<home>/node<i>`` (data, server.properties), log ``<logs>/kafka-node<i>.log`` and pid file ``<run>/kafka-node<i>.pid``.
+Used by ``dev/stack.py up --kafka-brokers 3`` (``start_kafka_cluster`` below, in ``.stack/kafka-cluster``) and by
+the tests that kill brokers. Each node has its own folder ``<home>/node<i>`` (data, server.properties), log
+``<logs>/kafka-node<i>.log`` and pid file ``<run>/kafka-node<i>.pid``.
 
     .venv/bin/python dev/kafka_cluster.py up --home /tmp/kc --nodes 3     # prints the bootstrap servers
     .venv/bin/python dev/kafka_cluster.py down --home /tmp/kc
