@@ -2,8 +2,9 @@
 stack's single broker. Internal topics are replicated on every node (up to 3) with ``min.insync.replicas`` one
 less, so the cluster keeps accepting ``acks=all`` writes with one node down and refuses them with two down.
 
-Used by ``dev/stack.py up --kafka-brokers 3`` and by the tests that kill brokers. Each node has its own folder
-``<home>/node<i>`` (data, server.properties), log ``<logs>/kafka-node<i>.log`` and pid file ``<run>/kafka-node<i>.pid``.
+Used by ``dev/stack.py up --kafka-brokers 3`` (``start_kafka_cluster`` below, in ``.stack/kafka-cluster``) and by
+the tests that kill brokers. Each node has its own folder ``<home>/node<i>`` (data, server.properties), log
+``<logs>/kafka-node<i>.log`` and pid file ``<run>/kafka-node<i>.pid``.
 
     .venv/bin/python dev/kafka_cluster.py up --home /tmp/kc --nodes 3     # prints the bootstrap servers
     .venv/bin/python dev/kafka_cluster.py down --home /tmp/kc
@@ -21,7 +22,15 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-import stack
+from kafka_server import (
+    format_kafka_storage,
+    java_cmd,
+    kafka_classpath,
+    kafka_jvm,
+    new_cluster_id,
+    write_kafka_properties,
+)
+from stack_common import STACK, StackError, free_port, log, log_tail, pid_alive, spawn, stop_pid
 
 
 @dataclass(frozen=True)
@@ -51,9 +60,9 @@ class KafkaCluster:
         if saved.exists():
             self.nodes = [Node(**n) for n in json.loads(saved.read_text())]
         else:
-            ports = sorted({stack.free_port() for _ in range(4 * nodes)})[: 2 * nodes]
+            ports = sorted({free_port() for _ in range(4 * nodes)})[: 2 * nodes]
             if len(ports) < 2 * nodes:
-                raise stack.StackError("could not find free ports for the Kafka cluster")
+                raise StackError("could not find free ports for the Kafka cluster")
             self.nodes = [Node(i + 1, ports[2 * i], ports[2 * i + 1]) for i in range(nodes)]
             saved.write_text(json.dumps([asdict(n) for n in self.nodes]))
         self.replicas = min(3, len(self.nodes))
@@ -67,21 +76,21 @@ class KafkaCluster:
             pid = int((self.run / f"{node.name}.pid").read_text())
         except (OSError, ValueError):
             return None
-        return pid if stack.pid_alive(pid) else None
+        return pid if pid_alive(pid) else None
 
     def up(self, timeout: float = 120.0) -> str:
         """Start every node that is not running; return once all of them serve metadata."""
         voters = ",".join(f"{n.node_id}@127.0.0.1:{n.controller_port}" for n in self.nodes)
-        jvm = stack.kafka_jvm(stack.java_cmd(), stack.kafka_classpath())
+        jvm = kafka_jvm(java_cmd(), kafka_classpath())
         cluster_file = self.home / "cluster_id"
         if not cluster_file.exists():
-            cluster_file.write_text(stack.new_cluster_id())
+            cluster_file.write_text(new_cluster_id())
         cluster_id = cluster_file.read_text().strip()
         for node in self.nodes:
             if self.pid(node) is not None:
                 continue
             data = self.home / f"node{node.node_id}" / "data"
-            props = stack.write_kafka_properties(
+            props = write_kafka_properties(
                 self.home / f"node{node.node_id}" / "server.properties",
                 node.node_id,
                 node.port,
@@ -90,8 +99,8 @@ class KafkaCluster:
                 voters,
                 self.replicas,
             )
-            stack.format_kafka_storage(jvm, data, props, cluster_id)
-            stack.spawn(node.name, [*jvm, "kafka.Kafka", str(props)], logs=self.logs, run=self.run)
+            format_kafka_storage(jvm, data, props, cluster_id)
+            spawn(node.name, [*jvm, "kafka.Kafka", str(props)], logs=self.logs, run=self.run)
         self.wait_for_brokers(len(self.nodes), timeout)
         return self.bootstrap
 
@@ -109,8 +118,8 @@ class KafkaCluster:
             except Exception:  # noqa: BLE001 - not ready yet during start-up polling
                 pass
             time.sleep(0.5)
-        tails = "\n".join(f"--- {n.name}\n{stack.log_tail(n.name, 8, self.logs)}" for n in self.nodes)
-        raise stack.StackError(f"the Kafka cluster did not list {count} brokers within {timeout:.0f}s:\n{tails}")
+        tails = "\n".join(f"--- {n.name}\n{log_tail(n.name, 8, self.logs)}" for n in self.nodes)
+        raise StackError(f"the Kafka cluster did not list {count} brokers within {timeout:.0f}s:\n{tails}")
 
     def kill(self, node_id: int) -> None:
         """SIGKILL one node (no clean shutdown: its partitions' leadership moves when the controller notices)."""
@@ -119,7 +128,7 @@ class KafkaCluster:
         if pid is not None:
             os.killpg(pid, signal.SIGKILL)
             for _ in range(100):
-                if not stack.pid_alive(pid):
+                if not pid_alive(pid):
                     break
                 time.sleep(0.05)
 
@@ -130,7 +139,24 @@ class KafkaCluster:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(pid, signal.SIGTERM)
         for node, pid in running:
-            stack.stop_pid(node.name, pid, run=self.run)
+            stop_pid(node.name, pid, run=self.run)
+
+
+# --------------------------------------------------------------------------- the stack's cluster
+
+
+def start_kafka_cluster(nodes: int) -> str:
+    """A local KRaft cluster of ``nodes`` nodes in ``.stack/kafka-cluster``; returns its bootstrap servers."""
+    started = time.monotonic()
+    cluster = KafkaCluster(STACK / "kafka-cluster", nodes)
+    bootstrap = cluster.up()
+    log(f"kafka: cluster of {len(cluster.nodes)} nodes on {bootstrap} ({time.monotonic() - started:.1f}s)")
+    return bootstrap
+
+
+def stop_kafka_cluster() -> None:
+    if (STACK / "kafka-cluster" / "nodes.json").exists():
+        KafkaCluster(STACK / "kafka-cluster").down()
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -145,7 +171,7 @@ def main(argv: list[str] | None = None) -> int:
             print(cluster.up())
         else:
             cluster.down()
-    except stack.StackError as exc:
+    except StackError as exc:
         print(f"[kafka-cluster] ERROR: {exc}", file=sys.stderr)
         return 1
     return 0

@@ -6,8 +6,8 @@ import socket
 
 import pytest
 
+import airflow_stack
 import celery_stack
-import stack
 import worker_hostname
 
 
@@ -45,6 +45,6 @@ def test_a_missing_redis_without_root_names_the_command_to_run(monkeypatch: pyte
 
 
 def test_an_unknown_executor_is_refused(monkeypatch: pytest.MonkeyPatch):
-    monkeypatch.setattr(stack, "load_state", lambda: {"env": {}})
-    with pytest.raises(stack.StackError, match="unknown executor 'kubernetes'"):
-        stack.airflow_up("kubernetes", 2)
+    monkeypatch.setattr(airflow_stack, "load_state", lambda: {"env": {}})
+    with pytest.raises(airflow_stack.StackError, match="unknown executor 'kubernetes'"):
+        airflow_stack.airflow_up("kubernetes", 2)

@@ -1,4 +1,5 @@
-"""dev/stack.py's handling of bad situations, without starting any service."""
+"""dev/stack.py's handling of bad situations, without starting any service (each name patched and called in the
+module of dev/ that defines it: stack_common, kafka_server, postgres_stack, airflow_stack, pg_server)."""
 
 from __future__ import annotations
 
@@ -9,12 +10,16 @@ from pathlib import Path
 
 import pytest
 
-import stack
+import airflow_stack
+import kafka_server
+import postgres_stack
+import stack_common
+from pg_server import write_private
 
 
 @pytest.fixture
 def stack_dir(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
-    monkeypatch.setattr(stack, "RUN", tmp_path)
+    monkeypatch.setattr(stack_common, "RUN", tmp_path)
     return tmp_path
 
 
@@ -25,7 +30,7 @@ def test_a_taken_preferred_port_is_replaced_by_a_free_one(monkeypatch, capsys):
         taken = busy.getsockname()[1]
         monkeypatch.setenv("CRAWLER_OPS_SOURCE_PORT", str(taken))
 
-        chosen = stack.choose_port("source", [])
+        chosen = stack_common.choose_port("source", [])
 
     assert chosen != taken
     assert f"port {taken} is taken by another program; using free port {chosen}" in capsys.readouterr().out
@@ -34,7 +39,7 @@ def test_a_taken_preferred_port_is_replaced_by_a_free_one(monkeypatch, capsys):
 def test_a_stale_pid_file_is_detected_and_removed(stack_dir, capsys):
     (stack_dir / "kafka.pid").write_text("999999999")
 
-    assert stack.running_pid("kafka") is None
+    assert stack_common.running_pid("kafka") is None
     assert not (stack_dir / "kafka.pid").exists()
     assert "removing stale pid file" in capsys.readouterr().out
 
@@ -42,22 +47,22 @@ def test_a_stale_pid_file_is_detected_and_removed(stack_dir, capsys):
 def test_our_own_live_process_is_recognised(stack_dir):
     (stack_dir / "source.pid").write_text(str(os.getpid()))
 
-    assert stack.running_pid("source") == os.getpid()
+    assert stack_common.running_pid("source") == os.getpid()
 
 
 def test_missing_java_names_what_to_install(monkeypatch, tmp_path):
     monkeypatch.setenv("PATH", str(tmp_path))
 
-    with pytest.raises(stack.StackError, match=r"Java 17 or newer is needed.*apt-get install openjdk-17"):
-        stack.java_cmd()
+    with pytest.raises(stack_common.StackError, match=r"Java 17 or newer is needed.*apt-get install openjdk-17"):
+        kafka_server.java_cmd()
 
 
 def test_missing_maven_names_what_to_install(monkeypatch, tmp_path):
-    monkeypatch.setattr(stack, "KAFKA_DIR", tmp_path)
+    monkeypatch.setattr(kafka_server, "KAFKA_DIR", tmp_path)
     monkeypatch.setenv("PATH", str(tmp_path))
 
-    with pytest.raises(stack.StackError, match=r"Maven is needed.*apt-get install maven"):
-        stack.kafka_classpath()
+    with pytest.raises(stack_common.StackError, match=r"Maven is needed.*apt-get install maven"):
+        kafka_server.kafka_classpath()
 
 
 def test_an_unreachable_external_postgres_fails_fast_with_a_clear_error(monkeypatch):
@@ -65,8 +70,8 @@ def test_an_unreachable_external_postgres_fails_fast_with_a_clear_error(monkeypa
     monkeypatch.setenv("CRAWLER_OPS_PG_URI", "postgresql://postgres@10.255.255.1:5432/crawler")
     started = time.monotonic()
 
-    with pytest.raises(stack.StackError, match="cannot connect to CRAWLER_OPS_PG_URI within 5s"):
-        stack.start_postgres(stack.Ports(1, 2, 3, 4))
+    with pytest.raises(stack_common.StackError, match="cannot connect to CRAWLER_OPS_PG_URI within 5s"):
+        postgres_stack.start_postgres(stack_common.Ports(1, 2, 3, 4))
 
     assert time.monotonic() - started < 15
 
@@ -75,7 +80,7 @@ def test_kafka_cluster_ids_never_start_with_a_dash_and_hold_a_uuid():
     import base64
     import uuid
 
-    ids = [stack.new_cluster_id() for _ in range(5_000)]
+    ids = [kafka_server.new_cluster_id() for _ in range(5_000)]
 
     assert not [i for i in ids if i.startswith("-")], "the storage tool would read it as an option"
     assert all(len(base64.urlsafe_b64decode(i + "==")) == 16 for i in ids)
@@ -85,8 +90,8 @@ def test_kafka_cluster_ids_never_start_with_a_dash_and_hold_a_uuid():
 
 def test_the_scheduler_and_triggerer_serve_no_logs_on_every_interface():
     for service in ("scheduler", "triggerer"):
-        assert stack.airflow_service_args(service, 1) == [service, "--skip-serve-logs"]
-    assert stack.airflow_service_args("api-server", 8080) == ["api-server", "-H", "127.0.0.1", "-p", "8080"]
+        assert airflow_stack.airflow_service_args(service, 1) == [service, "--skip-serve-logs"]
+    assert airflow_stack.airflow_service_args("api-server", 8080) == ["api-server", "-H", "127.0.0.1", "-p", "8080"]
 
 
 def test_files_with_secrets_are_private_even_when_they_existed_before(tmp_path: Path):
@@ -94,7 +99,7 @@ def test_files_with_secrets_are_private_even_when_they_existed_before(tmp_path: 
     path.write_text("old")
     path.chmod(0o644)
 
-    stack.write_private(path, "export SECRET=x\n")
+    write_private(path, "export SECRET=x\n")
 
     assert path.read_text() == "export SECRET=x\n" and path.stat().st_mode & 0o777 == 0o600
 
@@ -106,12 +111,12 @@ def test_a_stack_made_before_passwords_keeps_its_trust_login_and_its_folder_mode
     (folder / "pg" / "data").mkdir(parents=True)
     (folder / "pg" / "data" / "PG_VERSION").write_text("18\n")
     folder.chmod(0o755)  # its PostgreSQL user passes through it
-    monkeypatch.setattr(stack, "STACK", folder)
-    monkeypatch.setattr(stack, "LOGS", folder / "logs")
-    monkeypatch.setattr(stack, "RUN", folder / "run")
-    monkeypatch.setattr(stack.os, "umask", lambda mask: 0o022)  # the test process keeps its own umask
+    monkeypatch.setattr(stack_common, "STACK", folder)
+    monkeypatch.setattr(stack_common, "LOGS", folder / "logs")
+    monkeypatch.setattr(stack_common, "RUN", folder / "run")
+    monkeypatch.setattr(stack_common.os, "umask", lambda mask: 0o022)  # the test process keeps its own umask
 
-    stack.make_stack_dir()
+    stack_common.make_stack_dir()
     server = EmbeddedPostgres(folder, 15432)
 
     assert server.legacy and server.home == folder / "pg" and not (folder / "postgres.password").exists()
@@ -123,11 +128,11 @@ def test_a_stack_folder_made_by_hand_is_made_private(monkeypatch, tmp_path: Path
     folder = tmp_path / ".stack"
     folder.mkdir(mode=0o755)
     folder.chmod(0o755)  # as `mkdir -p .stack` leaves it
-    monkeypatch.setattr(stack, "STACK", folder)
-    monkeypatch.setattr(stack, "LOGS", folder / "logs")
-    monkeypatch.setattr(stack, "RUN", folder / "run")
-    monkeypatch.setattr(stack.os, "umask", lambda mask: 0o022)
+    monkeypatch.setattr(stack_common, "STACK", folder)
+    monkeypatch.setattr(stack_common, "LOGS", folder / "logs")
+    monkeypatch.setattr(stack_common, "RUN", folder / "run")
+    monkeypatch.setattr(stack_common.os, "umask", lambda mask: 0o022)
 
-    stack.make_stack_dir()
+    stack_common.make_stack_dir()
 
     assert folder.stat().st_mode & 0o777 == 0o700
