@@ -54,7 +54,7 @@ fmt: $(STAMP)
 	$(BIN)/ruff format .
 	$(BIN)/ruff check --fix .
 
-# Every figure of the README's Performance section (12-20 minutes on 2 cores); BENCH_ARGS to change.
+# Every figure of docs/performance.md (12-20 minutes on 2 cores); BENCH_ARGS to change.
 BENCH_ARGS ?= --total 200000 --latencies 0,20,50,200 --totals 10000,100000,1000000 --skip-old-sleep \
 	--scheduler --scheduler-latency 50 --profile
 bench: stack-up
