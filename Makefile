@@ -59,7 +59,7 @@ docs: $(STAMP)
 	mkdir -p docs
 	$(BIN)/python -m crawler_ops config-reference > docs/configuration.md.tmp && mv docs/configuration.md.tmp docs/configuration.md
 
-# Every figure of the README's Performance section (12-20 minutes on 2 cores); BENCH_ARGS to change.
+# Every figure of docs/performance.md (12-20 minutes on 2 cores); BENCH_ARGS to change.
 BENCH_ARGS ?= --total 200000 --latencies 0,20,50,200 --totals 10000,100000,1000000 --skip-old-sleep \
 	--scheduler --scheduler-latency 50 --profile
 bench: stack-up
