@@ -66,9 +66,6 @@ class Window:
             return Verdict.KEEP
         return Verdict.EXPIRED if self.half_open else Verdict.BAD_DATE
 
-    def contains(self, moment: datetime) -> bool:
-        return self.verdict(moment) is Verdict.KEEP
-
 
 @dataclass(frozen=True)
 class DateRule:

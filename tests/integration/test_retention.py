@@ -18,7 +18,7 @@ import yaml
 
 from crawler_ops.config import load_config
 from crawler_ops.factory import build_maintenance_dags
-from crawler_ops.hooks.store import CrawlStoreHook
+from crawler_ops.hooks.retention import RetentionHook
 from tests.support import query
 
 pytestmark = pytest.mark.integration
@@ -77,7 +77,7 @@ def crawl_databases(pg_uri: str, unique_id: str, monkeypatch: pytest.MonkeyPatch
 
 def seed_crawl_rows(uri: str, conn_id: str, task: str) -> None:
     """Run history, error rows and batch rows of ``task``, some older than 30 days; deletions logged."""
-    store = CrawlStoreHook(conn_id, task)
+    store = RetentionHook(conn_id, task)
     with store.transaction() as cur:
         store.ensure_schema(cur)
     store.close()

@@ -114,10 +114,14 @@ class RunContext:
 
     # The clients are imported when a step asks for one: the DAG files import this module at parse time.
     def source(self) -> SourceApiHook:
+        """The source hook, paced by this process's limiter of the source connection, which shares the rate through
+        the task's crawler database."""
+        from crawler_ops.hooks.ratelimit import limiter_for
         from crawler_ops.hooks.source import SourceApiHook
 
         fields = head_fields(self.cfg.filter.date_fields, self.cfg.kafka.key_field)
-        return SourceApiHook(self.cfg.source, self.cfg.id, self.cfg.source_task, fields, self.cfg.postgres_conn_id)
+        limiter = limiter_for(self.cfg.source, self.cfg.postgres_conn_id)
+        return SourceApiHook(self.cfg.source, self.cfg.id, self.cfg.source_task, fields, limiter)
 
     def store(self) -> CrawlStoreHook:
         from crawler_ops.hooks.store import CrawlStoreHook

@@ -15,8 +15,8 @@ from psycopg import sql
 
 from crawler_ops.config import ExecutorTaskConfig
 from crawler_ops.errors import ConfigError, StatusTableError
-from crawler_ops.hooks import store
-from crawler_ops.hooks.store import CrawlerDbHook
+from crawler_ops.hooks import db
+from crawler_ops.hooks.db import CrawlerDbHook
 from crawler_ops.status_table import ExecutorRows, SourceParts, StatusTable, ensure_runs_table
 
 log = logging.getLogger(__name__)
@@ -73,7 +73,7 @@ def split_name(name: str) -> tuple[str, str]:
 
 def find_table(cur: psycopg.Cursor[Any], cfg: ExecutorTaskConfig, field: str, must_exist: bool) -> tuple[str, str]:
     schema, table = split_name(getattr(cfg, field))
-    found = store.find_table(cur, schema, table)
+    found = db.find_table(cur, schema, table)
     if found is None:
         if must_exist:
             raise ConfigError(
@@ -91,7 +91,7 @@ def resolve_tables(cur: psycopg.Cursor[Any], cfg: ExecutorTaskConfig, *, prepare
         this once per run; workers and the CLI only read the catalog).
     """
     schema, table = find_table(cur, cfg, "source_table", must_exist=True)
-    columns = store.table_columns(cur, schema, table)
+    columns = db.table_columns(cur, schema, table)
 
     def column(name: str, field: str) -> str:
         found = columns.get(name.lower())

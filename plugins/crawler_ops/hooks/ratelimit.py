@@ -39,6 +39,7 @@ import psycopg
 
 from crawler_ops.config import SourceConfig
 from crawler_ops.errors import StatusTableError
+from crawler_ops.hooks.db import CrawlerDbHook, create_schema
 from crawler_ops.sqlfiles import read_sql
 
 log = logging.getLogger(__name__)
@@ -90,10 +91,8 @@ class SourceRateStore:
     """
 
     def __init__(self, postgres_conn_id: str, source: SourceConfig) -> None:
-        from crawler_ops.hooks.store import CrawlStoreHook
-
         assert source.requests_per_s is not None
-        self.hook = CrawlStoreHook(postgres_conn_id, f"source {source.conn_id}")
+        self.hook = CrawlerDbHook(postgres_conn_id, f"source {source.conn_id}")
         self.source = source
         self.ceiling = source.requests_per_s
 
@@ -116,7 +115,7 @@ class SourceRateStore:
             except psycopg.errors.UndefinedTable:
                 # A first request before any plan created the schema (plan asks for the total first).
                 with db.transaction(), db.cursor() as cur:
-                    self.hook.ensure_schema(cur)
+                    create_schema(cur)
                 db.execute(read_sql("ratelimit/add_source"), {"source": self.source.conn_id, "ceiling": self.ceiling})
         except BaseException:
             db.close()

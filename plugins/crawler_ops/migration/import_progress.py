@@ -19,13 +19,12 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from crawler_ops.config import CrawlTaskConfig, LoadedConfig, config_path
-from crawler_ops.hooks.store import CrawlStoreHook, Cursor
+from crawler_ops.hooks.db import CrawlerDbHook, Cursor
+from crawler_ops.hooks.progress_import import RUN_MODE, ProgressImportHook
 from crawler_ops.migration.old_status import CurrentProgress, ImportStep, OldProgress, plan_import, read_old_status
 from crawler_ops.status_table import STATUS_NAMES
 
 log = logging.getLogger(__name__)
-
-RUN_MODE = "import"
 
 
 class RolledBack(Exception):
@@ -91,12 +90,12 @@ def import_progress(path: Path, loaded: LoadedConfig, apply: bool = False, force
 @contextmanager
 def open_transaction(conn_id: str) -> Iterator[Cursor]:
     """A transaction on the crawler database ``conn_id``; its connection is closed when it ends."""
-    store = CrawlStoreHook(conn_id, "import-progress")
+    hook = CrawlerDbHook(conn_id, "import-progress")
     try:
-        with store.transaction() as cur:
+        with hook.transaction() as cur:
             yield cur
     finally:
-        store.close()
+        hook.close()
 
 
 def plan_on(
@@ -109,21 +108,21 @@ def plan_on(
 ) -> list[ImportStep]:
     """Lock the tasks of one crawler database (in id order, so two imports cannot deadlock), read their progress
     and open runs, and plan. A dry run creates nothing: without the schema every task is new."""
-    stores = {row.task_id: CrawlStoreHook(conn_id, row.task_id) for row in rows}
-    first = next(iter(stores.values()))
+    hooks = {row.task_id: ProgressImportHook(conn_id, row.task_id) for row in rows}
+    first = next(iter(hooks.values()))
     if apply:
         first.ensure_schema(cur)
     elif not first.schema_exists(cur):
         return plan_import(rows, {}, {}, force)
     current: dict[str, CurrentProgress] = {}
     open_runs: dict[str, list[str]] = {}
-    for task_id in sorted(stores):
-        store = stores[task_id]
-        store.lock(cur)
-        stored = store.progress_locked(cur)
+    for task_id in sorted(hooks):
+        hook = hooks[task_id]
+        hook.lock(cur)
+        stored = hook.progress_locked(cur)
         if stored is not None:
             current[task_id] = CurrentProgress(**stored)
-        open_runs[task_id] = store.open_runs(cur)
+        open_runs[task_id] = hook.open_runs(cur)
     return plan_import(rows, current, still_running(open_runs, tasks), force)
 
 
@@ -147,12 +146,11 @@ def still_running(open_runs: Mapping[str, list[str]], tasks: Mapping[str, CrawlT
 
 def record_import(cur: Cursor, step: ImportStep, task: CrawlTaskConfig, path: Path, stamp: datetime) -> None:
     """Write one task's imported progress and its record in the run history."""
-    store = CrawlStoreHook(task.postgres_conn_id, task.id)
+    hook = ProgressImportHook(task.postgres_conn_id, task.id)
     old, watermark = step.old, step.old.last_start_offset
     assert watermark is not None  # a 'set' step always has the old position
     run_id = f"import_progress__{stamp.isoformat()}"
-    dropped = store.import_progress(cur, run_id, watermark, old.total, old.filtered_count, old.produced_count)
-    store.start_run(cur, run_id, RUN_MODE, stamp, total=old.total, watermark=step.current.watermark)
+    dropped = hook.import_progress(cur, run_id, watermark, old.total, old.filtered_count, old.produced_count)
     note = (
         f"task {task.id}: progress imported from the old crawler service ({path.name}, row {old.row}, old status "
         f"{old.status}) by import-progress: {step.describe()}"
@@ -160,8 +158,7 @@ def record_import(cur: Cursor, step: ImportStep, task: CrawlTaskConfig, path: Pa
     if dropped:
         counts = ", ".join(f"{n} {STATUS_NAMES.get(s, s)}" for s, n in sorted(count_by(dropped).items()))
         note += f"; batch rows below the new watermark dropped: {counts}"
-    store.add_run_note(cur, run_id, note)
-    store.finish_run(cur, run_id, "success", watermark, [])
+    hook.record_import(cur, run_id, stamp, total=old.total, old=step.current.watermark, new=watermark, note=note)
     log.info("%s", note)
 
 

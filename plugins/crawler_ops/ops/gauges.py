@@ -22,7 +22,7 @@ from typing import Any
 from crawler_ops.config import CrawlTaskConfig, ExecutorTaskConfig, LoadedConfig
 from crawler_ops.executor import executor_hook
 from crawler_ops.executor.tables import resolve_tables
-from crawler_ops.hooks.store import CrawlStoreHook
+from crawler_ops.hooks.reports import CrawlReportHook
 from crawler_ops.ops.status import kafka_status, source_total
 from crawler_ops.telemetry import metrics
 
@@ -49,15 +49,15 @@ def stored_rows(tasks: Sequence[CrawlTaskConfig]) -> dict[str, dict[str, Any] | 
         by_db.setdefault(cfg.postgres_conn_id, []).append(cfg.id)
     found: dict[str, dict[str, Any] | str] = {}
     for conn_id, ids in by_db.items():
-        store = CrawlStoreHook(conn_id, "gauges")
+        reports = CrawlReportHook(conn_id, "gauges")
         try:
-            with store.transaction() as cur:
-                rows = store.gauge_rows(cur, ids)
+            with reports.transaction() as cur:
+                rows = reports.gauge_rows(cur, ids)
             found.update({task: rows.get(task, {}) for task in ids})
         except Exception as exc:  # noqa: BLE001 - counted as a scrape error of each task of this database
             found.update(dict.fromkeys(ids, f"PostgreSQL ({conn_id}): {type(exc).__name__}: {exc}"))
         finally:
-            store.close()
+            reports.close()
     return found
 
 

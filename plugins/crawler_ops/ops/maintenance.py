@@ -15,19 +15,19 @@ from __future__ import annotations
 import functools
 import logging
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any, Literal
+from typing import Any
 
 from psycopg import sql
 
 from crawler_ops.config import ExecutorTaskConfig, MaintenanceConfig
 from crawler_ops.errors import StatusTableError
 from crawler_ops.executor import executor_hook, find_table
-from crawler_ops.hooks.store import CrawlerDbHook, CrawlStoreHook, Cursor, table_columns
+from crawler_ops.hooks.db import CrawlerDbHook, Cursor, table_columns
+from crawler_ops.hooks.retention import PrunedTable, RetentionHook
 from crawler_ops.status_table import StatusTable
 
 log = logging.getLogger(__name__)
 DAY_S = 86_400
-PrunedTable = Literal["runs", "errors", "batches"]
 
 
 def delete_in_batches(hook: CrawlerDbHook, delete: Callable[[Cursor], int], limit: int, label: str) -> int:
@@ -50,7 +50,7 @@ def crawl_databases(cfg: MaintenanceConfig, conn_ids: Iterable[str]) -> list[str
 
 def prune_crawl_table(cfg: MaintenanceConfig, conn_id: str, name: PrunedTable, keep_days: float) -> int:
     """Prune one crawler_ops table (run history, errors or done batch rows) in the database of ``conn_id``."""
-    hook = CrawlStoreHook(conn_id, "maintenance")
+    hook = RetentionHook(conn_id, "maintenance")
     try:
         with hook.transaction() as cur:
             hook.ensure_schema(cur)

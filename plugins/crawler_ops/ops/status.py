@@ -22,8 +22,8 @@ from crawler_ops.config import CrawlTaskConfig, LoadedConfig
 from crawler_ops.executor import executor_status
 from crawler_ops.hooks.deadline import deadline
 from crawler_ops.hooks.producer import IdempotentProducerHook
+from crawler_ops.hooks.reports import CrawlReportHook
 from crawler_ops.hooks.source import SourceApiHook
-from crawler_ops.hooks.store import CrawlStoreHook
 from crawler_ops.results import RECORD_COUNTERS
 from crawler_ops.status_table import STATUS_NAMES
 
@@ -170,14 +170,14 @@ def task_row(
 
 def stored_status(cfg: CrawlTaskConfig) -> dict[str, Any]:
     """Watermark and counters, batch rows by status, the last run and recent errors from PostgreSQL."""
-    store = CrawlStoreHook(cfg.postgres_conn_id, cfg.id)
+    reports = CrawlReportHook(cfg.postgres_conn_id, cfg.id)
     try:
-        with store.transaction() as cur:
-            view = store.status_view(cur)
+        with reports.transaction() as cur:
+            view = reports.status_view(cur)
     except Exception as exc:  # noqa: BLE001 - one task's database problem must not hide the others
         return {"status": "unknown", "db_error": f"{type(exc).__name__}: {exc}"}
     finally:
-        store.close()
+        reports.close()
     if view is None:
         return {"status": "never run", "watermark": None}
     progress = view["progress"] or {"status": "never run", "watermark": None}
@@ -194,14 +194,14 @@ def stored_status(cfg: CrawlTaskConfig) -> dict[str, Any]:
 def run_history(cfg: CrawlTaskConfig) -> dict[str, Any]:
     """The run in progress (``current_run``: batches done of planned, percent) and the last
     :data:`HISTORY_RUNS` finished runs (``runs``, oldest first) with their records per second; or ``error``."""
-    store = CrawlStoreHook(cfg.postgres_conn_id, cfg.id)
+    reports = CrawlReportHook(cfg.postgres_conn_id, cfg.id)
     try:
-        with store.transaction() as cur:
-            found = store.run_history(cur, HISTORY_RUNS)
+        with reports.transaction() as cur:
+            found = reports.run_history(cur, HISTORY_RUNS)
     except Exception as exc:  # noqa: BLE001 - shown on the task's row, like the other database errors
         return {"current_run": None, "runs": [], "error": f"{type(exc).__name__}: {exc}"}
     finally:
-        store.close()
+        reports.close()
     if found is None:
         return {"current_run": None, "runs": []}
     current = found["current_run"]

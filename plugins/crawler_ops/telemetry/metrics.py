@@ -5,7 +5,7 @@ Names carry the task, so plain StatsD (which drops tags) can tell tasks apart; t
 which are also what ``include/deploy/monitoring/statsd_mapping.yml`` and the Grafana dashboard are checked
 against:
 
-- ``crawler_ops.<task>.<counter>``, counters per finished batch (:data:`COUNTERS`);
+- ``crawler_ops.<task>.<counter>``, counters per finished batch (:data:`~crawler_ops.results.METRIC_COUNTERS`);
 - ``crawler_ops.<task>.<gauge>``, per crawl task (:data:`TASK_GAUGES`), and
   ``crawler_ops.<task>.consumer_lag.<group>`` per configured consumer group (:data:`GROUP_GAUGES`);
 - ``crawler_ops_executor.<name>.rows.<status>`` and ``crawler_ops_executor.<name>.<gauge>`` per executor
@@ -27,7 +27,6 @@ from crawler_ops.status_table import STATUS_NAMES
 
 log = logging.getLogger(__name__)
 
-COUNTERS = METRIC_COUNTERS
 TASK_GAUGES = (
     "backlog",  # records not crawled yet: the source's total (live when it answered, else stored) - the watermark
     "total",  # the total stored by the last commit
@@ -66,7 +65,7 @@ def executor_metric(executor: str, name: str, status: str | None = None) -> str:
 
 def emitted_names(task_id: str, group: str, executor: str) -> list[str]:
     """Every name the package emits, for one crawl task with one consumer group and one executor."""
-    names = [task_metric(task_id, name) for name in (*COUNTERS, *TASK_GAUGES)]
+    names = [task_metric(task_id, name) for name in (*METRIC_COUNTERS, *TASK_GAUGES)]
     names += [task_metric(task_id, name, group) for name in GROUP_GAUGES]
     names += [executor_metric(executor, "rows", status) for status in EXECUTOR_ROW_STATUSES]
     return names + [executor_metric(executor, name) for name in EXECUTOR_GAUGES]

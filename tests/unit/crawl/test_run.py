@@ -49,3 +49,20 @@ def test_a_run_that_moves_the_watermark_keeps_records_newer_than_its_reference(r
     assert window.end >= datetime.now(UTC), "bounded by the wall clock plus the tolerance, not by the reference"
     assert window.verdict(END + timedelta(days=2)) is Verdict.KEEP
     assert window.verdict(datetime.now(UTC) + timedelta(days=2)) is Verdict.BAD_DATE
+
+
+def test_the_run_hands_its_source_hook_the_process_limiter_of_the_source_connection() -> None:
+    from crawler_ops.hooks import ratelimit
+
+    run = RunContext.from_airflow(CFG, context("scheduled"))
+    first, second = run.source(), run.source()
+    try:
+        assert first.limiter is not None
+        assert first.limiter is ratelimit.limiter_for(CFG.source, CFG.postgres_conn_id), "the process's one limiter"
+        assert second.limiter is first.limiter
+        assert first.limiter.users == 2
+    finally:
+        first.close()
+        second.close()
+        ratelimit._limiters.clear()
+    assert first.limiter.users == 0

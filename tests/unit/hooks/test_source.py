@@ -368,7 +368,7 @@ def test_every_request_waits_for_the_limiter_and_a_429_or_retry_after_slows_ever
     assert hook.limiter.throttles == throttled
 
 
-def test_a_hook_without_a_crawler_database_is_not_limited(fake, connection):
+def test_a_hook_given_no_limiter_is_not_limited(fake, connection):
     fake.replies = [count_body(3)]
 
     assert make_hook().limiter is None

@@ -13,6 +13,7 @@ import pytest
 import yaml
 
 from crawler_ops.ops.gauges import task_gauges
+from crawler_ops.results import METRIC_COUNTERS
 from crawler_ops.telemetry import metrics
 from tests.support import make_task
 
@@ -89,14 +90,14 @@ def test_every_emitted_name_is_mapped_with_its_task_and_group_as_labels(mappings
         part = stat.split(".")
         if stat.startswith(f"{metrics.TASK_PREFIX}."):
             assert labels["task_id"] == metrics.name_part(TASK) == part[1], stat
-            kind = "counter" if part[2] in metrics.COUNTERS else "gauge"
+            kind = "counter" if part[2] in METRIC_COUNTERS else "gauge"
             assert mapping["match_metric_type"] == kind, stat
         else:
             assert labels["executor"] == metrics.name_part(EXECUTOR), stat
             assert mapping["match_metric_type"] == "gauge", stat
     lag = produced[metrics.task_metric(TASK, "consumer_lag", GROUP)][1]
     assert lag == {"task_id": "jobs__beijing", "group": "jobs_beijing__downstream_sample"}
-    counters = [produced[metrics.task_metric(TASK, c)][0] for c in metrics.COUNTERS]
+    counters = [produced[metrics.task_metric(TASK, c)][0] for c in METRIC_COUNTERS]
     assert all(name.endswith("_total") for name in counters), "Prometheus counters end in _total"
 
 

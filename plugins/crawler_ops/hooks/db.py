@@ -1,0 +1,103 @@
+"""The crawler database in PostgreSQL: one connection per hook, transactions, the ``crawler_ops`` schema and catalog
+lookups, shared by the hooks of each client (:mod:`~crawler_ops.hooks.store` for the crawl steps,
+:mod:`~crawler_ops.hooks.reports`, :mod:`~crawler_ops.hooks.retention`, :mod:`~crawler_ops.hooks.progress_import`,
+and the executor DAGs, which use :class:`CrawlerDbHook` itself).
+
+Every statement lives in ``include/sql/<name>.sql`` with bound parameters only. One calling convention: each method
+that reads or writes takes the cursor of a transaction the caller opened (``with hook.transaction() as cur``), so the
+caller decides what commits together.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from functools import cached_property
+from typing import Any, cast
+
+import psycopg
+from airflow.providers.postgres.hooks.postgres import PostgresHook
+
+from crawler_ops.errors import StatusTableError
+from crawler_ops.sqlfiles import read_sql
+
+Cursor = psycopg.Cursor[Any]
+
+
+def fetch_dict(cur: Cursor, statement: str, params: dict[str, Any]) -> dict[str, Any] | None:
+    """The first row of ``statement`` as a dict by column name (None when there is no row)."""
+    row = cur.execute(statement, params).fetchone()
+    if row is None:
+        return None
+    return dict(zip([d.name for d in cur.description or ()], row, strict=True))
+
+
+def fetch_rows(cur: Cursor, statement: str, params: dict[str, Any]) -> list[dict[str, Any]]:
+    """Every row of ``statement`` as a dict by column name."""
+    rows = cur.execute(statement, params).fetchall()
+    names = [d.name for d in cur.description or ()]
+    return [dict(zip(names, row, strict=True)) for row in rows]
+
+
+def create_schema(cur: Cursor) -> None:
+    """Create or upgrade the ``crawler_ops`` schema (idempotent; concurrent callers wait for each other)."""
+    cur.execute(read_sql("lock_schema"))
+    cur.execute(read_sql("schema"))
+
+
+def schema_exists(cur: Cursor) -> bool:
+    return cur.execute(read_sql("view/schema_exists")).fetchone() is not None
+
+
+def find_table(cur: Cursor, schema: str, table: str) -> tuple[str, str] | None:
+    """The catalog's spelling of ``schema.table`` (exact match first, then case-insensitive), None if absent."""
+    row = cur.execute(read_sql("executor/find_table"), {"schema": schema, "table": table}).fetchone()
+    return None if row is None else (str(row[0]), str(row[1]))
+
+
+def table_columns(cur: Cursor, schema: str, table: str) -> dict[str, str]:
+    """The columns of ``schema.table``: lower-cased name -> the catalog's spelling."""
+    rows = cur.execute(read_sql("executor/table_columns"), {"schema": schema, "table": table}).fetchall()
+    return {str(r[0]).lower(): str(r[0]) for r in rows}
+
+
+class CrawlerDbHook(PostgresHook):
+    """A :class:`PostgresHook` with one connection, transactions, and errors that name the task.
+
+    :param postgres_conn_id: Airflow connection of the crawler database.
+    :param task_id: the crawl or executor task the work is for (``task_name`` in status tables).
+    """
+
+    def __init__(self, postgres_conn_id: str, task_id: str) -> None:
+        super().__init__(postgres_conn_id=postgres_conn_id)
+        self.task_id = task_id
+
+    @cached_property
+    def db(self) -> psycopg.Connection:
+        try:
+            return cast(psycopg.Connection, self.get_conn())
+        except psycopg.OperationalError as exc:
+            raise StatusTableError(
+                f"task {self.task_id}: cannot connect to PostgreSQL (connection '{self.postgres_conn_id}'): {exc}"
+            ) from exc
+
+    def close(self) -> None:
+        """Close the connection if one was opened."""
+        db = self.__dict__.pop("db", None)
+        if db is not None:
+            db.close()
+
+    @contextmanager
+    def transaction(self, lock: bool = False) -> Iterator[Cursor]:
+        """A transaction; with ``lock``, serialised against other transactions that lock this task."""
+        try:
+            with self.db.transaction(), self.db.cursor() as cur:
+                if lock:
+                    self.lock(cur)
+                yield cur
+        except psycopg.OperationalError as exc:
+            raise StatusTableError(f"task {self.task_id}: PostgreSQL failed: {exc}") from exc
+
+    def lock(self, cur: Cursor) -> None:
+        """Serialise this transaction against the task's plans and commits (held until it ends)."""
+        cur.execute(read_sql("lock_task"), {"task": self.task_id})
