@@ -26,7 +26,7 @@ from psycopg.types.json import Jsonb
 
 from crawler_ops.errors import StatusTableError
 from crawler_ops.planning import Batch
-from crawler_ops.results import BatchOutcome, DeadLetter
+from crawler_ops.results import BatchOutcome, DeadLetter, RunRecord
 from crawler_ops.sqlfiles import read_sql
 from crawler_ops.status_table import DONE, PARKED, PENDING, StatusTable
 
@@ -175,8 +175,9 @@ class CrawlStoreHook(CrawlerDbHook):
         params = {"total": None, "watermark": None, "planned": 0, **fields}
         cur.execute(read_sql("start_run"), {"task": self.task_id, "run_id": run_id, "mode": mode, "ref": ref, **params})
 
-    def read_run(self, cur: Cursor, run_id: str) -> dict[str, Any] | None:
-        return fetch_dict(cur, read_sql("select_run"), {"task": self.task_id, "run_id": run_id})
+    def read_run(self, cur: Cursor, run_id: str) -> RunRecord | None:
+        row = fetch_dict(cur, read_sql("select_run"), {"task": self.task_id, "run_id": run_id})
+        return None if row is None else RunRecord.from_row(row)
 
     def add_batch_counts(self, cur: Cursor, run_id: str, outcome: BatchOutcome) -> int:
         """Add a finished batch's counts to its run; returns the run's shared first-crawl expiry cutoff."""
