@@ -172,7 +172,15 @@ def close_abandoned_run(cfg: CrawlTaskConfig, run_id: str, reason: str) -> RunSu
     if record is None:  # cancel_run has just closed it in this transaction: it is there
         return None
     return run_summary(
-        cfg, run_id, record.ref_time, record, status="failed", planned=record.planned, old=old, new=old, errors=record.errors
+        cfg,
+        run_id,
+        record.ref_time,
+        record,
+        status="failed",
+        planned=record.planned,
+        old=old,
+        new=old,
+        errors=record.errors,
     )
 
 
@@ -188,10 +196,14 @@ def failed_plan_summary(run: RunContext) -> RunSummary:
             log.exception("task %s: could not read the run record of the failed plan", run.cfg.id)
         finally:
             store.close()
-    errors = list(record.errors if record else ()) or ["the plan task failed before it could record the run; see its log"]
+    errors = list(record.errors if record else ()) or [
+        "the plan task failed before it could record the run; see its log"
+    ]
     old = record.old_watermark if record else None
     planned = record.planned if record else 0
-    return run_summary(run.cfg, run.run_id, run.ref, record, status="failed", planned=planned, old=old, new=old, errors=errors)
+    return run_summary(
+        run.cfg, run.run_id, run.ref, record, status="failed", planned=planned, old=old, new=old, errors=errors
+    )
 
 
 def notify_commit_crash(cfg: CrawlTaskConfig, run_id: str, exc: BaseException) -> None:

@@ -84,22 +84,25 @@ class RunParams:
     def airflow_params(cls) -> dict[str, Param]:
         """The crawl DAG's Params: the trigger form, and the JSON schema Airflow checks a run's conf against."""
         return {
-            f.name: Param(f.default, description=f.metadata["description"], **f.metadata["schema"])
-            for f in fields(cls)
+            f.name: Param(f.default, description=f.metadata["description"], **f.metadata["schema"]) for f in fields(cls)
         }
 
     @classmethod
     def reference_table(cls) -> str:
         """The run-parameter table of ``docs/operators-guide.md`` (Markdown)."""
-        rows = [f"| `{f.name}` | {schema_text(f.metadata['schema'])} | {f.metadata['description']} |" for f in fields(cls)]
+        rows = [
+            f"| `{f.name}` | {schema_text(f.metadata['schema'])} | {f.metadata['description']} |" for f in fields(cls)
+        ]
         return "\n".join(["| param | type | effect |", "|---|---|---|", *rows]) + "\n"
 
     @classmethod
     def from_params(cls, params: Mapping[str, Any], task_label: str) -> RunParams:
         """The run's params (missing ones at their defaults); invalid combinations raise :class:`ConfigError`."""
-        values = {f.name: params.get(f.name, f.default) for f in fields(cls)}
-        # A switch given as null is off.
-        run = cls(**{f.name: bool(values[f.name]) if isinstance(f.default, bool) else values[f.name] for f in fields(cls)})
+        values: dict[str, Any] = {}
+        for f in fields(cls):
+            value = params.get(f.name, f.default)
+            values[f.name] = bool(value) if isinstance(f.default, bool) else value  # a switch given as null is off
+        run = cls(**values)
         if (run.replay_from is None) != (run.replay_to is None):
             raise ConfigError(f"task {task_label}: give both replay_from and replay_to, or neither")
         if run.replay and not 0 <= run.replay_from < run.replay_to:  # type: ignore[operator]

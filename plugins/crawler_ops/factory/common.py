@@ -12,6 +12,7 @@ from airflow.sdk import DAG, CronDataIntervalTimetable, get_parsing_context, tas
 from airflow.sdk.exceptions import AirflowFailException
 
 from crawler_ops.config import SPECIAL_SCHEDULES, CrawlTaskConfig, DagSettings, ExecutorTaskConfig, broken_dag_id
+
 # The steps' failure policy, also that of the executor DAG's tasks (and ``crawler_ops.factory``'s name for it).
 from crawler_ops.operators.failures import no_retry_for_permanent_errors as no_retry_for_permanent_errors
 

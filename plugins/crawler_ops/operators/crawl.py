@@ -164,7 +164,9 @@ class CommitCrawlOperator(CrawlStepOperator):
         try:
             run = self.run_of(context)
         except AirflowFailException as exc:
-            notify_run(cfg.notify, cfg.id, "failure", {"task": cfg.id, "run_id": context["run_id"], "errors": [str(exc)]})
+            notify_run(
+                cfg.notify, cfg.id, "failure", {"task": cfg.id, "run_id": context["run_id"], "errors": [str(exc)]}
+            )
             raise
         if planned is None:
             summary = failed_plan_summary(run)

@@ -1,4 +1,4 @@
-"""Unit tests of crawler_ops.operators.failures that need no DAG run: which errors fail a task without Airflow's retries."""
+"""Unit tests of crawler_ops.operators.failures that need no DAG run: which errors fail a task without retries."""
 
 from __future__ import annotations
 
