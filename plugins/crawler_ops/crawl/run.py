@@ -20,9 +20,21 @@ if TYPE_CHECKING:
     from crawler_ops.hooks.store import CrawlStoreHook
 
 
-def run_param(default: Any, description: str, **schema: Any) -> Any:
+def run_param(
+    default: Any,
+    description: str,
+    *,
+    kind: str | list[str],
+    minimum: float | None = None,
+    exclusive_minimum: float | None = None,
+) -> Any:
     """A field of :class:`RunParams` with what the DAG's trigger form and the operators' guide show of it: its JSON
-    schema (``type``, bounds) and its description."""
+    schema (``kind`` is its ``type``; the bounds) and its description."""
+    schema: dict[str, Any] = {"type": kind}
+    if minimum is not None:
+        schema["minimum"] = minimum
+    if exclusive_minimum is not None:
+        schema["exclusiveMinimum"] = exclusive_minimum
     return field(default=default, metadata={"schema": schema, "description": description})
 
 
@@ -33,46 +45,46 @@ class RunParams:
     checked by a test) are generated from these fields."""
 
     reset: bool = run_param(
-        False, "forget the watermark and status rows; crawl from scratch (a first crawl)", type="boolean"
+        False, "forget the watermark and status rows; crawl from scratch (a first crawl)", kind="boolean"
     )
     dry_run: bool = run_param(
         False,
         "fetch and filter only; publish nothing, commit nothing; the summary is the commit task's return value",
-        type="boolean",
+        kind="boolean",
     )
     max_batches: int | None = run_param(
         None,
         "crawl at most the newest N planned batches; the watermark moves only as far as contiguous done batches allow",
-        type=["null", "integer"],
+        kind=["null", "integer"],
         minimum=1,
     )
     filter_days: float | None = run_param(
         None,
         "override `filter.days` (days before the reference time) for this run",
-        type=["null", "number"],
-        exclusiveMinimum=0,
+        kind=["null", "number"],
+        exclusive_minimum=0,
     )
     replay_from: int | None = run_param(
         None,
         "re-crawl offsets `[replay_from, replay_to)` through the filter into Kafka; the watermark and status rows "
         "are untouched",
-        type=["null", "integer"],
+        kind=["null", "integer"],
         minimum=0,
     )
     replay_to: int | None = run_param(
-        None, "end (exclusive) of the replay range; give both ends or neither", type=["null", "integer"], minimum=1
+        None, "end (exclusive) of the replay range; give both ends or neither", kind=["null", "integer"], minimum=1
     )
     skip_parked: bool = run_param(
         False,
         "let the watermark pass the task's parked batches (their records are not published); each skip is an "
         "error row of the run",
-        type="boolean",
+        kind="boolean",
     )
     confirm_total: int | None = run_param(
         None,
         "accept this source total although it is more than `total_jump_factor` times the last known one (it must "
         "be the total the source reports now)",
-        type=["null", "integer"],
+        kind=["null", "integer"],
         minimum=0,
     )
 

@@ -139,7 +139,8 @@ class CommitCrawlOperator(CrawlStepOperator):
     (retrying the commit cannot finish batches), after one failure webhook; a crash of the commit itself closes
     the run record and notifies only on its last try.
 
-    :param plan_task_id: the task whose XCom holds the plan; :param chunk_task_id: the mapped chunk task's.
+    :param plan_task_id: the task whose XCom holds the plan.
+    :param chunk_task_id: the mapped task whose XComs hold the chunks' results.
     """
 
     def __init__(
