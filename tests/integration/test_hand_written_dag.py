@@ -2,7 +2,8 @@
 ``dag.test()`` on the real stack: it crawls, commits, announces, and its own task reads the run summary.
 
 ``dag.test()`` runs a DAG that a DAG bundle holds: the test adds the DAG file's folder as a second bundle for its
-duration, and deletes the DAG from the metadata DB afterwards."""
+duration, and deletes the DAG from the metadata DB afterwards. The DAG is paused at creation, so a scheduler still
+running from another test never queues its task instances while ``dag.test()`` runs them."""
 
 from __future__ import annotations
 

@@ -26,6 +26,8 @@ def build_crawl_by_hand(cfg: CrawlTaskConfig) -> DAG:
         start_date=datetime(2026, 1, 1, tzinfo=UTC),
         catchup=False,
         max_active_runs=1,
+        # Paused until someone unpauses it: it shares its task's watermark with the factory's crawl_<id>.
+        is_paused_upon_creation=True,
         params=RunParams.airflow_params(),
         tags=["crawler_ops", "crawl", "hand-written"],
         default_args={"retries": 0},
