@@ -120,9 +120,9 @@ def run_chunk(args: argparse.Namespace, admin: SourceAdmin, parts: PARTS) -> tup
     """A fresh data set, its first crawl planned into one chunk, the chunk crawled; its result and CPU."""
     from crawler_ops.config import CrawlTaskConfig
     from crawler_ops.crawl.chunk import crawl_chunk
-    from crawler_ops.crawl.plan import chunk_payload, ensure_topics
+    from crawler_ops.crawl.plan import ensure_topics
     from crawler_ops.crawl.run import RunContext, RunParams
-    from crawler_ops.planning import chunk_batches, plan_batches
+    from crawler_ops.planning import ChunkPlan, chunk_batches, plan_batches
 
     name = f"bench_{secrets.token_hex(4)}"
     ds = admin.create(name, args.total, args.share, 1000)
@@ -151,7 +151,7 @@ def run_chunk(args: argparse.Namespace, admin: SourceAdmin, parts: PARTS) -> tup
     cpu: dict[str, float] = {}
     with cpu_used(cpu):
         started = time.perf_counter()
-        result = crawl_chunk(run, chunk_payload(chunk_batches(batches, 1, 1)[0], True))
+        result = crawl_chunk(run, ChunkPlan.of(chunk_batches(batches, 1, 1)[0], early_stop=True))
         cpu["wall"] = time.perf_counter() - started
     return result, cpu
 

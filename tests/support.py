@@ -24,6 +24,7 @@ import yaml
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
 from crawler_ops.config import CrawlTaskConfig, ExecutorTaskConfig
+from crawler_ops.planning import ChunkPlan
 
 
 class DemoSource:
@@ -187,7 +188,7 @@ def spawn_chunk(
     cfg: CrawlTaskConfig,
     run_id: str,
     ref: datetime,
-    chunk: dict[str, Any],
+    chunk: ChunkPlan,
     try_number: int = 1,
     kill: dict[str, Any] | None = None,
 ) -> subprocess.Popen[str]:
@@ -199,7 +200,7 @@ def spawn_chunk(
         "ref": ref.isoformat(),
         "map_index": 0,
         "try_number": try_number,
-        "payload": chunk,
+        "payload": chunk.to_xcom(),
         "kill": kill,
     }
     return spawn_runner("chunk_runner.py", spec)

@@ -10,8 +10,9 @@ that takes the newest few of a huge range costs what it takes. No Airflow, no I/
 from __future__ import annotations
 
 import heapq
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 
 @dataclass(frozen=True, order=True)
@@ -51,6 +52,35 @@ class Chunk:
     @property
     def label(self) -> str:
         return f"offsets {self.lo}-{self.hi}"
+
+
+@dataclass(frozen=True)
+class ChunkPlan:
+    """What the plan step hands one ``crawl_chunk`` instance: the chunk's label and batches (newest first), and
+    whether this is a first crawl, where pages with nothing in the window end the crawl early.
+
+    Its XCom form (:meth:`to_xcom`, :meth:`from_xcom`) is a JSON-able dict:
+    ``{"label": "offsets 0-200", "batches": [[100, 200], [0, 100]], "early_stop": false}``.
+    """
+
+    label: str
+    batches: tuple[Batch, ...]
+    early_stop: bool = False
+
+    @classmethod
+    def of(cls, chunk: Chunk, early_stop: bool) -> ChunkPlan:
+        return cls(chunk.label, chunk.batches, early_stop)
+
+    def to_xcom(self) -> dict[str, Any]:
+        return {"label": self.label, "batches": [[b.lo, b.hi] for b in self.batches], "early_stop": self.early_stop}
+
+    @classmethod
+    def from_xcom(cls, value: Mapping[str, Any]) -> ChunkPlan:
+        return cls(
+            label=str(value.get("label", "")),
+            batches=tuple(Batch(int(lo), int(hi)) for lo, hi in value["batches"]),
+            early_stop=bool(value.get("early_stop")),
+        )
 
 
 def merge(intervals: Iterable[tuple[int, int]]) -> list[tuple[int, int]]:

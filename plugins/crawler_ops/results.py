@@ -8,7 +8,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field, fields
-from typing import Any, NamedTuple
+from datetime import datetime
+from typing import Any, Literal, NamedTuple, cast
 
 from crawler_ops.planning import Batch
 
@@ -46,6 +47,11 @@ class RunCounts:
 
 
 COUNTER_NAMES = tuple(f.name for f in fields(RunCounts))
+# What a run record's ``mode`` says: how its plan read the source. ``plan`` is a run whose plan failed before it
+# knew; ``dry_run`` is never stored (a dry run records nothing), only summarised; ``import`` is a progress import.
+RunMode = Literal["first", "incremental", "replay", "backfill", "dry_run", "plan", "import"]
+# A run record is ``running`` from its plan until its commit (or the listener) closes it.
+RunStatus = Literal["running", "success", "failed"]
 # Counted in the run record (``crawl_run``) and shown in the status view's last run.
 RECORD_COUNTERS = ("fetched", "kept", "published", "expired", "dead_lettered")
 # Emitted as metrics, once per batch after it is recorded done.
@@ -88,6 +94,60 @@ class ChunkResult:
 
 
 @dataclass(frozen=True)
+class RunRecord:
+    """A run's row in ``crawler_ops.crawl_run`` as the store reads it back.
+
+    :param counts: what the run's finished batches added up to so far.
+    :param committed_kept: of ``counts.kept``, what a commit of this run already added to the task's totals (a
+        retried commit adds only what came since); ``committed_published`` likewise.
+    """
+
+    mode: RunMode
+    status: RunStatus
+    ref_time: datetime
+    started_at: datetime
+    total: int | None = None
+    old_watermark: int | None = None
+    new_watermark: int | None = None
+    planned: int = 0
+    counts: RunCounts = field(default_factory=RunCounts)
+    errors: tuple[str, ...] = ()
+    notes: tuple[str, ...] = ()
+    finished_at: datetime | None = None
+    committed_kept: int = 0
+    committed_published: int = 0
+
+    @classmethod
+    def from_row(cls, row: Mapping[str, Any]) -> RunRecord:
+        """The record of a ``select_run`` row (a dict by column name)."""
+        return cls(
+            mode=cast(RunMode, row["mode"]),
+            status=cast(RunStatus, row["status"]),
+            ref_time=row["ref_time"],
+            started_at=row["started_at"],
+            total=row.get("total"),
+            old_watermark=row.get("old_watermark"),
+            new_watermark=row.get("new_watermark"),
+            planned=int(row.get("planned") or 0),
+            counts=RunCounts.from_dict(row),
+            errors=tuple(row.get("errors") or ()),
+            notes=tuple(row.get("notes") or ()),
+            finished_at=row.get("finished_at"),
+            committed_kept=int(row.get("committed_kept") or 0),
+            committed_published=int(row.get("committed_published") or 0),
+        )
+
+    @property
+    def uncommitted_kept(self) -> int:
+        """What the run kept since its last commit (all of it before the first)."""
+        return self.counts.kept - self.committed_kept
+
+    @property
+    def uncommitted_published(self) -> int:
+        return self.counts.published - self.committed_published
+
+
+@dataclass(frozen=True)
 class RunSummary:
     """The summary of a crawl run: returned by commit, logged, sent to the webhook, attached to the Asset event.
 
@@ -97,8 +157,8 @@ class RunSummary:
 
     task: str
     run_id: str
-    mode: str | None
-    status: str
+    mode: RunMode | None
+    status: RunStatus
     topic: str
     ref_time: str
     total: int | None = None

@@ -20,6 +20,7 @@ from crawler_ops.config import CrawlTaskConfig
 from crawler_ops.crawl.chunk import crawl_chunk
 from crawler_ops.crawl.run import RunContext, RunParams
 from crawler_ops.hooks.producer import KafkaPublisher
+from crawler_ops.planning import ChunkPlan
 
 
 def arm(point: str, nth: int) -> None:
@@ -58,7 +59,7 @@ def main(spec: dict[str, Any]) -> None:
         map_index=spec["map_index"],
         try_number=spec["try_number"],
     )
-    print(json.dumps(crawl_chunk(run, spec["payload"])), flush=True)
+    print(json.dumps(crawl_chunk(run, ChunkPlan.from_xcom(spec["payload"]))), flush=True)
 
 
 if __name__ == "__main__":

@@ -50,7 +50,7 @@ def test_a_dry_run_of_one_batch_plans_the_newest_batch_of_a_total_of_ten_to_the_
     peak = tracemalloc.get_traced_memory()[1]
     tracemalloc.stop()
 
-    assert [chunk["batches"] for chunk in chunks] == [[[ABSURD - 100, ABSURD]]]
+    assert [chunk.to_xcom()["batches"] for chunk in chunks] == [[[ABSURD - 100, ABSURD]]]
     assert peak < 8 * 2**20, f"{peak / 2**20:.1f} MiB"
     assert elapsed < 30, f"{elapsed:.1f}s (one count, a window search of about 13 rounds, PostgreSQL)"
 
@@ -75,5 +75,7 @@ def test_a_total_far_beyond_the_last_known_one_fails_the_plan_until_confirmed(
     confirmed = plan_run(
         RunContext(cfg, "confirmed", REF, RunParams(dry_run=True, max_batches=2, confirm_total=ABSURD))
     )
-    assert [chunk["batches"] for chunk in confirmed] == [[[ABSURD - 100, ABSURD], [ABSURD - 200, ABSURD - 100]]]
+    assert [chunk.to_xcom()["batches"] for chunk in confirmed] == [
+        [[ABSURD - 100, ABSURD], [ABSURD - 200, ABSURD - 100]]
+    ]
     assert watermark(pg_uri, unique_id) == 300

@@ -90,7 +90,7 @@ def test_an_early_stop_in_the_newest_chunk_makes_older_chunks_skip_their_batches
     cfg = make_task(unique_id, max_chunks=3, min_batches_per_chunk=1, max_expired_batches=4, source={"concurrency": 1})
     run = RunContext(cfg=cfg, run_id="early-stop", ref=REF, params=RunParams())
     chunks = plan_run(run)
-    assert [c["batches"][0][1] for c in chunks] == [3_000, 2_000, 1_000] and all(c["early_stop"] for c in chunks)
+    assert [c.batches[0].hi for c in chunks] == [3_000, 2_000, 1_000] and all(c.early_stop for c in chunks)
 
     fetched: list[set[int]] = []
     results = []
@@ -102,7 +102,7 @@ def test_an_early_stop_in_the_newest_chunk_makes_older_chunks_skip_their_batches
     newest, *older = fetched
     assert max(newest) == 2_900 and len(newest) <= 3 + cfg.max_expired_batches + cfg.source.concurrency
     for pages, chunk in zip(older, chunks[1:], strict=True):
-        top = chunk["batches"][0][0]
+        top = chunk.batches[0].lo
         assert pages == set(range(top, top - 100 * len(pages), -100)), "only the chunk's first pages"
         assert len(pages) < cfg.max_expired_batches, "stopped by the cutoff the newest chunk found, not its own"
     rows = query(pg_uri, "SELECT id, status, expired FROM crawler_ops.batch_status WHERE task_name = %s", unique_id)

@@ -1,9 +1,10 @@
 """The package's layering: imports only go down, and no module imports itself in a circle.
 
 Layers, bottom to top: the pure core (the modules at the package root and ``config``), ``hooks``, ``telemetry``,
-``crawl`` and ``executor`` (side by side, neither importing the other), ``ops``, ``migration``, ``factory`` and the
-CLI (``__main__``). Every import counts, the ones inside functions too: a lazy import is still a dependency. The
-graph is read from the source with :mod:`ast`, so the test needs nothing installed.
+``crawl`` and ``executor`` (side by side, neither importing the other), ``ops``, ``migration``, ``operators`` (the
+steps as operators a DAG uses), ``factory`` and the CLI (``__main__``). Every import counts, the ones inside
+functions too: a lazy import is still a dependency. The graph is read from the source with :mod:`ast`, so the test
+needs nothing installed.
 """
 
 from __future__ import annotations
@@ -16,8 +17,8 @@ import pytest
 PACKAGE = Path(__file__).resolve().parents[2] / "plugins" / "crawler_ops"
 
 # Subpackage -> rank; modules at the root (and the config package) are rank 0. Equal ranks may not import each other.
-RANKS = {"hooks": 1, "telemetry": 2, "crawl": 3, "executor": 3, "ops": 4, "migration": 5, "factory": 6}
-CLI_RANK = 7
+RANKS = {"hooks": 1, "telemetry": 2, "crawl": 3, "executor": 3, "ops": 4, "migration": 5, "operators": 6, "factory": 7}
+CLI_RANK = 8
 # A deprecated alias at its old root path re-exports the moved module.
 ALIASES = {"crawler_ops.webhook": "crawler_ops.telemetry.webhook"}
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import bisect
 import itertools
+import json
 import time
 import tracemalloc
 
@@ -15,6 +16,7 @@ from crawler_ops.config import CrawlTaskConfig
 from crawler_ops.planning import (
     Batch,
     Chunk,
+    ChunkPlan,
     advance_watermark,
     chunk_batches,
     expiry_floor,
@@ -440,3 +442,13 @@ def test_expiry_floor_leaves_max_expired_batches_below_the_boundary(
     boundary: int, batch_size: int, max_expired: int, expected: int
 ) -> None:
     assert expiry_floor(boundary, batch_size, max_expired) == expected
+
+
+def test_a_chunk_plan_goes_through_xcom_as_json_and_comes_back_equal() -> None:
+    chunk = chunk_batches([Batch(100, 200), Batch(0, 100)], 1, 1)[0]
+    plan = ChunkPlan.of(chunk, early_stop=True)
+
+    form = json.loads(json.dumps(plan.to_xcom()))
+
+    assert form == {"label": "offsets 0-200", "batches": [[100, 200], [0, 100]], "early_stop": True}
+    assert ChunkPlan.from_xcom(form) == plan

@@ -16,7 +16,7 @@ import logging
 import time
 import uuid
 from collections import deque
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from typing import Any
@@ -32,7 +32,7 @@ from crawler_ops.hooks.exactly_once import MarkerLog, TransactionalPublisher, tr
 from crawler_ops.hooks.producer import DryRunPublisher, IdempotentProducerHook, KafkaPublisher, Publisher
 from crawler_ops.hooks.source import SourceApiHook
 from crawler_ops.hooks.store import cap_record
-from crawler_ops.planning import Batch
+from crawler_ops.planning import Batch, ChunkPlan
 from crawler_ops.records import Message, Transform, build_messages, dead_letter_messages, dead_letter_record
 from crawler_ops.results import BatchOutcome, ChunkResult, DeadLetter, RunCounts
 from crawler_ops.transforms import bind_task_id
@@ -378,16 +378,16 @@ def load_transform(cfg: CrawlTaskConfig) -> Transform | None:
     return bind_task_id(transform, cfg.id)
 
 
-def crawl_chunk(run: RunContext, payload: Mapping[str, Any]) -> dict[str, Any]:
+def crawl_chunk(run: RunContext, payload: ChunkPlan) -> dict[str, Any]:
     """Crawl one planned chunk (``payload``: its label, batches and whether it is a first crawl); returns
     the chunk's result for XCom. The run's kind picks the ledger and the publisher, here and nowhere else."""
     owner = f"{run.run_id}|{run.map_index}"
     token = f"{owner}|{run.try_number}|{uuid.uuid4().hex[:12]}"
-    batches = [Batch(lo, hi) for lo, hi in payload["batches"]]
-    label = str(payload.get("label", ""))
+    batches = list(payload.batches)
+    label = payload.label
     ledger = ledger_for(run, owner, token)
     try:
-        batch_filter = BatchFilter(run, early_stop=bool(payload.get("early_stop")))
+        batch_filter = BatchFilter(run, early_stop=payload.early_stop)
         publisher = publisher_for(run, batches, ledger)
     except Exception as exc:
         # A chunk that cannot start (a transform that does not import, Kafka transactions refused) names why on

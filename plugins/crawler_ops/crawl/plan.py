@@ -1,5 +1,6 @@
-"""Step 1 of a crawl run, the DAG's ``plan`` task: count, read the watermark and status rows, plan batches
-newest first, group them into chunks (or, for replays and backfills, the offsets to read)."""
+"""Step 1 of a crawl run, the DAG's ``plan`` task (:class:`crawler_ops.operators.crawl.PlanCrawlOperator`): count,
+read the watermark and status rows, plan batches newest first, group them into chunks (or, for replays and backfills,
+the offsets to read)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,6 @@ from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime
 from itertools import islice
-from typing import Any
 
 import psycopg
 
@@ -22,7 +22,7 @@ from crawler_ops.hooks.source import SourceApiHook
 from crawler_ops.hooks.store import CrawlStoreHook, Cursor
 from crawler_ops.planning import (
     Batch,
-    Chunk,
+    ChunkPlan,
     chunk_batches,
     expiry_floor,
     fill_gaps,
@@ -32,13 +32,14 @@ from crawler_ops.planning import (
     probe_points,
 )
 from crawler_ops.records import record_head
+from crawler_ops.results import RunMode
 from crawler_ops.status_table import DONE, PARKED
 from crawler_ops.telemetry.notify import notify_run
 
 log = logging.getLogger(__name__)
 
 
-def plan_run(run: RunContext) -> list[dict[str, Any]]:
+def plan_run(run: RunContext) -> list[ChunkPlan]:
     """Count, read the watermark and status rows, plan batches newest first, group them into chunks."""
     cfg, params = run.cfg, run.params
     source = run.source()
@@ -49,7 +50,8 @@ def plan_run(run: RunContext) -> list[dict[str, Any]]:
         if params.replay or run.backfill_interval is not None:
             lo, hi = range_to_read(run, source, total)
             batches = take_batches(run, iter_gaps(lo, hi, cfg.batch_size), total, lo)
-            mode, watermark, first = ("replay" if params.replay else "backfill"), None, False
+            mode: RunMode = "replay" if params.replay else "backfill"
+            watermark, first = None, False
             if not params.dry_run:
                 store = run.store()
                 try:
@@ -79,7 +81,7 @@ def plan_run(run: RunContext) -> list[dict[str, Any]]:
     if not params.dry_run:
         started = {"task": cfg.id, "run_id": run.run_id, "mode": mode, "ref": run.ref.isoformat(), "total": total}
         notify_run(cfg.notify, cfg.id, "started", started | {"watermark": watermark, "planned": len(batches)})
-    return [chunk_payload(chunk, first) for chunk in chunks]
+    return [ChunkPlan.of(chunk, early_stop=first) for chunk in chunks]
 
 
 def ensure_topics(run: RunContext) -> None:
@@ -114,7 +116,9 @@ def record_plan_failure(run: RunContext, exc: BaseException) -> None:
         store.close()
 
 
-def plan_from_store(run: RunContext, source: SourceApiHook, total: int) -> tuple[list[Batch], str, int | None, bool]:
+def plan_from_store(
+    run: RunContext, source: SourceApiHook, total: int
+) -> tuple[list[Batch], RunMode, int | None, bool]:
     """Plan a normal (first or incremental) run under the task's advisory lock; insert new batch rows."""
     store = run.store()
     try:
@@ -127,7 +131,7 @@ def plan_from_store(run: RunContext, source: SourceApiHook, total: int) -> tuple
 
 def plan_locked(
     run: RunContext, store: CrawlStoreHook, source: SourceApiHook, total: int
-) -> tuple[list[Batch], str, int | None, bool]:
+) -> tuple[list[Batch], RunMode, int | None, bool]:
     """Under the task's advisory lock: reset if asked, read the watermark and rows, probe a first crawl's window
     start, plan, and record the new batch rows and the run."""
     cfg, params = run.cfg, run.params
@@ -141,6 +145,7 @@ def plan_locked(
         if watermark is not None and total < watermark:
             watermark, shrink_note = handle_shrink(run, store, cur, total, watermark)
         first = watermark is None
+        mode: RunMode = "first" if first else "incremental"
         start = watermark or 0
         if not params.dry_run:
             store.batches.release_finished_claims(cur)
@@ -165,14 +170,13 @@ def plan_locked(
                 )
             known = set(pending)
             store.batches.insert(cur, [b for b in batches if b not in known], run.run_id)
-            mode = "first" if first else "incremental"
             store.start_run(cur, run.run_id, mode, run.ref, total=total, watermark=watermark, planned=len(batches))
             if shrink_note:
                 store.add_run_error(cur, run.run_id, shrink_note)
         note_older_reference(run, store, cur)
         if not params.dry_run:
             handle_parked(run, store, cur)
-    return batches, "first" if first else "incremental", watermark, first
+    return batches, mode, watermark, first
 
 
 def take_batches(run: RunContext, planned: Iterator[Batch], total: int, start: int) -> list[Batch]:
@@ -301,7 +305,3 @@ def range_to_read(run: RunContext, source: SourceApiHook, total: int) -> tuple[i
         margin,
     )
     return max(0, lo - margin), min(total, hi + margin)
-
-
-def chunk_payload(chunk: Chunk, early_stop: bool) -> dict[str, Any]:
-    return {"label": chunk.label, "batches": [[b.lo, b.hi] for b in chunk.batches], "early_stop": early_stop}

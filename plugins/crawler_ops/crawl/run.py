@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, MutableMapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field, fields
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
+from airflow.sdk import Param
 from airflow.sdk.exceptions import AirflowFailException
 
 from crawler_ops.config import CrawlTaskConfig
@@ -19,31 +20,101 @@ if TYPE_CHECKING:
     from crawler_ops.hooks.store import CrawlStoreHook
 
 
+def run_param(
+    default: Any,
+    description: str,
+    *,
+    kind: str | list[str],
+    minimum: float | None = None,
+    exclusive_minimum: float | None = None,
+) -> Any:
+    """A field of :class:`RunParams` with what the DAG's trigger form and the operators' guide show of it: its JSON
+    schema (``kind`` is its ``type``; the bounds) and its description."""
+    schema: dict[str, Any] = {"type": kind}
+    if minimum is not None:
+        schema["minimum"] = minimum
+    if exclusive_minimum is not None:
+        schema["exclusiveMinimum"] = exclusive_minimum
+    return field(default=default, metadata={"schema": schema, "description": description})
+
+
 @dataclass(frozen=True)
 class RunParams:
-    """The validated trigger parameters of a crawl run (see the DAG's Params)."""
+    """The validated trigger parameters of a crawl run: the one definition of them. The crawl DAGs' Params
+    (:meth:`airflow_params`) and the run-parameter table of ``docs/operators-guide.md`` (:meth:`reference_table`,
+    checked by a test) are generated from these fields."""
 
-    reset: bool = False
-    dry_run: bool = False
-    max_batches: int | None = None
-    filter_days: float | None = None
-    replay_from: int | None = None
-    replay_to: int | None = None
-    skip_parked: bool = False
-    confirm_total: int | None = None
+    reset: bool = run_param(
+        False, "forget the watermark and status rows; crawl from scratch (a first crawl)", kind="boolean"
+    )
+    dry_run: bool = run_param(
+        False,
+        "fetch and filter only; publish nothing, commit nothing; the summary is the commit task's return value",
+        kind="boolean",
+    )
+    max_batches: int | None = run_param(
+        None,
+        "crawl at most the newest N planned batches; the watermark moves only as far as contiguous done batches allow",
+        kind=["null", "integer"],
+        minimum=1,
+    )
+    filter_days: float | None = run_param(
+        None,
+        "override `filter.days` (days before the reference time) for this run",
+        kind=["null", "number"],
+        exclusive_minimum=0,
+    )
+    replay_from: int | None = run_param(
+        None,
+        "re-crawl offsets `[replay_from, replay_to)` through the filter into Kafka; the watermark and status rows "
+        "are untouched",
+        kind=["null", "integer"],
+        minimum=0,
+    )
+    replay_to: int | None = run_param(
+        None, "end (exclusive) of the replay range; give both ends or neither", kind=["null", "integer"], minimum=1
+    )
+    skip_parked: bool = run_param(
+        False,
+        "let the watermark pass the task's parked batches (their records are not published); each skip is an "
+        "error row of the run",
+        kind="boolean",
+    )
+    confirm_total: int | None = run_param(
+        None,
+        "accept this source total although it is more than `total_jump_factor` times the last known one (it must "
+        "be the total the source reports now)",
+        kind=["null", "integer"],
+        minimum=0,
+    )
+
+    @classmethod
+    def names(cls) -> tuple[str, ...]:
+        return tuple(f.name for f in fields(cls))
+
+    @classmethod
+    def airflow_params(cls) -> dict[str, Param]:
+        """The crawl DAG's Params: the trigger form, and the JSON schema Airflow checks a run's conf against."""
+        return {
+            f.name: Param(f.default, description=f.metadata["description"], **f.metadata["schema"]) for f in fields(cls)
+        }
+
+    @classmethod
+    def reference_table(cls) -> str:
+        """The run-parameter table of ``docs/operators-guide.md`` (Markdown)."""
+        rows = [
+            f"| `{f.name}` | {schema_text(f.metadata['schema'])} | {f.metadata['description']} |" for f in fields(cls)
+        ]
+        return "\n".join(["| param | type | effect |", "|---|---|---|", *rows]) + "\n"
 
     @classmethod
     def from_params(cls, params: Mapping[str, Any], task_label: str) -> RunParams:
-        run = cls(
-            reset=bool(params.get("reset")),
-            dry_run=bool(params.get("dry_run")),
-            max_batches=params.get("max_batches"),
-            filter_days=params.get("filter_days"),
-            replay_from=params.get("replay_from"),
-            replay_to=params.get("replay_to"),
-            skip_parked=bool(params.get("skip_parked")),
-            confirm_total=params.get("confirm_total"),
-        )
+        """The run's params (missing ones at their defaults); invalid combinations raise :class:`ConfigError`."""
+        values: dict[str, Any] = {}
+        for f in fields(cls):
+            value = params.get(f.name, f.default)
+            values[f.name] = bool(value) if isinstance(f.default, bool) else value  # a switch given as null is off
+        run = cls(**values)
         if (run.replay_from is None) != (run.replay_to is None):
             raise ConfigError(f"task {task_label}: give both replay_from and replay_to, or neither")
         if run.replay and not 0 <= run.replay_from < run.replay_to:  # type: ignore[operator]
@@ -150,7 +221,7 @@ def is_backfill(context: MutableMapping[str, Any]) -> bool:
     return "backfill" in str(getattr(context.get("dag_run"), "run_type", "")).lower()
 
 
-def pulled_results(ti: Any, task_id: str = "crawl_chunk") -> list[Any]:
+def pulled_results(ti: Any, task_id: str) -> list[Any]:
     """Return values of the mapped instances of ``task_id`` that succeeded (failed ones have none)."""
     values = ti.xcom_pull(task_ids=task_id, key="return_value")
     if values is None:
@@ -158,3 +229,11 @@ def pulled_results(ti: Any, task_id: str = "crawl_chunk") -> list[Any]:
     if isinstance(values, dict):
         return [values]
     return [v for v in values if v is not None]
+
+
+def schema_text(schema: Mapping[str, Any]) -> str:
+    """A param's JSON schema as the docs show it: ``integer or null, >= 1``."""
+    types = schema["type"] if isinstance(schema["type"], list) else [schema["type"]]
+    text = " or ".join(sorted(types, key=lambda t: t == "null"))
+    bounds = {"minimum": ">=", "exclusiveMinimum": ">"}
+    return ", ".join([text, *(f"{sign} {schema[key]}" for key, sign in bounds.items() if key in schema)])

@@ -1,5 +1,5 @@
-"""What every generated DAG shares: schedule, default args, failure policy for permanent errors, and the
-placeholder DAG that shows an invalid config in the UI."""
+"""What every generated DAG shares: schedule, default args, and the placeholder DAG that shows an invalid config in
+the UI."""
 
 from __future__ import annotations
 
@@ -12,7 +12,9 @@ from airflow.sdk import DAG, CronDataIntervalTimetable, get_parsing_context, tas
 from airflow.sdk.exceptions import AirflowFailException
 
 from crawler_ops.config import SPECIAL_SCHEDULES, CrawlTaskConfig, DagSettings, ExecutorTaskConfig, broken_dag_id
-from crawler_ops.errors import ConfigError, SourceError
+
+# The steps' failure policy, also that of the executor DAG's tasks (and ``crawler_ops.factory``'s name for it).
+from crawler_ops.operators.failures import no_retry_for_permanent_errors as no_retry_for_permanent_errors
 
 log = logging.getLogger(__name__)
 TAGS = ("crawler_ops", "crawl")
@@ -30,18 +32,6 @@ def timetable(schedule: str | None, zone: str) -> Any:
     if schedule is None or schedule in SPECIAL_SCHEDULES:
         return schedule
     return CronDataIntervalTimetable(schedule, timezone=zone)
-
-
-def no_retry_for_permanent_errors(step: Callable[[], Any]) -> Any:
-    """Config errors and non-retriable source errors fail at once; Airflow retries everything else."""
-    try:
-        return step()
-    except ConfigError as exc:
-        raise AirflowFailException(str(exc)) from exc
-    except SourceError as exc:
-        if not exc.retriable:
-            raise AirflowFailException(str(exc)) from exc
-        raise
 
 
 def default_args_for(cfg: DagSettings) -> dict[str, Any]:

@@ -10,7 +10,8 @@ from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
 from crawler_ops.config import ExecutorTaskConfig, LoadedConfig, load_config
 from crawler_ops.crawl.run import pulled_results
-from crawler_ops.factory.common import build_dags, dag_settings, no_retry_for_permanent_errors, timetable_for
+from crawler_ops.factory.common import build_dags, dag_settings, timetable_for
+from crawler_ops.operators.failures import no_retry_for_permanent_errors
 
 log = logging.getLogger(__name__)
 

@@ -21,7 +21,7 @@ from psycopg.types.json import Jsonb
 from crawler_ops.hooks.batches import BatchRows
 from crawler_ops.hooks.db import CrawlerDbHook, Cursor, create_schema, fetch_dict
 from crawler_ops.planning import Batch
-from crawler_ops.results import BatchOutcome, DeadLetter
+from crawler_ops.results import BatchOutcome, DeadLetter, RunRecord
 from crawler_ops.sqlfiles import read_sql
 
 DEAD_LETTER_MAX_BYTES = 64 * 1024
@@ -108,8 +108,9 @@ class CrawlStoreHook(CrawlerDbHook):
         params = {"task": self.task_id, "run_id": run_id, "mode": mode, "ref": ref}
         cur.execute(read_sql("start_run"), {**params, "total": total, "watermark": watermark, "planned": planned})
 
-    def read_run(self, cur: Cursor, run_id: str) -> dict[str, Any] | None:
-        return fetch_dict(cur, read_sql("select_run"), {"task": self.task_id, "run_id": run_id})
+    def read_run(self, cur: Cursor, run_id: str) -> RunRecord | None:
+        row = fetch_dict(cur, read_sql("select_run"), {"task": self.task_id, "run_id": run_id})
+        return None if row is None else RunRecord.from_row(row)
 
     def add_batch_counts(self, cur: Cursor, run_id: str, outcome: BatchOutcome) -> int:
         """Add a finished batch's counts to its run; returns the run's shared first-crawl expiry cutoff."""

@@ -1,15 +1,19 @@
-"""Unit tests of crawler_ops.crawl.run: the reference time and the window a run gets from its Airflow context."""
+"""Unit tests of crawler_ops.crawl.run: the reference time and the window a run gets from its Airflow context, and the
+trigger params defined once."""
 
 from __future__ import annotations
 
+from dataclasses import fields
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
 import pytest
 
 from crawler_ops.config import CrawlTaskConfig
-from crawler_ops.crawl.run import RunContext
+from crawler_ops.crawl.run import RunContext, RunParams
+from crawler_ops.errors import ConfigError
 from crawler_ops.filtering import Verdict
 
 CFG = CrawlTaskConfig.model_validate({"id": "unit", "kafka": {"topic": "unit"}, "filter": {"days": 7}})
@@ -66,3 +70,37 @@ def test_the_run_hands_its_source_hook_the_process_limiter_of_the_source_connect
         second.close()
         ratelimit._limiters.clear()
     assert first.limiter.users == 0
+
+
+# --------------------------------------------------------------------------- the trigger params: one definition
+
+GUIDE = Path(__file__).resolve().parents[3] / "docs" / "operators-guide.md"
+TABLE_MARK = "<!-- generated from crawler_ops.crawl.run.RunParams; tests/unit/crawl/test_run.py checks it -->\n"
+
+
+def test_the_operators_guide_shows_the_run_params_that_runparams_defines() -> None:
+    guide = GUIDE.read_text(encoding="utf-8")
+    assert TABLE_MARK in guide, "the generated run-parameter table lost its marker"
+    written = guide.split(TABLE_MARK, 1)[1].split("\n\n", 1)[0] + "\n"
+
+    assert written == RunParams.reference_table(), (
+        f"{GUIDE.name}'s run-parameter table is stale; replace it with:\n{RunParams.reference_table()}"
+    )
+
+
+def test_the_dag_params_are_the_runparams_fields_with_their_defaults_and_schema() -> None:
+    params = RunParams.airflow_params()
+
+    assert tuple(params) == RunParams.names() == tuple(f.name for f in fields(RunParams))
+    assert RunParams.from_params({name: param.value for name, param in params.items()}, "unit") == RunParams()
+    assert params["max_batches"].schema == {"type": ["null", "integer"], "minimum": 1}
+    assert all(param.description for param in params.values())
+
+
+def test_params_given_as_null_or_missing_take_their_defaults() -> None:
+    assert RunParams.from_params({"reset": None, "max_batches": 3}, "unit") == RunParams(max_batches=3)
+
+
+def test_a_half_given_replay_range_is_a_config_error() -> None:
+    with pytest.raises(ConfigError, match=r"task unit: give both replay_from and replay_to, or neither"):
+        RunParams.from_params({"replay_from": 5}, "unit")

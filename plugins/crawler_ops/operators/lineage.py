@@ -1,12 +1,12 @@
 """OpenLineage for the crawl steps: ``crawl_chunk`` reads the source data set and writes the Kafka topic.
 
 The OpenLineage provider turns an operator's ``get_openlineage_facets_on_complete`` into the datasets of the task's
-events. A TaskFlow task has no such method, and the provider's other routes do not fit: it translates Airflow Assets
-(inlets, outlets, hook lineage) only for URI schemes with a registered converter, Kafka's but not HTTP's, and static
-inlets are fixed when the DAG is parsed, before any connection may be read. So the step runs as a
-:class:`LineageTaskOperator`, the TaskFlow operator plus that method; the running step says what it reads and writes
-(:func:`report_lineage`), and the method names the datasets from the connections when the provider asks for them,
-after the step: a deployment without an OpenLineage transport never asks, so it pays nothing.
+events. The provider's other routes do not fit: it translates Airflow Assets (inlets, outlets, hook lineage) only for
+URI schemes with a registered converter, Kafka's but not HTTP's, and static inlets are fixed when the DAG is parsed,
+before any connection may be read. So the step's operator has that method (:class:`ReportsLineage`); the running step
+says what it reads and writes (:func:`report_lineage`), and the method names the datasets from the connections when
+the provider asks for them, after the step: a deployment without an OpenLineage transport never asks, so it pays
+nothing.
 """
 
 from __future__ import annotations
@@ -15,15 +15,11 @@ import logging
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from airflow.providers.standard.decorators.python import _PythonDecoratedOperator
-from airflow.sdk.bases.decorator import task_decorator_factory
-
 from crawler_ops.lineage import DatasetName, asset_dataset, http_dataset, kafka_dataset
 
 if TYPE_CHECKING:
     from airflow.providers.openlineage.extractors import OperatorLineage
     from airflow.sdk import Context
-    from airflow.sdk.bases.decorator import TaskDecorator
 
     from crawler_ops.config import CrawlTaskConfig
 
@@ -82,9 +78,9 @@ class CrawlLineage:
         return [self.source()], [topic]
 
 
-class LineageTaskOperator(_PythonDecoratedOperator):
-    """A TaskFlow task that tells OpenLineage its input and output datasets, as reported by its callable through
-    :func:`report_lineage` while it ran (like an operator that keeps its job id for the same method)."""
+class ReportsLineage:
+    """Mixed into an operator: tells OpenLineage the input and output datasets that its ``execute`` reported
+    through :func:`report_lineage` while it ran (like an operator that keeps its job id for the same method)."""
 
     lineage: CrawlLineage | None = None
 
@@ -102,13 +98,8 @@ class LineageTaskOperator(_PythonDecoratedOperator):
         )
 
 
-def lineage_task(**kwargs: Any) -> TaskDecorator:
-    """``@task(**kwargs)`` run as a :class:`LineageTaskOperator`."""
-    return task_decorator_factory(decorated_operator_class=LineageTaskOperator, **kwargs)
-
-
 def report_lineage(context: Context, lineage: CrawlLineage) -> None:
     """Record, on the running task, what it reads and writes; read back when OpenLineage asks."""
     task = context["task"]
-    if isinstance(task, LineageTaskOperator):
+    if isinstance(task, ReportsLineage):
         task.lineage = lineage

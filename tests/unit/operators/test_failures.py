@@ -1,4 +1,4 @@
-"""Unit tests of crawler_ops.factory.common that need no DAG run: which errors fail a task without Airflow's retries."""
+"""Unit tests of crawler_ops.operators.failures that need no DAG run: which errors fail a task without retries."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import pytest
 from airflow.sdk.exceptions import AirflowFailException
 
 from crawler_ops.errors import ConfigError, DeliveryError, SourceError, StatusTableError
-from crawler_ops.factory.common import no_retry_for_permanent_errors
+from crawler_ops.operators.failures import no_retry_for_permanent_errors
 
 
 def raising(exc: Exception):

@@ -6,12 +6,13 @@ import logging
 from datetime import UTC, datetime
 
 import pytest
-from airflow.sdk import DAG
+from airflow.sdk import DAG, BaseOperator
 
 from crawler_ops.config import CrawlTaskConfig
 from crawler_ops.factory.crawl import build_crawl_dag
-from crawler_ops.factory.lineage import CrawlLineage, LineageTaskOperator, lineage_task, report_lineage
 from crawler_ops.lineage import DatasetName
+from crawler_ops.operators.crawl import CrawlChunkOperator
+from crawler_ops.operators.lineage import CrawlLineage, ReportsLineage, report_lineage
 
 
 @pytest.fixture
@@ -27,16 +28,16 @@ def cfg(airflow_connection) -> CrawlTaskConfig:
     )
 
 
-def step_operator() -> LineageTaskOperator:
+class Step(ReportsLineage, BaseOperator):
+    def execute(self, context):
+        pass
+
+
+def step_operator() -> Step:
     with DAG("lineage_unit", schedule=None, start_date=datetime(2026, 1, 1, tzinfo=UTC)) as dag:
-
-        @lineage_task(task_id="step")
-        def step() -> None:
-            pass
-
-        step()
+        Step(task_id="step")
     operator = dag.task_dict["step"]
-    assert isinstance(operator, LineageTaskOperator)
+    assert isinstance(operator, Step)
     return operator
 
 
@@ -68,7 +69,7 @@ def test_a_step_that_reported_nothing_gives_openlineage_nothing():
 def test_an_asset_that_names_another_host_than_the_connection_is_warned_about(cfg, caplog):
     explicit = cfg.model_copy(update={"kafka": cfg.kafka.model_copy(update={"asset_host": "old-broker:9092"})})
 
-    with caplog.at_level(logging.WARNING, logger="crawler_ops.factory.lineage"):
+    with caplog.at_level(logging.WARNING, logger="crawler_ops.operators.lineage"):
         _, outputs = CrawlLineage(explicit, publishes=True).datasets()
 
     assert named(outputs) == [("kafka://b1:9093", "jobs.topic")], "lineage names the connection's server"
@@ -81,7 +82,7 @@ def test_a_connection_the_parse_could_not_see_is_named_in_the_warning(cfg, caplo
     monkeypatch.delenv("AIRFLOW_CONN_KAFKA_MAIN")
     monkeypatch.setattr(CrawlLineage, "topic", lambda self: DatasetName("kafka://b1:9093", "jobs.topic"))
 
-    with caplog.at_level(logging.WARNING, logger="crawler_ops.factory.lineage"):
+    with caplog.at_level(logging.WARNING, logger="crawler_ops.operators.lineage"):
         CrawlLineage(cfg, publishes=True).datasets()
 
     assert cfg.kafka.asset_uri == "kafka://kafka_main/jobs.topic"
@@ -89,7 +90,7 @@ def test_a_connection_the_parse_could_not_see_is_named_in_the_warning(cfg, caplo
 
 
 def test_an_asset_on_the_bootstrap_server_is_not_warned_about(cfg, caplog):
-    with caplog.at_level(logging.WARNING, logger="crawler_ops.factory.lineage"):
+    with caplog.at_level(logging.WARNING, logger="crawler_ops.operators.lineage"):
         CrawlLineage(cfg, publishes=True).datasets()
 
     assert cfg.kafka.asset_uri == "kafka://b1:9093/jobs.topic" and caplog.text == ""
@@ -98,4 +99,5 @@ def test_an_asset_on_the_bootstrap_server_is_not_warned_about(cfg, caplog):
 def test_the_crawl_dag_runs_its_chunks_as_the_lineage_operator(cfg):
     chunk = build_crawl_dag(cfg).task_dict["crawl_chunk"]
 
-    assert chunk.operator_class is LineageTaskOperator  # type: ignore[attr-defined]
+    assert chunk.operator_class is CrawlChunkOperator  # type: ignore[attr-defined]
+    assert issubclass(CrawlChunkOperator, ReportsLineage)
