@@ -1,9 +1,11 @@
-"""Pure record handling for one page: filter, transform, key and encode the Kafka messages."""
+"""Pure record handling for one page: filter, transform, key and encode the Kafka messages, and the size checks
+(a message Kafka would refuse, a dead letter's record over the stored cap)."""
 
 from __future__ import annotations
 
 import functools
 import hashlib
+import json
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import tzinfo
@@ -41,6 +43,8 @@ _encoder = msgspec.json.Encoder()
 # a record nested deeper than this is kept as the start of its JSON text, so storing it cannot fail its batch.
 DEAD_LETTER_MAX_DEPTH = 200
 DEAD_LETTER_TEXT_BYTES = 64 * 1024
+# A dead letter's record is stored (and sent to the dead-letter topic) whole up to this size, then cut.
+DEAD_LETTER_MAX_BYTES = 64 * 1024
 
 
 def record_key(record: Mapping[str, Any], key_field: str | None) -> bytes:
@@ -286,3 +290,39 @@ def dead_letter_messages(
         extra = [("source_offset", str(offset).encode()), ("reason", reason.encode()[:1000])]
         messages.append(Message(key, value, [*headers, *extra], topic))
     return messages
+
+
+def too_large(
+    messages: list[Message], records: Sequence[Record], first_offset: int, limit: int
+) -> tuple[list[Message], list[DeadLetter]]:
+    """Split off the messages Kafka would refuse (key and value over ``limit`` bytes): dead letters with their
+    size, the record stored cut to the dead-letter size cap, instead of a batch that fails at every attempt."""
+    if all(len(m.value) + len(m.key) <= limit for m in messages):
+        return messages, []
+    kept: list[Message] = []
+    dead: list[DeadLetter] = []
+    for message in messages:
+        size = len(message.value) + len(message.key)
+        if size <= limit:
+            kept.append(message)
+            continue
+        offset = int(dict(message.headers)["source_offset"])
+        reason = f"message of {size} bytes is larger than kafka.max_message_bytes ({limit}); not published"
+        dead.append(DeadLetter(offset, reason, cap_record(dead_letter_record(records[offset - first_offset]))))
+    return kept, dead
+
+
+def cap_record(record: Any) -> Any:
+    """Dead-lettered records are stored whole up to a size cap, then as the start of their JSON text, cut so the
+    stored JSON (escapes included) stays within the cap and no character is split."""
+    data = json.dumps(record, ensure_ascii=False, default=str).encode()
+    if len(data) <= DEAD_LETTER_MAX_BYTES:
+        return record
+    limit = DEAD_LETTER_MAX_BYTES - 64  # room for the wrapper object
+    while True:
+        capped = {"truncated": True, "text": data[:limit].decode("utf-8", "ignore")}
+        size = len(json.dumps(capped, ensure_ascii=False).encode())
+        if size <= DEAD_LETTER_MAX_BYTES:
+            return capped
+        # Escaped quotes and backslashes took more room than the text: shrink it in proportion.
+        limit = limit * (DEAD_LETTER_MAX_BYTES - 64) // size

@@ -1,4 +1,4 @@
-"""Unit tests of crawler_ops.records: message keys, filtering a page into Kafka messages, dead letters."""
+"""Unit tests of crawler_ops.records: message keys, filtering a page into Kafka messages, dead letters, size checks."""
 
 from __future__ import annotations
 
@@ -18,7 +18,17 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from crawler_ops.filtering import DateRule, Window
-from crawler_ops.records import Page, build_messages, dead_letter_messages, head_fields, record_key
+from crawler_ops.records import (
+    DEAD_LETTER_MAX_BYTES,
+    Message,
+    Page,
+    build_messages,
+    cap_record,
+    dead_letter_messages,
+    head_fields,
+    record_key,
+    too_large,
+)
 
 REPO = Path(__file__).resolve().parents[2]
 RULE = DateRule(("aae397", "Collect_time"), "Asia/Shanghai")
@@ -327,3 +337,68 @@ def test_a_record_too_deep_to_read_its_date_fields_here_is_dead_lettered_saying_
     ((offset, reason, stored),) = result.dead_letters
     assert (offset, reason) == (1, "nested too deeply to read its date fields")
     assert stored["unreadable"].startswith("nested") and stored["text"].startswith('{"id": "deep"')
+
+
+def test_messages_larger_than_kafka_accepts_become_dead_letters_naming_their_size() -> None:
+    records = [{"id": "small"}, {"id": "big", "padding": "x" * 5_000}, {"id": "also-small"}]
+    messages = [
+        Message(str(r["id"]).encode(), repr(r).encode(), [("source_offset", str(700 + i).encode())])
+        for i, r in enumerate(records)
+    ]
+
+    kept, dead = too_large(messages, records, 700, limit=2_000)
+
+    assert [m.key for m in kept] == [b"small", b"also-small"]
+    [(offset, reason, record)] = dead
+    assert (offset, record) == (701, records[1])
+    assert reason.startswith(f"message of {len(messages[1].value) + 3} bytes is larger than kafka.max_message_bytes")
+    assert too_large(messages[:1], records, 700, limit=2_000) == (messages[:1], [])
+
+
+def record_of_size(size: int) -> dict[str, str]:
+    """A record whose JSON is exactly ``size`` bytes of UTF-8 (3-byte characters and ASCII padding)."""
+    empty = len(json.dumps({"id": "r", "text": ""}, ensure_ascii=False).encode())
+    wide, narrow = divmod(size - empty, 3)
+    return {"id": "r", "text": "职" * wide + "x" * narrow}
+
+
+@pytest.mark.parametrize("size", [100, DEAD_LETTER_MAX_BYTES], ids=["small", "exactly-the-cap"])
+def test_a_record_within_the_cap_is_stored_whole(size):
+    record = record_of_size(size)
+    assert len(json.dumps(record, ensure_ascii=False).encode()) == size
+
+    assert cap_record(record) == record
+
+
+@pytest.mark.parametrize("size", [DEAD_LETTER_MAX_BYTES + 1, 10 * DEAD_LETTER_MAX_BYTES], ids=["one-over", "ten-times"])
+def test_a_record_over_the_cap_is_stored_as_truncated_text_that_fits_the_cap(size):
+    record = record_of_size(size)
+
+    capped = cap_record(record)
+
+    text = json.dumps(record, ensure_ascii=False)
+    assert capped == {"truncated": True, "text": text[: len(capped["text"])]}, "the start of the record's JSON"
+    assert len(capped["text"]) > 1000
+    assert len(json.dumps(capped, ensure_ascii=False).encode()) <= DEAD_LETTER_MAX_BYTES
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["𠀀" * DEAD_LETTER_MAX_BYTES, '"\\' * DEAD_LETTER_MAX_BYTES],
+    ids=["4-byte-characters", "quotes-and-backslashes"],
+)
+def test_a_capped_record_fits_the_cap_whatever_its_characters(text):
+    record = {"id": "r", "text": text}
+
+    capped = cap_record(record)
+
+    assert capped["truncated"] is True and json.dumps(record, ensure_ascii=False).startswith(capped["text"])
+    assert DEAD_LETTER_MAX_BYTES - 1024 < len(json.dumps(capped, ensure_ascii=False).encode()) <= DEAD_LETTER_MAX_BYTES
+
+
+def test_values_json_cannot_encode_are_stored_as_text():
+    from datetime import date
+
+    assert cap_record({"id": "r", "day": date(2026, 11, 1)}) == {"id": "r", "day": date(2026, 11, 1)}
+    capped = cap_record({"id": "r", "day": date(2026, 11, 1), "pad": "x" * DEAD_LETTER_MAX_BYTES})
+    assert capped["text"].startswith('{"id": "r", "day": "2026-11-01"')

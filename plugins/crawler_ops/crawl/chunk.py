@@ -1,18 +1,34 @@
 """Step 2 of a crawl run, the DAG's mapped ``crawl_chunk`` task: fetch, filter, publish, checkpoint.
 
-Where things happen, in one place:
-- fetched: :meth:`SourceApiHook.get_page`, claimed and fetched ``source.concurrency`` batches ahead on the fetch
-  threads (:meth:`ChunkCrawler.fetch`);
-- filtered: :meth:`BatchFilter.filter`, around :func:`crawler_ops.records.build_messages`;
-- published: the :class:`~crawler_ops.hooks.producer.Publisher`'s ``send`` and ``confirm`` (every delivery report);
-- checkpointed: the :class:`~crawler_ops.crawl.ledger.Ledger`'s ``finish`` (batch done, on the checkpoint thread), then
-  :func:`crawler_ops.crawl.commit.commit_run` (watermark).
+Per batch, in plan order (newest first): claim -> fetch -> filter -> publish -> confirm -> record done. Three kinds
+of thread share a chunk's work, and only these:
+
+- ``source.concurrency`` **fetch threads** (:meth:`ChunkCrawler.fetch`) claim batches and read their pages ahead,
+  ``concurrency`` deep; a batch is claimed before its page is requested. A fetch ends as one of four
+  :data:`Fetched` types: its page, the counts of an earlier attempt that delivered it, below the expiry cutoff
+  (not read), or not claimed (done or held by another worker: not read).
+- **the chunk's thread** (:meth:`ChunkCrawler.crawl`) takes the fetches in plan order, filters each page
+  (:class:`BatchFilter`) and produces the batch (the publisher's ``send``), but only once the checkpoint thread
+  has recorded the batch before it done and renewed its claim.
+- **the checkpoint thread** (:class:`Checkpoint`) waits for Kafka to confirm every message of the batch produced
+  last (the publisher's ``confirm``), then records it done and, in the same transaction, renews the claim of the
+  batch to be produced next, while the chunk's thread filters that batch. It is the only thread that records a
+  batch done or renews a claim.
+
+So a batch is recorded done only after Kafka confirmed all its messages, at most one batch is produced and not
+yet done, and a crash re-publishes at most that batch (fetched pages are not published yet and are simply fetched
+again). A batch is produced only while this worker still holds its claim, so a run cancelled in the UI, or a
+worker whose lease was taken over, stops instead of publishing. The counters the threads share (counts of batches
+done, batches skipped, the run's expiry cutoff) sit behind one lock in :class:`SharedCounts`.
+
+The watermark moves later, in :func:`crawler_ops.crawl.commit.commit_run`.
 """
 
 from __future__ import annotations
 
 import gc
 import logging
+import threading
 import time
 import uuid
 from collections import deque
@@ -31,23 +47,40 @@ from crawler_ops.filtering import Window
 from crawler_ops.hooks.exactly_once import MarkerLog, TransactionalPublisher, transactional_id
 from crawler_ops.hooks.producer import DryRunPublisher, IdempotentProducerHook, KafkaPublisher, Publisher
 from crawler_ops.hooks.source import SourceApiHook
-from crawler_ops.hooks.store import cap_record
 from crawler_ops.planning import Batch, ChunkPlan
-from crawler_ops.records import Message, Transform, build_messages, dead_letter_messages, dead_letter_record
+from crawler_ops.records import Message, Transform, build_messages, dead_letter_messages, too_large
 from crawler_ops.results import BatchOutcome, ChunkResult, DeadLetter, RunCounts
 from crawler_ops.transforms import bind_task_id
 
 log = logging.getLogger(__name__)
-# What a batch's fetch brings: its page, the counts of an earlier attempt that delivered it, or nothing (below
-# the expiry cutoff).
-Fetched = Sequence[Any] | RunCounts | None
 
 
+@dataclass(frozen=True)
+class PageRead:
+    """The batch's page, as the source sent it."""
+
+    records: Sequence[Any]
+
+
+@dataclass(frozen=True)
+class Delivered:
+    """An earlier attempt delivered the batch for good: its counts (the batch is only recorded done)."""
+
+    counts: RunCounts
+
+
+@dataclass(frozen=True)
+class BelowCutoff:
+    """The batch lies below the first crawl's expiry cutoff: not read, recorded done as expired."""
+
+
+@dataclass(frozen=True)
 class NotClaimed:
-    """The fetch of a batch that is done or held by another worker: nothing was read."""
+    """The batch is done or held by another worker: nothing was read, nothing is recorded."""
 
 
-NOT_CLAIMED = NotClaimed()
+# How a batch's fetch ends.
+Fetched = PageRead | Delivered | BelowCutoff | NotClaimed
 
 
 @dataclass(frozen=True)
@@ -55,7 +88,7 @@ class Ahead:
     """A batch handed to a fetch thread, which claims it and then reads its page."""
 
     batch: Batch
-    page: Future[Fetched | NotClaimed]
+    page: Future[Fetched]
 
     def claimed(self) -> bool:
         """Once the fetch is over: whether this worker took the batch (a failed fetch counts as not)."""
@@ -95,6 +128,52 @@ class FilteredBatch:
             batches_done=1,
         )
         return BatchOutcome(self.batch, counts, self.dead_letters, self.cutoff, self.skipped)
+
+
+class SharedCounts:
+    """What a chunk's threads count together, behind one lock: the counts of the batches recorded done (added by
+    the checkpoint thread), the batches skipped as not claimed (by the chunk's thread), and the run's expiry
+    cutoff as last seen (raised by the checkpoint thread, read by the fetch threads)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._done = RunCounts()
+        self._skipped = 0
+        self._cutoff = 0
+
+    def add_done(self, outcome: BatchOutcome, run_cutoff: int) -> None:
+        """A batch recorded done, and the run's cutoff its transaction read (0: none)."""
+        with self._lock:
+            self._done += outcome.counts
+            self._cutoff = max(self._cutoff, outcome.cutoff, run_cutoff)
+
+    def add_skipped(self) -> None:
+        with self._lock:
+            self._skipped += 1
+
+    def cutoff(self) -> int:
+        """Batches at or below this offset are not fetched (0: no cutoff)."""
+        with self._lock:
+            return self._cutoff
+
+    def counts(self) -> RunCounts:
+        with self._lock:
+            return self._done + RunCounts(batches_skipped=self._skipped)
+
+
+@dataclass
+class InFlight:
+    """What a failure gives back; kept by the chunk's thread only.
+
+    :param sent: the batch produced and not yet recorded done.
+    :param current: the batch claimed and not yet produced.
+    """
+
+    sent: FilteredBatch | None = None
+    current: Batch | None = None
+
+    def batches(self) -> list[Batch]:
+        return [b for b in (self.sent.batch if self.sent else None, self.current) if b is not None]
 
 
 class BatchFilter:
@@ -164,17 +243,50 @@ class BatchFilter:
         return batch.lo
 
 
-class ChunkCrawler:
-    """Fetch, filter, publish and checkpoint the batches of one chunk, newest first.
+class Checkpoint:
+    """The checkpoint thread, and the only caller of the publisher's ``confirm`` and of the ledger's ``finish``
+    and ``renew``; a context manager, whose thread ends with the block once its work is done.
 
-    Per batch, in plan order: claim + fetch (on the fetch threads, ``source.concurrency`` batches ahead: a batch
-    is claimed before its fetch starts) -> filter -> publish -> confirm -> finish. Two threads share the work of
-    the batches in hand: the checkpoint thread waits for Kafka to confirm batch N and, once batch N+1's page is
-    in, records N done and renews N+1's claim in one transaction, while the chunk's thread filters batch N+1;
-    batch N+1 is produced only once batch N is recorded done. So at most one batch is produced and not yet done, and a
-    crash re-publishes at most that batch (fetched pages are not published yet and are simply fetched again).
-    A batch is produced only while this worker still holds its claim, so a run cancelled in the UI, or a worker
-    whose lease was taken over, stops instead of publishing.
+    :param publisher: where the batches went.
+    :param ledger: where batches are recorded done and claims renewed.
+    :param shared: the chunk's shared counters, which a batch recorded done adds to.
+    """
+
+    def __init__(self, publisher: Publisher, ledger: Ledger, shared: SharedCounts) -> None:
+        self.publisher, self.ledger, self.shared = publisher, ledger, shared
+        self._thread = ThreadPoolExecutor(1, thread_name_prefix="checkpoint")
+
+    def __enter__(self) -> Checkpoint:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self._thread.shutdown(wait=True)
+
+    def submit(self, sent: FilteredBatch | None, then: Ahead | None = None) -> Future[bool]:
+        """Record ``sent`` done and renew the claim of ``then`` (see :meth:`record`), on the checkpoint thread."""
+        return self._thread.submit(self.record, sent, then)
+
+    def record(self, sent: FilteredBatch | None, then: Ahead | None) -> bool:
+        """Wait until Kafka confirmed every message of ``sent``, then record it done; in the same transaction,
+        renew the claim of ``then``, the batch to be produced next. The transaction waits for ``then``'s fetch,
+        so the claim is checked just before the batch is produced, however long the source took.
+
+        :return: whether this worker still holds ``then``'s claim (True when none is given).
+        """
+        published = self.publisher.confirm() if sent is not None else 0
+        renew = then.batch if then is not None and then.claimed() else None
+        held = then is None or renew is not None  # a batch its fetch thread could not take is not ours
+        if sent is None:
+            return held and (renew is None or self.ledger.renew(renew))
+        outcome = sent.outcome(published=published)
+        run_cutoff, renewed = self.ledger.finish(outcome, renew)
+        self.shared.add_done(outcome, run_cutoff)
+        return held and renewed
+
+
+class ChunkCrawler:
+    """Fetch, filter, publish and checkpoint the batches of one chunk, newest first, on the threads described at
+    the top of this module.
 
     A first crawl has two stops. The probed floor (``plan``: a search for the window's start, minus
     ``max_expired_batches`` batches of margin) bounds the plan: batches below it are never planned. The
@@ -188,7 +300,7 @@ class ChunkCrawler:
     :param label: the chunk's label (its offsets), for logs and the result.
     :param source: where pages come from.
     :param batch_filter: turns pages into messages.
-    :param ledger: where batches are claimed and finished (``claim`` is called from the fetch threads).
+    :param ledger: where batches are claimed (by the fetch threads) and recorded done (by the checkpoint thread).
     :param publisher: where messages go.
     """
 
@@ -204,115 +316,96 @@ class ChunkCrawler:
     ) -> None:
         self.cfg, self.batches, self.label = cfg, list(batches), label
         self.source, self.filter, self.ledger, self.publisher = source, batch_filter, ledger, publisher
-        self.counts = RunCounts()  # of finished batches: written by the checkpoint thread only
-        self.skipped = 0  # batches done or held by another worker: counted by the chunk's thread only
-        self.cutoff = 0  # the run's expiry cutoff as last seen: batches at or below it are not fetched
+        self.shared = SharedCounts()
+        self.in_flight = InFlight()
 
     def crawl(self) -> ChunkResult:
         # Airflow's heap is large by now; full collections over it stalled chunks for 0.4 s at a time.
         # Pages are acyclic and freed by reference counting, so freeze what exists before the loop.
         gc.freeze()
         started = time.monotonic()
-        sent: FilteredBatch | None = None  # produced, not yet confirmed and finished
-        current: Batch | None = None  # claimed, not yet produced
         try:
             with (
-                ThreadPoolExecutor(self.cfg.source.concurrency, thread_name_prefix="fetch") as pool,
-                ThreadPoolExecutor(1, thread_name_prefix="checkpoint") as checkpoint,
+                ThreadPoolExecutor(self.cfg.source.concurrency, thread_name_prefix="fetch") as fetch_threads,
+                Checkpoint(self.publisher, self.ledger, self.shared) as checkpoint,
             ):
-                for ahead in self.fetches(pool):
-                    batch = current = ahead.batch
-                    finishing = checkpoint.submit(self.finish, sent, ahead) if sent is not None else None
-                    try:
-                        ready = self.filtered(ahead)
-                    finally:  # a failed filter still lets the batch sent before finish; then it fails
-                        held = finishing.result() if finishing is not None else None
-                        sent = None
-                    if ready is None:
-                        current = None
-                        continue
-                    if held is None:
-                        held = self.finish(None, ahead) if ready.messages else True
-                    self.publish(ready, held)
-                    sent, current = ready, None
-                    log_progress(self, batch, started)
-                self.finish(sent)
-                sent = None
+                for ahead in self.fetches(fetch_threads):
+                    self.in_flight.current = ahead.batch
+                    checkpointed = checkpoint.submit(self.in_flight.sent, ahead)
+                    ready, held = self.filtered_while_checkpointing(checkpointed, ahead)
+                    if ready is not None:
+                        self.publish(ready, held)
+                        log_progress(self, ahead.batch, started)
+                checkpoint.submit(self.in_flight.sent).result()
+                self.in_flight.sent = None
         except Exception as exc:
-            message = f"{type(exc).__name__}: {exc}"
-            log.error("task %s chunk %s failed: %s", self.cfg.id, self.label, message)
-            in_flight = [b for b in (sent.batch if sent else None, current) if b is not None]
-            self.ledger.fail(in_flight, message)
+            self.give_back(exc)
             raise
         finally:
-            self.source.close()
-            self.publisher.close()
-            self.ledger.close()
-        counts = self.counts + RunCounts(batches_skipped=self.skipped)
-        return ChunkResult(self.label, counts, time.monotonic() - started)
+            self.close()
+        return ChunkResult(self.label, self.shared.counts(), time.monotonic() - started)
 
-    def fetches(self, pool: ThreadPoolExecutor) -> Iterator[Ahead]:
+    def fetches(self, fetch_threads: ThreadPoolExecutor) -> Iterator[Ahead]:
         """Submit the claims and fetches of the batches ahead, ``concurrency`` deep; yield them in plan order."""
         ahead: deque[Ahead] = deque()
         todo = iter(self.batches)
         while True:
             while len(ahead) < self.cfg.source.concurrency and (batch := next(todo, None)) is not None:
-                ahead.append(Ahead(batch, pool.submit(self.fetch, batch)))
+                ahead.append(Ahead(batch, fetch_threads.submit(self.fetch, batch)))
             if not ahead:
                 return
             yield ahead.popleft()
 
-    def fetch(self, batch: Batch) -> Fetched | NotClaimed:
-        """On a fetch thread: claim ``batch``, then read its page, unless an earlier attempt delivered it (its
-        counts) or it lies below the expiry cutoff (None)."""
+    def fetch(self, batch: Batch) -> Fetched:
+        """On a fetch thread: claim ``batch``, then read its page unless it needs no reading."""
         if not self.ledger.claim(batch):
-            return NOT_CLAIMED
+            return NotClaimed()
         prior = self.publisher.delivered(batch)
         if prior is not None:
-            return prior
-        if batch.hi <= self.cutoff:
-            return None
-        return self.source.get_page(batch.lo, batch.size)
+            return Delivered(prior)
+        if batch.hi <= self.shared.cutoff():
+            return BelowCutoff()
+        return PageRead(self.source.get_page(batch.lo, batch.size))
+
+    def filtered_while_checkpointing(
+        self, checkpointed: Future[bool], ahead: Ahead
+    ) -> tuple[FilteredBatch | None, bool]:
+        """Filter ``ahead``'s batch while the checkpoint thread records the batch sent before it done; the batch
+        (None when it is not this worker's) and whether this worker still holds its claim."""
+        try:
+            ready = self.filtered(ahead)
+        finally:  # a failed filter still lets the batch sent before it be recorded done; then it fails
+            held = checkpointed.result()
+            self.in_flight.sent = None
+        if ready is None:
+            self.in_flight.current = None
+        return ready, held
 
     def filtered(self, ahead: Ahead) -> FilteredBatch | None:
         """The batch filtered into its messages; None when it is done or held by another worker."""
-        batch, page = ahead.batch, ahead.page.result()
-        if isinstance(page, NotClaimed):
-            self.skipped += 1
-            log.info(
-                "task %s: batch [%d, %d) is done or held by another worker; skipped", self.cfg.id, batch.lo, batch.hi
-            )
-            return None
-        if isinstance(page, RunCounts):
-            log.info(
-                "task %s: batch [%d, %d) was delivered by an earlier attempt; recorded done",
-                self.cfg.id,
-                batch.lo,
-                batch.hi,
-            )
-            return FilteredBatch(batch, prior=page, cutoff=self.filter.cutoff_after(batch, page.kept))
-        if page is None:  # its fetch thread saw the expiry cutoff: not read
-            return FilteredBatch(batch, skipped=True)
-        return self.filter.filter(batch, page)
-
-    def finish(self, sent: FilteredBatch | None, then: Ahead | None = None) -> bool:
-        """Wait until Kafka confirmed every message of ``sent``, then record it done; in the same transaction,
-        renew the claim of ``then``, the batch to be produced next. Runs on the checkpoint thread while the
-        chunk's thread filters ``then``. The transaction waits for ``then``'s page, so the claim is checked just
-        before the batch is produced, however long the source took.
-
-        :return: whether this worker still holds ``then``'s claim (True when none is given).
-        """
-        published = self.publisher.confirm() if sent is not None else 0
-        renew = then.batch if then is not None and then.claimed() else None
-        held = then is None or renew is not None  # a batch its fetch thread could not take is not ours
-        if sent is None:
-            return held and (renew is None or self.ledger.renew(renew))
-        outcome = sent.outcome(published=published)
-        cutoff, renewed = self.ledger.finish(outcome, renew)
-        self.counts += outcome.counts
-        self.cutoff = max(self.cutoff, outcome.cutoff, cutoff)
-        return held and renewed
+        batch = ahead.batch
+        match ahead.page.result():
+            case PageRead(records):
+                return self.filter.filter(batch, records)
+            case BelowCutoff():  # its fetch thread saw the expiry cutoff: not read
+                return FilteredBatch(batch, skipped=True)
+            case Delivered(counts):
+                log.info(
+                    "task %s: batch [%d, %d) was delivered by an earlier attempt; recorded done",
+                    self.cfg.id,
+                    batch.lo,
+                    batch.hi,
+                )
+                return FilteredBatch(batch, prior=counts, cutoff=self.filter.cutoff_after(batch, counts.kept))
+            case NotClaimed():
+                self.shared.add_skipped()
+                log.info(
+                    "task %s: batch [%d, %d) is done or held by another worker; skipped",
+                    self.cfg.id,
+                    batch.lo,
+                    batch.hi,
+                )
+                return None
 
     def publish(self, ready: FilteredBatch, held: bool) -> None:
         """Produce a batch, only while this worker still holds its claim."""
@@ -323,31 +416,24 @@ class ChunkCrawler:
                 "before publishing it"
             )
         self.publisher.send(ready.batch, ready.messages, ready.outcome(published=ready.kept).counts)
+        self.in_flight.sent, self.in_flight.current = ready, None
 
+    def give_back(self, exc: Exception) -> None:
+        """Hand the batches in flight back to the ledger with the error."""
+        message = f"{type(exc).__name__}: {exc}"
+        log.error("task %s chunk %s failed: %s", self.cfg.id, self.label, message)
+        self.ledger.fail(self.in_flight.batches(), message)
 
-def too_large(
-    messages: list[Message], records: Sequence[Any], first_offset: int, limit: int
-) -> tuple[list[Message], list[DeadLetter]]:
-    """Split off the messages Kafka would refuse (key and value over ``limit`` bytes): dead letters with their
-    size, the record stored cut to the dead-letter size cap, instead of a batch that fails at every attempt."""
-    if all(len(m.value) + len(m.key) <= limit for m in messages):
-        return messages, []
-    kept: list[Message] = []
-    dead: list[DeadLetter] = []
-    for message in messages:
-        size = len(message.value) + len(message.key)
-        if size <= limit:
-            kept.append(message)
-            continue
-        offset = int(dict(message.headers)["source_offset"])
-        reason = f"message of {size} bytes is larger than kafka.max_message_bytes ({limit}); not published"
-        dead.append(DeadLetter(offset, reason, cap_record(dead_letter_record(records[offset - first_offset]))))
-    return kept, dead
+    def close(self) -> None:
+        self.source.close()
+        self.publisher.close()
+        self.ledger.close()
 
 
 def log_progress(crawler: ChunkCrawler, batch: Batch, started: float) -> None:
     """Every 10 batches and at the end: task, chunk, batches done and percent, offset, counts, records/s."""
-    done, counts, planned = crawler.counts.batches_done, crawler.counts, len(crawler.batches)
+    counts, planned = crawler.shared.counts(), len(crawler.batches)
+    done = counts.batches_done
     if done % 10 and done != planned:
         return
     log.info(

@@ -21,10 +21,10 @@ from psycopg.types.json import Jsonb
 from crawler_ops.hooks.batches import BatchRows
 from crawler_ops.hooks.db import CrawlerDbHook, Cursor, create_schema, fetch_dict
 from crawler_ops.planning import Batch
+from crawler_ops.records import cap_record
 from crawler_ops.results import BatchOutcome, DeadLetter, RunRecord
 from crawler_ops.sqlfiles import read_sql
 
-DEAD_LETTER_MAX_BYTES = 64 * 1024
 # An escaped backslash or an escaped NUL in JSON text, matched left to right: a backslash followed by "u0000" is text.
 JSON_NUL_ESCAPE = re.compile(r"\\(?:\\|u0000)")
 
@@ -172,19 +172,3 @@ def record_jsonb(record: Any) -> Jsonb:
     if "\\u0000" in text:
         text = JSON_NUL_ESCAPE.sub(lambda m: m[0] if m[0] == "\\\\" else "\\ufffd", text)
     return Jsonb(text, dumps=lambda dumped: dumped)
-
-
-def cap_record(record: Any) -> Any:
-    """Dead-lettered records are stored whole up to a size cap, then as the start of their JSON text, cut so the
-    stored JSON (escapes included) stays within the cap and no character is split."""
-    data = json.dumps(record, ensure_ascii=False, default=str).encode()
-    if len(data) <= DEAD_LETTER_MAX_BYTES:
-        return record
-    limit = DEAD_LETTER_MAX_BYTES - 64  # room for the wrapper object
-    while True:
-        capped = {"truncated": True, "text": data[:limit].decode("utf-8", "ignore")}
-        size = len(json.dumps(capped, ensure_ascii=False).encode())
-        if size <= DEAD_LETTER_MAX_BYTES:
-            return capped
-        # Escaped quotes and backslashes took more room than the text: shrink it in proportion.
-        limit = limit * (DEAD_LETTER_MAX_BYTES - 64) // size

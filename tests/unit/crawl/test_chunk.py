@@ -19,7 +19,7 @@ import httpx
 import pytest
 
 from crawler_ops.config import CrawlTaskConfig
-from crawler_ops.crawl.chunk import BatchFilter, ChunkCrawler, too_large
+from crawler_ops.crawl.chunk import BatchFilter, ChunkCrawler
 from crawler_ops.crawl.ledger import DryRunLedger
 from crawler_ops.crawl.run import RunContext, RunParams
 from crawler_ops.errors import DeliveryError, SourceError, StatusTableError
@@ -348,19 +348,3 @@ def test_a_batch_an_earlier_attempt_delivered_is_recorded_done_with_its_counts_a
     [outcome] = [o for o in ledger.finished if o.batch.lo == 800]
     assert outcome.counts == before
     assert result.counts.kept == sum(in_window(i) for i in range(TOTAL) if not 800 <= i < 900) + 69
-
-
-def test_messages_larger_than_kafka_accepts_become_dead_letters_naming_their_size() -> None:
-    records = [{"id": "small"}, {"id": "big", "padding": "x" * 5_000}, {"id": "also-small"}]
-    messages = [
-        Message(str(r["id"]).encode(), repr(r).encode(), [("source_offset", str(700 + i).encode())])
-        for i, r in enumerate(records)
-    ]
-
-    kept, dead = too_large(messages, records, 700, limit=2_000)
-
-    assert [m.key for m in kept] == [b"small", b"also-small"]
-    [(offset, reason, record)] = dead
-    assert (offset, record) == (701, records[1])
-    assert reason.startswith(f"message of {len(messages[1].value) + 3} bytes is larger than kafka.max_message_bytes")
-    assert too_large(messages[:1], records, 700, limit=2_000) == (messages[:1], [])
