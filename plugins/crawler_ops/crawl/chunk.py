@@ -8,8 +8,8 @@ of thread share a chunk's work, and only these:
   :data:`Fetched` types: its page, the counts of an earlier attempt that delivered it, below the expiry cutoff
   (not read), or not claimed (done or held by another worker: not read).
 - **the chunk's thread** (:meth:`ChunkCrawler.crawl`) takes the fetches in plan order, filters each page
-  (:class:`BatchFilter`) and produces the batch (the publisher's ``send``), but only once the checkpoint thread
-  has recorded the batch before it done and renewed its claim.
+  (:class:`~crawler_ops.crawl.batch_filter.BatchFilter`) and produces the batch (the publisher's ``send``), but only
+  once the checkpoint thread has recorded the batch before it done and renewed its claim.
 - **the checkpoint thread** (:class:`Checkpoint`) waits for Kafka to confirm every message of the batch produced
   last (the publisher's ``confirm``), then records it done and, in the same transaction, renews the claim of the
   batch to be produced next, while the chunk's thread filters that batch. It is the only thread that records a
@@ -34,23 +34,19 @@ import uuid
 from collections import deque
 from collections.abc import Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
-from airflow.sdk.module_loading import import_string
-
 from crawler_ops.config import CrawlTaskConfig
+from crawler_ops.crawl.batch_filter import BatchFilter, FilteredBatch
 from crawler_ops.crawl.ledger import Ledger, ledger_for
 from crawler_ops.crawl.run import RunContext
-from crawler_ops.errors import ConfigError, SourceError, StatusTableError
-from crawler_ops.filtering import Window
+from crawler_ops.errors import StatusTableError
 from crawler_ops.hooks.exactly_once import MarkerLog, TransactionalPublisher, transactional_id
 from crawler_ops.hooks.producer import DryRunPublisher, IdempotentProducerHook, KafkaPublisher, Publisher
 from crawler_ops.hooks.source import SourceApiHook
 from crawler_ops.planning import Batch, ChunkPlan
-from crawler_ops.records import Message, Transform, build_messages, dead_letter_messages, too_large
-from crawler_ops.results import BatchOutcome, ChunkResult, DeadLetter, RunCounts
-from crawler_ops.transforms import bind_task_id
+from crawler_ops.results import BatchOutcome, ChunkResult, RunCounts
 
 log = logging.getLogger(__name__)
 
@@ -93,41 +89,6 @@ class Ahead:
     def claimed(self) -> bool:
         """Once the fetch is over: whether this worker took the batch (a failed fetch counts as not)."""
         return self.page.exception() is None and not isinstance(self.page.result(), NotClaimed)
-
-
-@dataclass(frozen=True)
-class FilteredBatch:
-    """A batch filtered into the messages to produce (dead letters for the dead-letter topic among them).
-
-    :param skipped: the batch lies below the first crawl's expiry cutoff and was not fetched.
-    :param prior: the counts of an earlier attempt that already delivered the batch (it is only recorded done).
-    """
-
-    batch: Batch
-    messages: Sequence[Message] = ()
-    fetched: int = 0
-    kept: int = 0
-    expired: int = 0
-    dead_letters: tuple[DeadLetter, ...] = ()
-    cutoff: int = 0
-    skipped: bool = False
-    prior: RunCounts | None = None
-
-    def outcome(self, published: int) -> BatchOutcome:
-        """The finished batch, once Kafka confirmed ``published`` messages to the task's topic."""
-        if self.prior is not None:
-            counts = replace(self.prior, batches_done=1, batches_skipped=0)
-            return BatchOutcome(self.batch, counts, (), self.cutoff)
-        counts = RunCounts(
-            pages=0 if self.skipped else 1,
-            fetched=self.fetched,
-            kept=self.kept,
-            published=published,
-            expired=self.expired,
-            dead_lettered=len(self.dead_letters),
-            batches_done=1,
-        )
-        return BatchOutcome(self.batch, counts, self.dead_letters, self.cutoff, self.skipped)
 
 
 class SharedCounts:
@@ -174,73 +135,6 @@ class InFlight:
 
     def batches(self) -> list[Batch]:
         return [b for b in (self.sent.batch if self.sent else None, self.current) if b is not None]
-
-
-class BatchFilter:
-    """Turns a fetched page into the messages of its batch, and finds a first crawl's early stop.
-
-    :param run: the run (its window, id and config).
-    :param early_stop: whether this is a first crawl, where pages with nothing in the window end the crawl.
-    """
-
-    def __init__(self, run: RunContext, early_stop: bool) -> None:
-        self.cfg = run.cfg
-        self.run_id = run.run_id
-        self.window: Window = run.window.in_zone(self.cfg.filter.rule.tz)
-        self.headers = [("crawl_task", self.cfg.id.encode()), ("run_id", run.run_id.encode())]
-        self.transform: Transform | None = load_transform(self.cfg)
-        self.early_stop = early_stop
-        self.empty_streak = 0
-
-    def filter(self, batch: Batch, records: Sequence[Any]) -> FilteredBatch:
-        """Filter a fetched page into messages (nothing is produced yet); a short page is an error."""
-        cfg = self.cfg
-        if len(records) != batch.size:
-            raise SourceError(
-                f"task {cfg.id}: page [{batch.lo}, {batch.hi}) returned {len(records)} records, "
-                f"expected {batch.size} (short page or shrinking source); not marked done",
-                retriable=True,
-            )
-        try:
-            page = build_messages(
-                records, batch.lo, cfg.filter.rule, self.window, cfg.kafka.key_field, self.headers, self.transform
-            )
-        except ValueError as exc:
-            raise SourceError(
-                f"task {cfg.id}: {exc}; the source sent something that is not a record", retriable=False
-            ) from exc
-        published, oversized = too_large(page.messages, records, batch.lo, cfg.kafka.max_message_bytes)
-        dead_letters = [*page.dead_letters, *oversized]
-        messages: list[Message] = published
-        dlq = cfg.kafka.dead_letter_topic
-        if dlq is not None and dead_letters:
-            dead = dead_letter_messages(dead_letters, dlq, cfg.id, self.run_id, cfg.kafka.key_field, self.headers)
-            messages = [*published, *dead]
-        return FilteredBatch(
-            batch,
-            messages,
-            fetched=len(records),
-            kept=len(published),
-            expired=page.expired,
-            dead_letters=tuple(dead_letters),
-            cutoff=self.cutoff_after(batch, page.kept),
-        )
-
-    def cutoff_after(self, batch: Batch, kept: int) -> int:
-        """On a first crawl, ``max_expired_batches`` consecutive pages with nothing in the window make
-        everything below this batch expired (0: no cutoff)."""
-        if not self.early_stop:
-            return 0
-        self.empty_streak = 0 if kept else self.empty_streak + 1
-        if self.empty_streak < self.cfg.max_expired_batches:
-            return 0
-        log.info(
-            "task %s: %d consecutive pages without in-window records; offsets below %d are treated as expired",
-            self.cfg.id,
-            self.empty_streak,
-            batch.lo,
-        )
-        return batch.lo
 
 
 class Checkpoint:
@@ -452,16 +346,6 @@ def log_progress(crawler: ChunkCrawler, batch: Batch, started: float) -> None:
         counts.dead_lettered,
         counts.fetched / max(time.monotonic() - started, 1e-6),
     )
-
-
-def load_transform(cfg: CrawlTaskConfig) -> Transform | None:
-    if cfg.transform is None:
-        return None
-    try:
-        transform = import_string(cfg.transform)
-    except ImportError as exc:
-        raise ConfigError(f"task {cfg.id}: transform '{cfg.transform}' cannot be imported: {exc}") from exc
-    return bind_task_id(transform, cfg.id)
 
 
 def crawl_chunk(run: RunContext, payload: ChunkPlan) -> dict[str, Any]:

@@ -19,7 +19,8 @@ import httpx
 import pytest
 
 from crawler_ops.config import CrawlTaskConfig
-from crawler_ops.crawl.chunk import BatchFilter, ChunkCrawler
+from crawler_ops.crawl.batch_filter import BatchFilter
+from crawler_ops.crawl.chunk import ChunkCrawler
 from crawler_ops.crawl.ledger import DryRunLedger
 from crawler_ops.crawl.run import RunContext, RunParams
 from crawler_ops.errors import DeliveryError, SourceError, StatusTableError
