@@ -1,0 +1,138 @@
+"""``isolation: process`` on real child processes: a timed-out call takes its whole process group with it, a
+killed worker takes its child group with it (even a child busy in C), and a child's memory is capped."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from crawler_ops.config import ExecutorTaskConfig
+from crawler_ops.executor.calls import ProcessCaller
+from crawler_ops.status_table import ClaimedRow
+
+FUNCTIONS = "tests.unit.executor.child_functions"
+REPO = Path(__file__).resolve().parents[3]
+
+pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="process groups as Linux has them")
+
+
+def group_members(pgid: int) -> list[int]:
+    """The live (not zombie) processes of process group ``pgid``."""
+    members = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rpartition(")")[2].split()
+        except OSError:
+            continue
+        if int(fields[2]) == pgid and fields[0] != "Z":
+            members.append(int(stat.parent.name))
+    return members
+
+
+def alive(pid: int) -> bool:
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+    except OSError:
+        return False
+    return fields[0] != "Z"
+
+
+def wait_for(condition: Callable[[], bool], timeout: float) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if condition():
+            return True
+        time.sleep(0.05)
+    return condition()
+
+
+def test_a_timed_out_call_kills_the_childs_whole_group_and_the_worker_moves_on_at_once(tmp_path):
+    caller = ProcessCaller(f"{FUNCTIONS}.fork_then_hang", "dict", ("id", "path"))
+    caller.start()
+    assert caller.proc is not None
+    child = caller.proc.pid
+    pid_file = tmp_path / "grandchild"
+    outcome: list[str | None] = []
+    call = threading.Thread(target=lambda: outcome.append(caller.call(ClaimedRow(1, True, (1, str(pid_file))))))
+    call.start()
+    assert wait_for(pid_file.exists, 30), "the function forked its grandchild"
+    grandchild = int(pid_file.read_text())
+    assert os.getpgid(child) == child, "the child leads a process group of its own"
+    assert os.getpgid(grandchild) == child
+
+    caller.abort()  # what the worker does when the call outlives timeout_s
+    call.join(5)
+
+    assert not call.is_alive(), "the worker got the call back within 5 s of the kill"
+    assert outcome and outcome[0] is not None and "ended during the call" in outcome[0]
+    assert wait_for(lambda: not alive(grandchild), 5), "the forked grandchild was killed with its group"
+    assert wait_for(lambda: not group_members(child), 5), "no process of the child's group is left"
+    caller.close()
+
+
+@pytest.mark.parametrize(
+    "function", ["fork_then_spin_in_c", "fork_then_hang"], ids=["busy-in-c-holding-the-gil", "sleeping"]
+)
+def test_a_killed_worker_takes_its_child_group_with_it_even_a_child_busy_in_c(tmp_path, function):
+    pid_file = tmp_path / "grandchild"
+    child = 0
+    worker = subprocess.Popen(
+        [sys.executable, "-m", "tests.unit.executor.executor_worker_with_a_child", f"{FUNCTIONS}.{function}"]
+        + [str(pid_file)],
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert worker.stdout is not None
+        child = int(worker.stdout.readline())
+        assert wait_for(pid_file.exists, 30), "the function forked its grandchild"
+        grandchild = int(pid_file.read_text())
+        time.sleep(0.3)  # the call is under way: in C, or asleep
+
+        worker.kill()
+        worker.wait()
+
+        assert wait_for(lambda: not alive(child), 3), "the child died within 3 s of its worker"
+        assert wait_for(lambda: not alive(grandchild), 3), "and its forked grandchild with it"
+        assert wait_for(lambda: not group_members(child), 3), "no process of the child's group is left"
+    finally:
+        worker.kill()
+        if child and group_members(child):
+            os.killpg(child, signal.SIGKILL)  # tidy up after a failed assertion
+
+
+def test_a_call_allocating_past_child_memory_mb_fails_its_row_and_the_child_goes_on():
+    caller = ProcessCaller(f"{FUNCTIONS}.allocate_mb", "dict", ("id",), memory_mb=256)
+    try:
+        caller.start()
+        error = caller.call(ClaimedRow(1024, True, (1024,)))
+        assert error is not None
+        assert error.startswith("MemoryError: ") and "child_memory_mb" in error and "256" in error
+        assert caller.call(ClaimedRow(16, True, (16,))) is None, "the same child runs the next row"
+    finally:
+        caller.close()
+
+
+def test_without_a_limit_the_child_allocates_freely():
+    caller = ProcessCaller(f"{FUNCTIONS}.allocate_mb", "dict", ("id",))
+    try:
+        assert caller.call(ClaimedRow(300, True, (300,))) is None
+    finally:
+        caller.close()
+
+
+def test_child_memory_mb_is_an_executor_field_with_a_floor():
+    base = {"name": "ex", "source_table": "s", "status_table": "t", "output_fields": ["id"], "function": "m.f"}
+    assert ExecutorTaskConfig.model_validate(base).child_memory_mb is None
+    assert ExecutorTaskConfig.model_validate({**base, "child_memory_mb": 512}).child_memory_mb == 512
+    with pytest.raises(ValueError, match="child_memory_mb"):
+        ExecutorTaskConfig.model_validate({**base, "child_memory_mb": 8})
