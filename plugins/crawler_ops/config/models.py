@@ -239,7 +239,15 @@ class ExecutorTaskConfig(DagSettings):
         "returning (id, status)",
     )
     isolation: Literal["thread", "process"] = Field(
-        "thread", description="process: each call runs in a child process, killed when it outlives timeout_s"
+        "thread",
+        description="process: each call runs in a child process (a process group of its own), killed with "
+        "everything it forked when it outlives timeout_s or its worker dies",
+    )
+    child_memory_mb: int | None = Field(
+        None,
+        ge=64,
+        description="isolation: process: the child's address-space limit in MB (RLIMIT_AS, set before the function "
+        "is imported); a call allocating past it fails its row with a MemoryError naming the limit; unset: no limit",
     )
     create_status_table: bool = Field(
         True, description="create status_table when it is missing; false: a missing one fails the run, naming it"

@@ -2,15 +2,17 @@
 
 The runner thread takes rows from the :class:`~crawler_ops.executor.leases.LeaseBook` one at a time and
 calls the function through a caller. A call that outlives ``timeout_s`` is abandoned by the coordinator: a
-thread cannot be stopped, so it runs on unobserved; a child process is killed.
+thread cannot be stopped, so it runs on unobserved; a child process is killed with its whole process group.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
 import pickle
+import signal
 import subprocess
 import sys
 from typing import IO, Protocol
@@ -72,18 +74,27 @@ class ProcessCaller:
     """Calls the function in a child process (``crawler_ops.executor.udf_child``), one call at a time.
 
     The child is started by :meth:`start` or :meth:`prepare`, and again after it died or was killed; it loads
-    the function once and calls it for each row it is sent.
+    the function once and calls it for each row it is sent. It leads a process group of its own, which is what
+    :meth:`abort` kills; the group's keeper (see ``udf_child``) kills it when this caller closes the lifeline or
+    the worker dies.
 
     :param path: dotted path of the function.
     :param style: ``dict`` or ``legacy``.
     :param names: the output field names, in order.
+    :param memory_mb: the child's address-space limit in MB (``child_memory_mb``); None: no limit.
     """
 
-    def __init__(self, path: str, style: udf.Style, names: tuple[str, ...]) -> None:
-        self.path, self.style, self.names = path, style, names
+    def __init__(self, path: str, style: udf.Style, names: tuple[str, ...], memory_mb: int | None = None) -> None:
+        self.path, self.style, self.names, self.memory_mb = path, style, names, memory_mb
         self.proc: subprocess.Popen[bytes] | None = None
         self.outbox: IO[bytes] | None = None
         self.inbox: IO[bytes] | None = None
+        self.lifeline: int | None = None
+
+    @classmethod
+    def for_executor(cls, cfg: ExecutorTaskConfig, names: tuple[str, ...]) -> ProcessCaller:
+        """The caller of an executor's configuration."""
+        return cls(cfg.function, cfg.function_style, names, cfg.child_memory_mb)
 
     def start(self) -> None:
         """Start the child and wait until it loaded the function.
@@ -92,16 +103,21 @@ class ProcessCaller:
         """
         child_reads, parent_writes = os.pipe()
         parent_reads, child_writes = os.pipe()
+        # The write end stays with this process alone (pipes are not inherited by other children): it closes
+        # when the caller closes it or the worker dies, however the worker dies.
+        keeper_reads, self.lifeline = os.pipe()
         search_path = os.pathsep.join(p or os.getcwd() for p in sys.path)
         args = [sys.executable, "-m", "crawler_ops.executor.udf_child", self.path, self.style, json.dumps(self.names)]
+        fds = (child_reads, child_writes, keeper_reads)
         self.proc = subprocess.Popen(
-            [*args, str(child_reads), str(child_writes)],
-            pass_fds=(child_reads, child_writes),
+            [*args, *map(str, fds), str(self.memory_mb or 0)],
+            pass_fds=fds,
             env={**os.environ, "PYTHONPATH": search_path, "PYTHONUNBUFFERED": "1"},
             stdin=subprocess.DEVNULL,
+            start_new_session=True,
         )
-        os.close(child_reads)
-        os.close(child_writes)
+        for fd in fds:
+            os.close(fd)
         self.outbox, self.inbox = os.fdopen(parent_writes, "wb"), os.fdopen(parent_reads, "rb")
         try:
             problem = read_frame(self.inbox)
@@ -136,16 +152,18 @@ class ProcessCaller:
             )
 
     def abort(self) -> None:
-        """Kill the child (its call outlived the timeout or lost its lease)."""
+        """Kill the child's process group (its call outlived the timeout or lost its lease): the child and
+        whatever it forked, which could otherwise hold the call's pipe open."""
         if self.proc is not None:
-            self.proc.kill()
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.proc.pid, signal.SIGKILL)
 
     def close(self) -> None:
         self.stop()
 
     def stop(self) -> int | None:
-        """Close the child's pipes, so it exits on its own (killed if it does not within a moment); returns
-        its exit code."""
+        """Close the child's pipes, so it exits on its own (killed if it does not within a moment), then the
+        lifeline, so the group's keeper kills what the child left behind; returns the child's exit code."""
         proc, self.proc = self.proc, None
         for stream in (self.outbox, self.inbox):
             if stream is not None:
@@ -154,12 +172,20 @@ class ProcessCaller:
                 except OSError:
                     log.debug("closing a pipe of a child that already exited")
         self.outbox = self.inbox = None
-        if proc is None:
-            return None
+        try:
+            return None if proc is None else self.wait(proc)
+        finally:
+            if self.lifeline is not None:
+                os.close(self.lifeline)
+                self.lifeline = None
+
+    @staticmethod
+    def wait(proc: subprocess.Popen[bytes]) -> int:
         try:
             return proc.wait(timeout=STOP_WAIT_S)
         except subprocess.TimeoutExpired:
-            proc.kill()
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
             return proc.wait()
 
 

@@ -1,9 +1,14 @@
 """The child process of ``isolation: process``: calls the user function on the rows its parent sends.
 
-``python -m crawler_ops.executor.udf_child FUNCTION STYLE NAMES_JSON READ_FD WRITE_FD``. Frames on the two pipes are a
-4-byte big-endian length and a pickle. The child first answers with the load result (None, or the error
-text), then, for each ``(values, row_id)`` it reads, with the row's outcome (None or the error text). It
-exits when its parent goes away, so a killed worker never leaves a call running behind it.
+``python -m crawler_ops.executor.udf_child FUNCTION STYLE NAMES_JSON READ_FD WRITE_FD LIFELINE_FD MEMORY_MB``. Frames
+on the two pipes are a 4-byte big-endian length and a pickle. The child first answers with the load result (None,
+or the error text), then, for each ``(values, row_id)`` it reads, with the row's outcome (None or the error text).
+
+The child leads a process group of its own (its parent starts it in a new session), and before it imports anything
+of the user's it forks a keeper: a process that runs no user code and waits on the lifeline pipe, whose write end
+only the worker holds. When the worker closes it or dies, the keeper kills the whole group: the child, however busy
+in C, and whatever the user function forked. With ``MEMORY_MB`` > 0 the child's address space is capped
+(``RLIMIT_AS``) before the function is imported; an allocation past it fails that row with a ``MemoryError``.
 """
 
 from __future__ import annotations
@@ -11,16 +16,15 @@ from __future__ import annotations
 import json
 import os
 import pickle
+import resource
+import signal
 import struct
 import sys
-import threading
-import time
 from typing import IO, Any
 
-from crawler_ops.executor.udf import FunctionLoadError, call, load_function
+from crawler_ops.executor.udf import FunctionLoadError, UserFunction, call, load_function
 
 HEADER = struct.Struct(">I")
-PARENT_CHECK_S = 0.5
 
 
 def write_frame(stream: IO[bytes], value: Any) -> None:
@@ -41,20 +45,44 @@ def read_frame(stream: IO[bytes]) -> Any:
     return pickle.loads(payload)
 
 
-def exit_with_parent(parent: int) -> None:
-    """Stop this process as soon as the parent that started it is gone (the child is re-parented)."""
-    while os.getppid() == parent:
-        time.sleep(PARENT_CHECK_S)
-    os._exit(1)
+def fork_keeper(lifeline: int, pipes: tuple[int, ...]) -> None:
+    """Fork the keeper of this process group: it kills the group when the lifeline pipe closes (never returns in
+    the keeper). It holds no end of the call pipes, so a dead child still reads as EOF to the worker."""
+    if os.fork() != 0:
+        os.close(lifeline)
+        return
+    try:
+        for fd in pipes:
+            os.close(fd)
+        while os.read(lifeline, 1):
+            pass  # the worker never writes: EOF when it closed its end or died
+    finally:
+        os.killpg(0, signal.SIGKILL)
+        os._exit(1)
+
+
+def limit_memory(path: str, memory_mb: int) -> UserFunction:
+    """Cap this process's address space at ``memory_mb``; a function whose MemoryError names the limit."""
+    limit = memory_mb * 2**20
+    resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+    function = load_function(path)
+
+    def limited(argument: Any) -> Any:
+        try:
+            return function(argument)
+        except MemoryError as exc:
+            raise MemoryError(f"the function went past the child's memory limit (child_memory_mb {memory_mb})") from exc
+
+    return limited
 
 
 def main(argv: list[str]) -> int:
-    path, style, names_json, read_fd, write_fd = argv
-    threading.Thread(target=exit_with_parent, args=(os.getppid(),), daemon=True).start()
+    path, style, names_json, read_fd, write_fd, lifeline_fd, memory_mb = argv
+    fork_keeper(int(lifeline_fd), (int(read_fd), int(write_fd)))
     names = json.loads(names_json)
     with os.fdopen(int(read_fd), "rb") as inbox, os.fdopen(int(write_fd), "wb") as outbox:
         try:
-            function = load_function(path)
+            function = limit_memory(path, int(memory_mb)) if int(memory_mb) > 0 else load_function(path)
         except FunctionLoadError as exc:
             write_frame(outbox, str(exc))
             return 1

@@ -118,7 +118,7 @@ class ExecutorWorker:
         """The caller of the configured isolation; the function must load, or the worker fails at once."""
         if self.cfg.isolation == "thread":
             return ThreadCaller(load_function(self.cfg), self.cfg.function_style, tables.names)
-        caller = ProcessCaller(self.cfg.function, self.cfg.function_style, tables.names)
+        caller = ProcessCaller.for_executor(self.cfg, tables.names)
         try:
             caller.start()
         except FunctionLoadError as exc:
@@ -135,7 +135,7 @@ class ExecutorWorker:
         """The runner was let go (timeout, lost lease): stop its call where possible and start another."""
         self.callers[-1].abort()
         if self.cfg.isolation == "process":
-            self.start_runner(ProcessCaller(self.cfg.function, self.cfg.function_style, self.tables.names))
+            self.start_runner(ProcessCaller.for_executor(self.cfg, self.tables.names))
         else:
             previous = self.callers[-1]
             assert isinstance(previous, ThreadCaller)

@@ -84,9 +84,9 @@ def test_a_timed_out_call_kills_the_childs_whole_group_and_the_worker_moves_on_a
 def test_a_killed_worker_takes_its_child_group_with_it_even_a_child_busy_in_c(tmp_path, function):
     pid_file = tmp_path / "grandchild"
     child = 0
+    script = "tests.unit.executor.executor_worker_with_a_child"
     worker = subprocess.Popen(
-        [sys.executable, "-m", "tests.unit.executor.executor_worker_with_a_child", f"{FUNCTIONS}.{function}"]
-        + [str(pid_file)],
+        [sys.executable, "-m", script, f"{FUNCTIONS}.{function}", str(pid_file)],
         cwd=REPO,
         stdout=subprocess.PIPE,
         text=True,
