@@ -763,3 +763,46 @@ def test_unexpected_handler_error_answers_json_500(source: DemoSource) -> None:
         sync_client.close()
     assert response.status_code == 500
     assert response.json() == {"code": 500, "msg": "internal error: RuntimeError"}
+
+
+ADMIN_CALLS = [
+    ("GET", "/admin/tasks", None),
+    ("GET", "/admin/tasks/t", None),
+    ("PUT", "/admin/tasks/t", {"total": 10, "ref": REF.isoformat()}),
+    ("POST", "/admin/tasks/t/append", {"n": 1}),
+    ("PUT", "/admin/tasks/t/faults", {"error_rate": 0.0}),
+    ("GET", "/admin/tasks/t/requests", None),
+    ("DELETE", "/admin/tasks/t/requests", None),
+    ("GET", f"/admin/tasks/t/truth?ref={REF.isoformat()}&days=1", None),
+]
+
+
+@pytest.mark.parametrize(("method", "path", "body"), ADMIN_CALLS, ids=[f"{m} {p}" for m, p, _ in ADMIN_CALLS])
+def test_with_an_admin_token_the_admin_api_refuses_requests_without_it(method, path, body):
+    client = SyncClient(create_app(1000, REF, admin_token="s3cret-token"))
+    try:
+        for headers in ({}, {"Authorization": "Bearer wrong"}, {"Authorization": "s3cret-token"}):
+            refused = client.request(method, path, json=body, headers=headers)
+            assert refused.status_code == 401, headers
+            assert refused.headers["www-authenticate"] == "Bearer"
+        accepted = client.request(method, path, json=body, headers={"Authorization": "Bearer s3cret-token"})
+        assert accepted.status_code == 200, accepted.text
+    finally:
+        client.close()
+
+
+def test_with_an_admin_token_the_data_api_and_the_health_check_stay_open():
+    client = SyncClient(create_app(1000, REF, admin_token="s3cret-token"))
+    try:
+        assert client.get("/healthz").status_code == 200
+        assert client.get("/api/t/count").status_code == 200
+        assert client.get("/api/t/list?offset=0&limit=5").status_code == 200
+    finally:
+        client.close()
+
+
+def test_the_admin_token_comes_from_the_environment_not_the_command_line(monkeypatch):
+    monkeypatch.setenv("DEMO_SOURCE_ADMIN_TOKEN", "from-env")
+    assert parse_args([]).admin_token == "from-env"
+    monkeypatch.delenv("DEMO_SOURCE_ADMIN_TOKEN")
+    assert parse_args([]).admin_token is None

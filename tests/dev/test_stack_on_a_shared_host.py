@@ -13,6 +13,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+import httpx
 import psutil
 import psycopg
 import pytest
@@ -128,8 +129,29 @@ def test_the_stack_files_are_its_owners_only(private_stack):
     ]
     assert exposed == []
     assert stat.S_IMODE(private_stack.folder.stat().st_mode) == 0o700
-    for name in ("stack.json", "env.sh", "postgres.password", "airflow/passwords.json", "airflow/secrets.json"):
+    for name in (
+        "stack.json",
+        "env.sh",
+        "postgres.password",
+        "source.token",
+        "airflow/passwords.json",
+        "airflow/secrets.json",
+    ):
         assert stat.S_IMODE((private_stack.folder / name).stat().st_mode) == 0o600, name
+
+
+def test_the_demo_sources_admin_api_wants_the_token_the_stack_generated(private_stack):
+    token = (private_stack.folder / "source.token").read_text().strip()
+    env = private_stack.state()["env"]
+    admin = f"{env['CRAWLER_OPS_SOURCE_URL']}/admin/tasks"
+
+    assert len(token) >= 32 and env["CRAWLER_OPS_SOURCE_ADMIN_TOKEN"] == token
+    assert f"export CRAWLER_OPS_SOURCE_ADMIN_TOKEN='{token}'" in (private_stack.folder / "env.sh").read_text()
+    assert httpx.get(admin, timeout=10).status_code == 401
+    assert httpx.get(admin, headers={"Authorization": "Bearer x"}, timeout=10).status_code == 401
+    assert httpx.get(admin, headers={"Authorization": f"Bearer {token}"}, timeout=10).status_code == 200
+    source = psutil.Process(int((private_stack.folder / "run" / "source.pid").read_text()))
+    assert token not in " ".join(source.cmdline()), "the token is not on the command line that every user can read"
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="PostgreSQL runs as a service user only when started by root")
