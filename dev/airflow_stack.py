@@ -34,6 +34,7 @@ from stack_common import (
     own_port,
     port_open,
     running_pid,
+    source_token,
     spawn,
     stop_pid,
     wait_until,
@@ -76,6 +77,7 @@ def stack_env(ports: Ports, postgres_uri: str, bootstrap: str | None = None) -> 
         "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE": str(passwords_file()),
         "CRAWLER_OPS_CONFIG": os.environ.get("CRAWLER_OPS_CONFIG", str(REPO / "include" / "crawler_tasks.yaml")),
         "CRAWLER_OPS_SOURCE_URL": f"http://127.0.0.1:{ports.source}",
+        "CRAWLER_OPS_SOURCE_ADMIN_TOKEN": source_token(),
         "CRAWLER_OPS_KAFKA_BOOTSTRAP": bootstrap or f"127.0.0.1:{ports.kafka}",
         "CRAWLER_OPS_PG_URI": postgres_uri,
     }

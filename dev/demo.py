@@ -54,7 +54,11 @@ def main() -> int:
             exists and conn.execute("SELECT watermark FROM crawler_ops.progress WHERE task_id = %s", (TASK,)).fetchone()
         )
     if watermark:
-        total = httpx.post(f"{env['CRAWLER_OPS_SOURCE_URL']}/admin/tasks/{SOURCE_TASK}/append", json={"n": 300})
+        total = httpx.post(
+            f"{env['CRAWLER_OPS_SOURCE_URL']}/admin/tasks/{SOURCE_TASK}/append",
+            json={"n": 300},
+            headers={"Authorization": f"Bearer {env['CRAWLER_OPS_SOURCE_ADMIN_TOKEN']}"},
+        )
         print(f"demo: watermark is {watermark[0]}; the source got 300 new postings (total {total.json()['total']})")
     log = STACK / "logs" / "demo-dags-test.log"
     print(f"demo: airflow dags test crawl_{TASK}  (full log: {log})")

@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import secrets
 import signal
 import socket
 import subprocess
@@ -21,13 +22,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import celery_stack
-from pg_server import EmbeddedPostgres
+from pg_server import EmbeddedPostgres, write_private
 
 REPO = Path(__file__).resolve().parent.parent
 STACK = Path(os.environ.get("CRAWLER_OPS_STACK_DIR", REPO / ".stack")).resolve()
 LOGS = STACK / "logs"
 RUN = STACK / "run"
 STATE_FILE = STACK / "stack.json"
+SOURCE_TOKEN_FILE = STACK / "source.token"
 
 DEFAULT_PORTS = {
     "kafka": 19092,
@@ -206,6 +208,18 @@ def load_state() -> dict:
         return json.loads(STATE_FILE.read_text())
     except (OSError, ValueError):
         return {}
+
+
+def source_token() -> str:
+    """The demo source's admin token: generated on first use, kept in ``.stack/source.token`` (0600)."""
+    try:
+        token = SOURCE_TOKEN_FILE.read_text().strip()
+    except FileNotFoundError:
+        token = ""
+    if not token:
+        token = secrets.token_urlsafe(32)
+        write_private(SOURCE_TOKEN_FILE, token + "\n")
+    return token
 
 
 def pg_server(port: int = 0) -> EmbeddedPostgres:

@@ -26,12 +26,24 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 from crawler_ops.config import CrawlTaskConfig, ExecutorTaskConfig
 from crawler_ops.planning import ChunkPlan
 
+SOURCE_ADMIN_TOKEN_ENV = "CRAWLER_OPS_SOURCE_ADMIN_TOKEN"
+
+
+def source_admin_headers(token: str | None = None) -> dict[str, str]:
+    """The header the demo source's admin API wants: ``token``, else the stack's (its env, from ``stack.json``)."""
+    token = token or os.environ.get(SOURCE_ADMIN_TOKEN_ENV)
+    return {"Authorization": f"Bearer {token}"} if token else {}
+
 
 class DemoSource:
-    """Admin client of the demo source API (dev/demo_source)."""
+    """Admin client of the demo source API (dev/demo_source).
 
-    def __init__(self, base_url: str) -> None:
-        self.http = httpx.Client(base_url=base_url, timeout=30)
+    :param base_url: the source's URL.
+    :param token: its admin token (default: ``CRAWLER_OPS_SOURCE_ADMIN_TOKEN``, which the stack's env sets).
+    """
+
+    def __init__(self, base_url: str, token: str | None = None) -> None:
+        self.http = httpx.Client(base_url=base_url, timeout=30, headers=source_admin_headers(token))
 
     def _json(self, method: str, path: str, **kwargs: Any) -> Any:
         response = self.http.request(method, path, **kwargs)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import secrets
 from collections import Counter
 from dataclasses import dataclass
@@ -47,8 +48,11 @@ class RequestLog:
 class SourceAdmin:
     """Admin client of the demo source: create data sets, ground truth, request log."""
 
-    def __init__(self, url: str) -> None:
-        self.http = httpx.Client(base_url=url, timeout=300.0)
+    def __init__(self, url: str, token: str | None = None) -> None:
+        # The stack's admin token: load_stack() put the stack's env (stack.json) into os.environ.
+        token = token or os.environ.get("CRAWLER_OPS_SOURCE_ADMIN_TOKEN")
+        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        self.http = httpx.Client(base_url=url, timeout=300.0, headers=headers)
 
     def _json(self, method: str, path: str, **kwargs: Any) -> Any:
         response = self.http.request(method, path, **kwargs)

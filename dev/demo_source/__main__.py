@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import argparse
+import os
 from collections.abc import Sequence
 
 import uvicorn
 
 from demo_source.app import create_app
 from demo_source.data import parse_ref
+
+ADMIN_TOKEN_ENV = "DEMO_SOURCE_ADMIN_TOKEN"
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
@@ -19,7 +22,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     """
     parser = argparse.ArgumentParser(
         prog="python -m demo_source",
-        description="Serve the demo job postings source API.",
+        description="Serve the demo job postings source API. With DEMO_SOURCE_ADMIN_TOKEN set, the /admin routes "
+        "want 'Authorization: Bearer <token>'.",
     )
     parser.add_argument("--host", default="127.0.0.1", help="bind address")
     parser.add_argument("--port", type=int, default=18080, help="TCP port")
@@ -41,7 +45,10 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         choices=("critical", "error", "warning", "info", "debug"),
         help="uvicorn log level (access log is always off)",
     )
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    # From the environment, not the command line: every local user can read a process's arguments.
+    args.admin_token = os.environ.get(ADMIN_TOKEN_ENV) or None
+    return args
 
 
 def main(argv: Sequence[str] | None = None) -> None:
@@ -50,7 +57,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     :param argv: arguments without the program name (default: ``sys.argv``).
     """
     args = parse_args(argv)
-    app = create_app(args.default_total, args.default_ref)
+    app = create_app(args.default_total, args.default_ref, args.admin_token)
     uvicorn.run(
         app,
         host=args.host,

@@ -10,6 +10,9 @@ All state lives in memory in a :class:`DemoSource` instance. Routes:
 * ``GET|DELETE /admin/tasks/{task}/requests``
 * ``GET /admin/tasks/{task}/truth?ref=&days=&tolerance_s=``
 
+With an admin token (``DEMO_SOURCE_ADMIN_TOKEN``, which ``dev/stack.py`` sets) every ``/admin`` route wants
+``Authorization: Bearer <token>`` and answers 401 without it.
+
 Every body is JSON; errors are ``{"code": <status>, "msg": "..."}``.
 """
 
@@ -17,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import bisect
+import hmac
 import itertools
 import logging
 import random
@@ -349,12 +353,15 @@ class TaskRuntime:
 class DemoSource:
     """The ASGI application; one instance holds all tasks in memory."""
 
-    def __init__(self, default_total: int, default_ref: datetime | None) -> None:
+    def __init__(self, default_total: int, default_ref: datetime | None, admin_token: str | None = None) -> None:
         """Create the application.
 
         :param default_total: ``total0`` of tasks created on first sight.
         :param default_ref: their reference time (default: today's UTC midnight).
+        :param admin_token: when set, every ``/admin/...`` request must carry ``Authorization: Bearer <token>``
+            (else 401); ``/api`` and ``/healthz`` stay open, as a crawled source's are.
         """
+        self.admin_authorization = None if admin_token is None else f"Bearer {admin_token}".encode()
         if default_total < 0:
             msg = "default_total must be >= 0"
             raise ValueError(msg)
@@ -419,6 +426,8 @@ class DemoSource:
         :raises HttpError: 404 / 405 / 413 / 400 on routing or body errors.
         """
         parts = tuple(part for part in scope["path"].split("/") if part)
+        if parts[:1] == ("admin",) and not self._admin_allowed(scope):
+            return error_response(401, "the admin API wants the stack's token", ((b"www-authenticate", b"Bearer"),))
         index = _task_index(parts)
         pattern = tuple("*" if i == index else p for i, p in enumerate(parts))
         methods = self._routes.get(pattern)
@@ -431,6 +440,13 @@ class DemoSource:
         query = dict(parse_qsl(scope.get("query_string", b"").decode("latin-1")))
         task_id = parts[index] if index is not None else ""
         return await handler(Request(scope["method"], task_id, query, body))
+
+    def _admin_allowed(self, scope: Scope) -> bool:
+        """Whether the request may use the admin API: no token configured, or the right one sent."""
+        if self.admin_authorization is None:
+            return True
+        sent = dict(scope.get("headers", ())).get(b"authorization", b"")
+        return hmac.compare_digest(sent, self.admin_authorization)
 
     def _task(self, task_id: str) -> TaskRuntime:
         """Return a task's runtime, creating it with defaults on first sight.
@@ -756,12 +772,13 @@ async def _lifespan(receive: Receive, send: Send) -> None:
             return
 
 
-def create_app(default_total: int, default_ref: datetime | None) -> DemoSource:
+def create_app(default_total: int, default_ref: datetime | None, admin_token: str | None = None) -> DemoSource:
     """Create the demo source ASGI application.
 
     :param default_total: ``total0`` of tasks first seen without a PUT.
     :param default_ref: their reference time; ``None`` means the current UTC
         day's midnight.
+    :param admin_token: the token the admin API wants (``None``: the admin API is open).
     :return: the ASGI callable.
     """
-    return DemoSource(default_total, default_ref)
+    return DemoSource(default_total, default_ref, admin_token)

@@ -773,7 +773,7 @@ ADMIN_CALLS = [
     ("PUT", "/admin/tasks/t/faults", {"error_rate": 0.0}),
     ("GET", "/admin/tasks/t/requests", None),
     ("DELETE", "/admin/tasks/t/requests", None),
-    ("GET", f"/admin/tasks/t/truth?ref={REF.isoformat()}&days=1", None),
+    ("GET", "/admin/tasks/t/truth?ref=2026-11-20T00:00:00%2B00:00&days=1", None),
 ]
 
 

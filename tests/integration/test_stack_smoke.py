@@ -8,7 +8,7 @@ from airflow.providers.apache.kafka.hooks.client import KafkaAdminClientHook
 from airflow.providers.apache.kafka.hooks.produce import KafkaProducerHook
 from airflow.providers.postgres.hooks.postgres import PostgresHook
 
-from tests.support import read_topic
+from tests.support import read_topic, source_admin_headers
 
 pytestmark = pytest.mark.integration
 
@@ -40,7 +40,7 @@ def test_postgres_hook_round_trip(pg_schema):
 
 
 def test_demo_source_page_over_http(source_url, unique_id):
-    with httpx.Client(base_url=source_url) as client:
+    with httpx.Client(base_url=source_url, headers=source_admin_headers()) as client:
         client.put(f"/admin/tasks/{unique_id}", json={"total": 250}).raise_for_status()
         total = client.get(f"/api/{unique_id}/count").json()["data"]["total"]
         page = client.get(f"/api/{unique_id}/list", params={"offset": 200, "limit": 100}).json()
