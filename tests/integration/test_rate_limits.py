@@ -174,7 +174,7 @@ def test_a_hostile_retry_after_cannot_poison_the_shared_row(stack, pg_uri, forge
         )
         assert t <= next_slot <= t + 60 and t <= rate_at <= t + 60, "paused at most max_retry_after_s"
 
-        now, first, _, granted, _ = store.run("take", now=t + 61, want=3, horizon_s=HORIZON_S, recovery_s=60)
+        _, first, _, granted, _ = store.run("take", now=t + 61, want=3, horizon_s=HORIZON_S, recovery_s=60)
 
         assert granted >= 1 and first == pytest.approx(t + 61), "a request goes out once the capped pause is over"
     finally:
@@ -197,7 +197,9 @@ def test_a_row_poisoned_by_an_older_version_heals_instead_of_failing_every_task(
         )
 
         refused = store.take(3)
-        ((next_slot,),) = query(pg_uri, "SELECT next_slot FROM crawler_ops.source_rate WHERE source = %s", source.conn_id)
+        ((next_slot,),) = query(
+            pg_uri, "SELECT next_slot FROM crawler_ops.source_rate WHERE source = %s", source.conn_id
+        )
         assert refused.count == 0, "no slot beyond the request's deadline is handed out"
         assert refused.first - refused.now <= 60 + 20 + 1e-6 and next_slot <= refused.now + 80 + 1e-6, "healed"
 

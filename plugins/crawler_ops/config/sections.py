@@ -58,7 +58,8 @@ class SourceConfig(StrictModel):
         120.0,
         gt=0,
         description="seconds: wall-clock limit of one request, body included (timeout_s bounds each read); the wait "
-        "for a rate-limit slot comes before it starts; a request past it is retried as a timeout",
+        "for a rate-limit slot comes before it starts and is no longer than this either (a request whose slot is "
+        "further away fails at once, retriable); a request past it is retried as a timeout",
     )
     max_retries: int = Field(
         4,
@@ -74,6 +75,14 @@ class SourceConfig(StrictModel):
         "Retry-After sent by the source wins",
     )
     max_backoff_s: float = Field(30.0, ge=0, description="seconds: the longest wait between two tries of a request")
+    max_retry_after_s: float = Field(
+        600.0,
+        gt=0,
+        le=86_400,
+        description="seconds: the longest Retry-After honoured (before a retry, and as the pause of every worker on "
+        "the connection); a longer one, inf or a far HTTP date counts as this, a negative one as 0, NaN or an "
+        "unreadable one as none",
+    )
     max_response_mb: float = Field(
         64.0,
         gt=0,

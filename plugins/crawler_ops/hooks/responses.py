@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import email.utils
 import functools
+import math
 import zlib
 from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
@@ -31,19 +32,31 @@ def json_path(document: Any, path: str) -> Any:
     return node
 
 
-def retry_after_seconds(value: str | None) -> float | None:
-    """Seconds to wait from a Retry-After header (delta-seconds or an HTTP date)."""
+def retry_after_seconds(value: str | None, cap: float) -> float | None:
+    """Seconds to wait from a Retry-After header (delta-seconds or an HTTP date), within ``[0, cap]``: a longer wait,
+    ``inf`` or a far date is ``cap``, a negative one or a past date 0; None for no header, NaN or an unreadable
+    value (the caller's own backoff applies)."""
     if not value:
         return None
+    seconds: float | None
     try:
-        return max(0.0, float(value))
+        seconds = float(value)
     except ValueError:
-        pass
+        seconds = http_date_seconds(value)
+    if seconds is None or math.isnan(seconds):
+        return None
+    return min(max(0.0, seconds), cap)
+
+
+def http_date_seconds(value: str) -> float | None:
+    """Seconds from now to an HTTP date (a date without a zone read as UTC); None when it is no date."""
     try:
         when = email.utils.parsedate_to_datetime(value)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):
         return None
-    return max(0.0, (when - datetime.now(UTC)).total_seconds())
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=UTC)
+    return (when - datetime.now(UTC)).total_seconds()
 
 
 @functools.cache

@@ -12,7 +12,7 @@ import httpx
 from airflow.sdk import BaseHook
 
 from crawler_ops.config import SourceConfig
-from crawler_ops.errors import SourceError, StatusTableError
+from crawler_ops.errors import SourceError, SourcePausedError, StatusTableError
 from crawler_ops.hooks.deadline import DeadlineTransport, deadline, environment_proxy
 from crawler_ops.hooks.responses import (
     count_total,
@@ -28,7 +28,8 @@ if TYPE_CHECKING:
     from crawler_ops.hooks.ratelimit import SourceLimiter
 
 RETRIABLE_STATUS = frozenset({408, 425, 429, 500, 502, 503, 504})
-MAX_RETRY_AFTER_S = 600.0
+#: The default of ``source.max_retry_after_s``.
+MAX_RETRY_AFTER_S = SourceConfig.model_fields["max_retry_after_s"].default
 
 
 def base_url(conn: Any) -> str:
@@ -138,13 +139,14 @@ class SourceApiHook(BaseHook):
             try:
                 return self._get_once(path, params, what, decode)
             except SourceError as exc:
-                if not exc.retriable or attempt >= self.source.max_retries:
-                    if exc.retriable:
+                # A paused source fails the request at once: waiting here would outlive its deadline as well.
+                if not exc.retriable or attempt >= self.source.max_retries or isinstance(exc, SourcePausedError):
+                    if exc.retriable and not isinstance(exc, SourcePausedError):
                         raise SourceError(f"{exc} (gave up after {attempt + 1} attempts)", retriable=True) from exc
                     raise
-                # The source's own Retry-After wins over our backoff (capped against absurd values).
+                # The source's own Retry-After wins over our backoff (validated and capped where it was read).
                 if exc.retry_after is not None:
-                    delay = min(exc.retry_after, MAX_RETRY_AFTER_S)
+                    delay = min(exc.retry_after, self.source.max_retry_after_s)
                 else:
                     delay = min(self.source.backoff_s * 2**attempt, self.source.max_backoff_s)
                 retries = self.source.max_retries
@@ -160,6 +162,8 @@ class SourceApiHook(BaseHook):
         try:
             with self.limiter.request() if self.limiter is not None else nullcontext():
                 body = self._fetch(path, params, label)
+        except SourcePausedError as exc:  # the limiter: no slot before the deadline
+            raise SourcePausedError(f"{label}: {exc}", retriable=True, retry_after=exc.retry_after) from exc
         except StatusTableError as exc:  # only the limiter talks to PostgreSQL here
             raise StatusTableError(
                 f"task {self.task_label}: rate limit of source connection '{self.source.conn_id}': {exc}"
@@ -174,7 +178,8 @@ class SourceApiHook(BaseHook):
             try:
                 with self.client.stream("GET", path, params=dict(params)) as response:
                     if response.status_code != 200:
-                        retry_after = retry_after_seconds(response.headers.get("retry-after"))
+                        asked = response.headers.get("retry-after")
+                        retry_after = retry_after_seconds(asked, self.source.max_retry_after_s)
                         if self.limiter is not None and (response.status_code == 429 or retry_after is not None):
                             self.limiter.throttle(retry_after)
                         raise SourceError(

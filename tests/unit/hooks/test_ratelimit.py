@@ -16,8 +16,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from crawler_ops.config import SourceConfig
-from crawler_ops.hooks import ratelimit
 from crawler_ops.errors import SourcePausedError
+from crawler_ops.hooks import ratelimit
 from crawler_ops.hooks.ratelimit import STALE_S, Grant, SourceLimiter, limiter_for
 
 finite = st.floats(min_value=0, max_value=1e4, allow_nan=False)
@@ -179,9 +179,9 @@ def test_a_slot_further_away_than_the_deadline_fails_the_request_instead_of_wait
     bucket = Bucket(clock, next=clock() + 3_600)  # the shared row says: no request for an hour
     limiter = limited(clock, bucket, deadline_s=20)
 
-    with pytest.raises(SourcePausedError, match=r"source connection 'src' has no request slot for 3.6e\+03s") as err:
-        with limiter.request():
-            pass
+    paused = r"source connection 'src' has no request slot for 3.6e\+03s"
+    with pytest.raises(SourcePausedError, match=paused) as err, limiter.request():
+        pass
 
     assert err.value.retriable is True
     assert clock.slept == [], "nothing slept: the wait would outlive the request's deadline"
@@ -192,9 +192,8 @@ def test_a_slot_the_shared_bucket_refused_fails_the_request_and_reserves_nothing
     bucket = Bucket(clock, next=clock() + 600, count=0)  # PostgreSQL refused: the first slot is beyond the deadline
     limiter = limited(clock, bucket, deadline_s=20)
 
-    with pytest.raises(SourcePausedError, match=r"longer than source.deadline_s \(20s\)"):
-        with limiter.request():
-            pass
+    with pytest.raises(SourcePausedError, match=r"longer than source.deadline_s \(20s\)"), limiter.request():
+        pass
 
     assert clock.slept == [] and not limiter.slots
 

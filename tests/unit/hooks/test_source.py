@@ -463,7 +463,8 @@ def test_a_source_paused_beyond_the_deadline_fails_the_request_at_once_naming_ta
     hook = make_hook(max_retries=3)
     hook.limiter = PausedLimiter()  # type: ignore[assignment]
 
-    with pytest.raises(SourceError, match=r"^task jobs: GET /api/remote_jobs/count count: source connection 'src'") as err:
+    named = r"^task jobs: GET /api/remote_jobs/count count: source connection 'src'"
+    with pytest.raises(SourceError, match=named) as err:
         hook.get_total()
 
     assert err.value.retriable is True, "Airflow's retries take over"
