@@ -88,6 +88,14 @@ class SourceConfig(StrictModel):
         gt=0,
         description="MiB (1024 x 1024 bytes): a larger response body fails its request, without retry",
     )
+    chunk_memory_mb: float | None = Field(
+        None,
+        gt=0,
+        description="MiB: the response bodies one chunk holds at once, from their first byte until Kafka confirmed "
+        "the page's batch (its messages keep slices of the body); the page the chunk needs next may always read, "
+        "others wait while all bodies would pass chunk_memory_mb - 3 x max_response_mb, so a chunk holds at most "
+        "max(chunk_memory_mb, 3 x max_response_mb); default 4 x max_response_mb (256 with the defaults)",
+    )
     # Eight pages in flight keep a chunk busy at a remote source's 50-200 ms per page; a run asks the source
     # for at most concurrency x max_parallel_chunks pages at once (an Airflow pool bounds it across tasks).
     concurrency: int = Field(
