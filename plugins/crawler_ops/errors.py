@@ -25,6 +25,12 @@ class SourceError(CrawlerError):
         self.retry_after = retry_after
 
 
+class SourcePausedError(SourceError):
+    """The source connection's shared rate limit has no request slot before the request's deadline (a long
+    Retry-After, or a deep queue of requests): the request fails at once, retriable, instead of waiting that long;
+    the hook does not retry it itself (Airflow's retries do, later)."""
+
+
 class DeliveryError(CrawlerError):
     """Kafka did not confirm a delivery, or the topic is missing and cannot be created."""
 

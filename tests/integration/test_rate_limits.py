@@ -159,6 +159,56 @@ def test_a_deleted_pacing_row_starts_again_at_the_configured_rate(stack, pg_uri,
         store.close()
 
 
+@pytest.mark.parametrize(
+    "retry_after", [99_999_999_999.0, float("inf"), float("nan"), -5.0], ids=["absurd", "inf", "nan", "negative"]
+)
+def test_a_hostile_retry_after_cannot_poison_the_shared_row(stack, pg_uri, forget_rate_rows, retry_after):
+    source = SourceConfig(conn_id=f"rl_{uuid.uuid4().hex[:10]}", requests_per_s=5, max_retry_after_s=60)
+    forget_rate_rows.append(source.conn_id)
+    store = SourceRateStore("crawler_db", source)
+    try:
+        ((t,),) = store.db.execute("SELECT rate_at FROM crawler_ops.source_rate WHERE source = %s", (source.conn_id,))
+        store.run("throttle", now=t, retry_after_s=retry_after, cut_every_s=CUT_EVERY_S, floor=0.1, recovery_s=60)
+        ((next_slot, rate_at),) = query(
+            pg_uri, "SELECT next_slot, rate_at FROM crawler_ops.source_rate WHERE source = %s", source.conn_id
+        )
+        assert t <= next_slot <= t + 60 and t <= rate_at <= t + 60, "paused at most max_retry_after_s"
+
+        _, first, _, granted, _ = store.run("take", now=t + 61, want=3, horizon_s=HORIZON_S, recovery_s=60)
+
+        assert granted >= 1 and first == pytest.approx(t + 61), "a request goes out once the capped pause is over"
+    finally:
+        store.close()
+
+
+def test_a_row_poisoned_by_an_older_version_heals_instead_of_failing_every_task(stack, pg_uri, forget_rate_rows):
+    """Before the cap, Retry-After: 99999999999 stored a next slot in the year 5195 and take.sql failed with
+    'integer out of range' for every task on the connection until someone edited the row."""
+    source = SourceConfig(conn_id=f"rl_{uuid.uuid4().hex[:10]}", requests_per_s=5, max_retry_after_s=60, deadline_s=20)
+    forget_rate_rows.append(source.conn_id)
+    store = SourceRateStore("crawler_db", source)
+    try:
+        store.take(1)
+        query(
+            pg_uri,
+            "UPDATE crawler_ops.source_rate SET next_slot = next_slot + 99999999999, rate_at = rate_at + 99999999999 "
+            "WHERE source = %s RETURNING source",
+            source.conn_id,
+        )
+
+        refused = store.take(3)
+        ((next_slot,),) = query(
+            pg_uri, "SELECT next_slot FROM crawler_ops.source_rate WHERE source = %s", source.conn_id
+        )
+        assert refused.count == 0, "no slot beyond the request's deadline is handed out"
+        assert refused.first - refused.now <= 60 + 20 + 1e-6 and next_slot <= refused.now + 80 + 1e-6, "healed"
+
+        later = store.run("take", now=refused.now + 81, want=3, horizon_s=HORIZON_S, recovery_s=60)
+        assert later[3] >= 1, "and requests flow again once the healed pause is over"
+    finally:
+        store.close()
+
+
 # --------------------------------------------------------------------------- on the wire
 
 

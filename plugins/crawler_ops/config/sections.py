@@ -58,7 +58,8 @@ class SourceConfig(StrictModel):
         120.0,
         gt=0,
         description="seconds: wall-clock limit of one request, body included (timeout_s bounds each read); the wait "
-        "for a rate-limit slot comes before it starts; a request past it is retried as a timeout",
+        "for a rate-limit slot comes before it starts and is no longer than this either (a request whose slot is "
+        "further away fails at once, retriable); a request past it is retried as a timeout",
     )
     max_retries: int = Field(
         4,
@@ -74,10 +75,26 @@ class SourceConfig(StrictModel):
         "Retry-After sent by the source wins",
     )
     max_backoff_s: float = Field(30.0, ge=0, description="seconds: the longest wait between two tries of a request")
+    max_retry_after_s: float = Field(
+        600.0,
+        gt=0,
+        le=86_400,
+        description="seconds: the longest Retry-After honoured (before a retry, and as the pause of every worker on "
+        "the connection); a longer one, inf or a far HTTP date counts as this, a negative one as 0, NaN or an "
+        "unreadable one as none",
+    )
     max_response_mb: float = Field(
         64.0,
         gt=0,
         description="MiB (1024 x 1024 bytes): a larger response body fails its request, without retry",
+    )
+    chunk_memory_mb: float | None = Field(
+        None,
+        gt=0,
+        description="MiB: the response bodies one chunk holds at once, from their first byte until Kafka confirmed "
+        "the page's batch (its messages keep slices of the body); the page the chunk needs next may always read, "
+        "others wait while all bodies would pass chunk_memory_mb - 3 x max_response_mb, so a chunk holds at most "
+        "max(chunk_memory_mb, 3 x max_response_mb); default 4 x max_response_mb (256 with the defaults)",
     )
     # Eight pages in flight keep a chunk busy at a remote source's 50-200 ms per page; a run asks the source
     # for at most concurrency x max_parallel_chunks pages at once (an Airflow pool bounds it across tasks).

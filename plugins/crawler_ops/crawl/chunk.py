@@ -42,6 +42,7 @@ from crawler_ops.crawl.batch_filter import BatchFilter, FilteredBatch
 from crawler_ops.crawl.ledger import Ledger, ledger_for
 from crawler_ops.crawl.run import RunContext
 from crawler_ops.errors import StatusTableError
+from crawler_ops.hooks.budget import ByteBudget, PageAccount
 from crawler_ops.hooks.exactly_once import MarkerLog, TransactionalPublisher, transactional_id
 from crawler_ops.hooks.producer import DryRunPublisher, IdempotentProducerHook, KafkaPublisher, Publisher
 from crawler_ops.hooks.source import SourceApiHook
@@ -81,10 +82,12 @@ Fetched = PageRead | Delivered | BelowCutoff | NotClaimed
 
 @dataclass(frozen=True)
 class Ahead:
-    """A batch handed to a fetch thread, which claims it and then reads its page."""
+    """A batch handed to a fetch thread, which claims it and then reads its page; ``memory`` counts the page's body
+    against the chunk's memory budget until the chunk's thread is done with it."""
 
     batch: Batch
     page: Future[Fetched]
+    memory: PageAccount
 
     def claimed(self) -> bool:
         """Once the fetch is over: whether this worker took the batch (a failed fetch counts as not)."""
@@ -212,6 +215,10 @@ class ChunkCrawler:
         self.source, self.filter, self.ledger, self.publisher = source, batch_filter, ledger, publisher
         self.shared = SharedCounts()
         self.in_flight = InFlight()
+        mib = 1024 * 1024
+        budget = cfg.source.chunk_memory_mb or 4 * cfg.source.max_response_mb
+        self.memory = ByteBudget(int(budget * mib), int(cfg.source.max_response_mb * mib))
+        self.sent_memory: PageAccount | None = None
 
     def crawl(self) -> ChunkResult:
         # Airflow's heap is large by now; full collections over it stalled chunks for 0.4 s at a time.
@@ -221,6 +228,7 @@ class ChunkCrawler:
         try:
             with (
                 ThreadPoolExecutor(self.cfg.source.concurrency, thread_name_prefix="fetch") as fetch_threads,
+                self.memory,  # closed first on the way out: a fetch waiting for it must not hold up the shutdown
                 Checkpoint(self.publisher, self.ledger, self.shared) as checkpoint,
             ):
                 for ahead in self.fetches(fetch_threads):
@@ -232,6 +240,7 @@ class ChunkCrawler:
                         log_progress(self, ahead.batch, started)
                 checkpoint.submit(self.in_flight.sent).result()
                 self.in_flight.sent = None
+                self.release_sent()
         except Exception as exc:
             self.give_back(exc)
             raise
@@ -245,13 +254,15 @@ class ChunkCrawler:
         todo = iter(self.batches)
         while True:
             while len(ahead) < self.cfg.source.concurrency and (batch := next(todo, None)) is not None:
-                ahead.append(Ahead(batch, fetch_threads.submit(self.fetch, batch)))
+                memory = self.memory.account()
+                ahead.append(Ahead(batch, fetch_threads.submit(self.fetch, batch, memory), memory))
             if not ahead:
                 return
             yield ahead.popleft()
 
-    def fetch(self, batch: Batch) -> Fetched:
-        """On a fetch thread: claim ``batch``, then read its page unless it needs no reading."""
+    def fetch(self, batch: Batch, memory: PageAccount) -> Fetched:
+        """On a fetch thread: claim ``batch``, then read its page unless it needs no reading (its body counted
+        against ``memory``)."""
         if not self.ledger.claim(batch):
             return NotClaimed()
         prior = self.publisher.delivered(batch)
@@ -259,7 +270,8 @@ class ChunkCrawler:
             return Delivered(prior)
         if batch.hi <= self.shared.cutoff():
             return BelowCutoff()
-        return PageRead(self.source.get_page(batch.lo, batch.size))
+        with memory.reading():
+            return PageRead(self.source.get_page(batch.lo, batch.size))
 
     def filtered_while_checkpointing(
         self, checkpointed: Future[bool], ahead: Ahead
@@ -271,9 +283,20 @@ class ChunkCrawler:
         finally:  # a failed filter still lets the batch sent before it be recorded done; then it fails
             held = checkpointed.result()
             self.in_flight.sent = None
+            self.release_sent()
+            # Only now may the next page read as the head: the batch sent before no longer holds its body.
+            ahead.memory.filtered()
         if ready is None:
             self.in_flight.current = None
+            ahead.memory.release()
+        else:
+            self.sent_memory = ahead.memory  # its messages keep slices of the body until Kafka confirmed them
         return ready, held
+
+    def release_sent(self) -> None:
+        if self.sent_memory is not None:
+            self.sent_memory.release()
+            self.sent_memory = None
 
     def filtered(self, ahead: Ahead) -> FilteredBatch | None:
         """The batch filtered into its messages; None when it is done or held by another worker."""

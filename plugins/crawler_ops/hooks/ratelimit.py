@@ -10,9 +10,16 @@ burst. So in any one second a source receives at most ``requests_per_s * (1 + ST
 A 429, or any answer with Retry-After, slows everyone down (AIMD): no slot is handed out before the Retry-After has
 passed (a process may still send the few it had reserved, within :data:`HORIZON_S`),
 and the shared rate is halved, at most once per :data:`CUT_EVERY_S` (the answers to requests already in flight are
-the same signal), never below ``min_requests_per_s``. It then grows back by ``requests_per_s / rate_recovery_s``
-each second (additive increase) once the Retry-After has passed, up to ``requests_per_s``. Slots a process reserved
-before the 429 are dropped.
+the same signal), never below ``min_requests_per_s``. The pause is validated and at most ``max_retry_after_s``, in
+Python and again in SQL, so no answer can store a slot years ahead. The rate then grows back by
+``requests_per_s / rate_recovery_s`` each second (additive increase) once the Retry-After has passed, up to
+``requests_per_s``. Slots a process reserved before the 429 are dropped.
+
+No wait for a slot outlives a request's deadline: PostgreSQL hands out no slot further away than ``deadline_s``
+(it answers how far the next one is, reserving nothing) and the request fails at once with
+:class:`~crawler_ops.errors.SourcePausedError`, retriable. A row whose next slot or growth time lies further ahead
+than ``max_retry_after_s + deadline_s`` (stored by a version without the cap) is pulled back to that by the next
+statement: it heals instead of failing every task on the connection.
 
 ``max_in_flight`` bounds the requests in flight at once: within a process by a semaphore shared by every hook on the
 connection, across processes by the connection's Airflow pool (:mod:`crawler_ops.ops.pools`), in which each chunk and
@@ -38,7 +45,7 @@ from typing import Any, Protocol, cast
 import psycopg
 
 from crawler_ops.config import SourceConfig
-from crawler_ops.errors import StatusTableError
+from crawler_ops.errors import SourcePausedError, StatusTableError
 from crawler_ops.hooks.db import CrawlerDbHook, create_schema
 from crawler_ops.sqlfiles import read_sql
 
@@ -129,7 +136,16 @@ class SourceRateStore:
             db.close()
 
     def run(self, name: str, **params: Any) -> tuple[Any, ...]:
-        params = {"source": self.source.conn_id, "ceiling": self.ceiling, "now": None, **params}
+        source = self.source
+        params = {
+            "source": source.conn_id,
+            "ceiling": self.ceiling,
+            "now": None,
+            "max_wait_s": source.deadline_s,
+            "max_pause_s": source.max_retry_after_s,
+            "max_ahead_s": source.max_retry_after_s + source.deadline_s,
+            **params,
+        }
         try:
             try:
                 row = self.db.execute(read_sql(f"ratelimit/{name}"), params).fetchone()
@@ -183,6 +199,8 @@ class SourceLimiter:
         self.bucket = bucket if self.ceiling is not None else None
         self.want = math.ceil((self.ceiling or 0) * HORIZON_S) + 1
         self.permits = threading.BoundedSemaphore(source.max_in_flight) if source.max_in_flight else None
+        self.max_wait = source.deadline_s
+        self.max_pause = source.max_retry_after_s
         self.clock = clock
         self.sleep = sleep
         self.slots: deque[float] = deque()
@@ -219,6 +237,8 @@ class SourceLimiter:
             with self.lock:
                 at, throttles = self.next_slot(), self.throttles
             delay = at - self.clock()
+            if delay > self.max_wait:
+                raise self.paused(delay)
             if delay > 0:
                 self.sleep(delay)
             if self.clock() - at <= STALE_S and self.throttles == throttles:
@@ -234,9 +254,19 @@ class SourceLimiter:
             self.slots.popleft()
         if not self.slots:
             grant = self.bucket.take(self.want)
+            if grant.count == 0:  # none before the deadline: the bucket says how far the next one is
+                raise self.paused(grant.first - grant.now)
             self.slots.extend(grant.local_times(self.clock()))
             self.note_rate(grant.rate)
         return self.slots.popleft()
+
+    def paused(self, wait: float) -> SourcePausedError:
+        return SourcePausedError(
+            f"source connection '{self.conn_id}' has no request slot for {wait:.3g}s (a Retry-After, or a queue of "
+            f"requests), longer than source.deadline_s ({self.max_wait:g}s); failing the request instead of waiting",
+            retriable=True,
+            retry_after=wait,
+        )
 
     def note_rate(self, rate: float) -> None:
         if self.rate is not None and self.ceiling is not None and self.rate < self.ceiling <= rate:
@@ -247,6 +277,9 @@ class SourceLimiter:
         """The source answered 429 or sent Retry-After: pause and slow down every worker on the connection."""
         if self.bucket is None:
             return
+        # Validated where the header is read, and again here: this pause holds up every worker on the connection.
+        if retry_after is not None:
+            retry_after = self.max_pause if math.isnan(retry_after) else min(max(0.0, retry_after), self.max_pause)
         with self.lock:
             self.slots.clear()  # reserved before the source complained
             rate, cut = self.bucket.throttle(retry_after)
@@ -275,6 +308,8 @@ def limiter_for(source: SourceConfig, postgres_conn_id: str | None) -> SourceLim
         source.max_in_flight,
         source.min_requests_per_s,
         source.rate_recovery_s,
+        source.deadline_s,
+        source.max_retry_after_s,
     )
     with _limiters_lock:
         limiter = _limiters.get(key)

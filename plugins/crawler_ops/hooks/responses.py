@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import email.utils
 import functools
+import math
 import zlib
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from datetime import UTC, datetime
 from typing import Any
 
@@ -14,11 +15,16 @@ import httpx
 import msgspec
 
 from crawler_ops.errors import SourceError
+from crawler_ops.hooks.budget import current_account
 from crawler_ops.records import Page, head_struct
 
 # Of an error response, this much of the body is read (and inflated, if compressed); this much is quoted.
 ERROR_BODY_BYTES = 1024
 ERROR_EXCERPT_CHARS = 200
+#: A count answer is a few bytes; it is read to this size at most.
+COUNT_BODY_BYTES = 64 * 1024
+#: A compressed body is inflated at most this much at a time, so the size cap is checked before a bomb goes off.
+INFLATE_PIECE = 64 * 1024
 
 
 def json_path(document: Any, path: str) -> Any:
@@ -31,19 +37,31 @@ def json_path(document: Any, path: str) -> Any:
     return node
 
 
-def retry_after_seconds(value: str | None) -> float | None:
-    """Seconds to wait from a Retry-After header (delta-seconds or an HTTP date)."""
+def retry_after_seconds(value: str | None, cap: float) -> float | None:
+    """Seconds to wait from a Retry-After header (delta-seconds or an HTTP date), within ``[0, cap]``: a longer wait,
+    ``inf`` or a far date is ``cap``, a negative one or a past date 0; None for no header, NaN or an unreadable
+    value (the caller's own backoff applies)."""
     if not value:
         return None
+    seconds: float | None
     try:
-        return max(0.0, float(value))
+        seconds = float(value)
     except ValueError:
-        pass
+        seconds = http_date_seconds(value)
+    if seconds is None or math.isnan(seconds):
+        return None
+    return min(max(0.0, seconds), cap)
+
+
+def http_date_seconds(value: str) -> float | None:
+    """Seconds from now to an HTTP date (a date without a zone read as UTC); None when it is no date."""
     try:
         when = email.utils.parsedate_to_datetime(value)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):
         return None
-    return max(0.0, (when - datetime.now(UTC)).total_seconds())
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=UTC)
+    return (when - datetime.now(UTC)).total_seconds()
 
 
 @functools.cache
@@ -54,10 +72,32 @@ def page_decoder(records_path: str, item: Any = msgspec.Raw) -> msgspec.json.Dec
     For ``data.data`` the type is ``{"data": {"data": [item, ...]}}``; other keys are skipped, and each
     level's value is reached through the attribute ``v``.
     """
-    node: Any = list[item]
+    return envelope_decoder(records_path, list[item])
+
+
+@functools.lru_cache(maxsize=64)
+def counted_page_decoder(records_path: str, limit: int) -> msgspec.json.Decoder[Any]:
+    """Like :func:`page_decoder` (records as raw JSON), but the records list decodes into an array-like struct of
+    ``limit`` optional fields: msgspec stops at the record after the ``limit``-th, so a page of a million records for
+    a batch of 100 costs 101 records, not a million (a length constraint on a list is checked only once it is
+    built)."""
+    fields = [(f"r{i}", msgspec.Raw, msgspec.UNSET) for i in range(limit)]
+    records = msgspec.defstruct(f"Records{limit}", fields, array_like=True, forbid_unknown_fields=True)
+    return envelope_decoder(records_path, records)
+
+
+def envelope_decoder(records_path: str, node: Any) -> msgspec.json.Decoder[Any]:
     for depth, step in enumerate(reversed(records_path.split("."))):
         node = msgspec.defstruct(f"PageLevel{depth}", [("v", node)], rename={"v": step})
     return msgspec.json.Decoder(node)
+
+
+class PageTooLongError(ValueError):
+    """A page holds more records than its request asked for (``limit``, sent as the query parameter ``param``)."""
+
+    def __init__(self, limit: int, param: str) -> None:
+        super().__init__(f"more than {limit} records")
+        self.limit, self.param = limit, param
 
 
 def unwrap(envelope: Any, records_path: str) -> Any:
@@ -89,19 +129,77 @@ def error_excerpt(response: httpx.Response) -> str:
     return raw[:ERROR_EXCERPT_CHARS].decode("utf-8", "replace")
 
 
-def read_bounded(response: httpx.Response, max_bytes: int, label: str) -> bytes:
-    """The body of ``response``; a body over ``max_bytes`` (declared or streamed) is an error, not retried."""
+def read_bounded(
+    response: httpx.Response, max_bytes: int, label: str, what: str = "response", cap: str = "source.max_response_mb"
+) -> bytes:
+    """The body of ``response``, inflated a piece at a time (:func:`inflated`); a body over ``max_bytes`` (declared or
+    streamed) is an error, not retried. Inside a chunk's fetch, the body's bytes count against the chunk's memory
+    budget (:mod:`crawler_ops.hooks.budget`) as they arrive; the caller's account keeps them until the page is done.
+
+    :param what: what the error calls the body; ``cap``: how it names the limit.
+    """
     declared = response.headers.get("content-length")
     if declared and declared.isdigit() and int(declared) > max_bytes:
-        raise SourceError(f"{label}: response of {declared} bytes exceeds source.max_response_mb", retriable=False)
-    chunks: list[bytes] = []
-    size = 0
-    for part in response.iter_bytes():
-        size += len(part)
-        if size > max_bytes:
-            raise SourceError(f"{label}: response exceeds source.max_response_mb", retriable=False)
-        chunks.append(part)
-    return b"".join(chunks)
+        raise SourceError(f"{label}: {what} of {declared} bytes exceeds {cap}", retriable=False)
+    account = current_account()
+    # One growing buffer rather than a list of pieces: the pieces, small and freed at once, do not pile up in the
+    # fetch threads' malloc arenas (a list of 64 KiB pieces left each thread's arena holding a whole body).
+    buffer = bytearray()
+    try:
+        for part in inflated(response, label):
+            if len(buffer) + len(part) > max_bytes:
+                raise SourceError(f"{label}: {what} exceeds {cap}", retriable=False)
+            if account is not None:
+                account.take(len(part))
+            buffer += part
+        if account is None:
+            return bytes(buffer)
+        account.take(len(buffer))  # the copy into bytes: both exist for a moment
+        body = bytes(buffer)
+        account.give(len(buffer))
+        buffer.clear()
+        return body
+    except BaseException:
+        if account is not None:
+            account.give(len(buffer))
+        raise
+
+
+def inflated(response: httpx.Response, label: str) -> Iterator[bytes]:
+    """The body's bytes, gzip and deflate undone here (as httpx would, layer by layer, skipping encodings it does not
+    know) but never more than :data:`INFLATE_PIECE` bytes at a time: httpx inflates each read whole, and 64 KiB of a
+    gzip bomb become 64 MiB at once, before any cap is checked."""
+    if response.is_stream_consumed:  # a body in memory already (a mock transport's): httpx decodes it
+        return response.iter_bytes()
+    parts: Iterator[bytes] = response.iter_raw()
+    encodings = [e.strip().lower() for e in response.headers.get("content-encoding", "").split(",")]
+    for encoding in reversed(encodings):
+        if encoding in ("gzip", "x-gzip", "deflate"):
+            parts = inflate(parts, label)
+    return parts
+
+
+def inflate(parts: Iterator[bytes], label: str) -> Iterator[bytes]:
+    """One gzip or zlib layer (or raw deflate, as some servers send for ``deflate``), in bounded pieces."""
+    inflater = zlib.decompressobj(wbits=47)  # a gzip or zlib header, detected
+    started = False
+    for part in parts:
+        data = part
+        while data and not inflater.eof:
+            try:
+                piece = inflater.decompress(data, INFLATE_PIECE)
+            except zlib.error as exc:
+                if started:
+                    raise SourceError(f"{label}: compressed body does not inflate: {exc}", retriable=True) from exc
+                inflater, started = zlib.decompressobj(wbits=-zlib.MAX_WBITS), True
+                continue
+            started = True
+            data = inflater.unconsumed_tail
+            if piece:
+                yield piece
+    tail = inflater.flush()
+    if tail:
+        yield tail
 
 
 def count_total(document: Any, total_path: str, label: str) -> int:
@@ -118,11 +216,23 @@ def count_total(document: Any, total_path: str, label: str) -> int:
     return total
 
 
-def decode_page(body: bytes, records_path: str, fields: tuple[str, ...]) -> Page:
+def decode_page(
+    body: bytes, records_path: str, fields: tuple[str, ...], limit: int | None = None, limit_param: str = "limit"
+) -> Page:
     """The records of one page as raw JSON, one per record, with the values of ``fields`` of each. Two passes over
     the body: the records, then their ``fields`` only. Either pass skips what it does not keep, so both cost less
-    than one full decode."""
-    records = unwrap(page_decoder(records_path).decode(body), records_path)
+    than one full decode. With ``limit``, the first pass stops at the record after the ``limit``-th and raises
+    :class:`PageTooLongError`, before the second pass decodes anything."""
+    if limit is None:
+        records = unwrap(page_decoder(records_path).decode(body), records_path)
+    else:
+        try:
+            counted = unwrap(counted_page_decoder(records_path, limit).decode(body), records_path)
+        except msgspec.ValidationError as exc:
+            if "array` of at most length" in str(exc):
+                raise PageTooLongError(limit, limit_param) from exc
+            raise
+        records = [r for r in msgspec.structs.astuple(counted) if r is not msgspec.UNSET]
     if not fields:
         return Page(records)
     try:
@@ -137,6 +247,10 @@ def decode_body(body: bytes, decode: Callable[[bytes], Any] | None, label: str, 
     malformed JSON (a truncated body, say) is retriable."""
     try:
         return decode(body) if decode is not None else msgspec.json.decode(body)
+    except PageTooLongError as exc:
+        raise SourceError(
+            f"{label} has {exc} (the source ignores '{exc.param}'); not decoded further", retriable=True
+        ) from exc
     except msgspec.ValidationError as exc:
         raise SourceError(
             f"{label} has no list of records at '{records_path}' ({exc}); the source changed shape "

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import time
 from collections.abc import Callable, Mapping
 from contextlib import nullcontext
@@ -12,9 +13,10 @@ import httpx
 from airflow.sdk import BaseHook
 
 from crawler_ops.config import SourceConfig
-from crawler_ops.errors import SourceError, StatusTableError
+from crawler_ops.errors import SourceError, SourcePausedError, StatusTableError
 from crawler_ops.hooks.deadline import DeadlineTransport, deadline, environment_proxy
 from crawler_ops.hooks.responses import (
+    COUNT_BODY_BYTES,
     count_total,
     decode_body,
     decode_page,
@@ -27,8 +29,12 @@ from crawler_ops.records import Page
 if TYPE_CHECKING:
     from crawler_ops.hooks.ratelimit import SourceLimiter
 
+#: Turns a body into its typed value (None: any JSON).
+Decode = Callable[[bytes], Any] | None
+
 RETRIABLE_STATUS = frozenset({408, 425, 429, 500, 502, 503, 504})
-MAX_RETRY_AFTER_S = 600.0
+#: The default of ``source.max_retry_after_s``.
+MAX_RETRY_AFTER_S = SourceConfig.model_fields["max_retry_after_s"].default
 
 
 def base_url(conn: Any) -> str:
@@ -111,40 +117,50 @@ class SourceApiHook(BaseHook):
     # ----------------------------------------------------------------- API
 
     def get_total(self) -> int:
-        document = self.get_json(self.url_for(self.source.count_path), {}, "count")
+        document = self.get_json(self.url_for(self.source.count_path), {}, "count", max_bytes=COUNT_BODY_BYTES)
         return count_total(document, self.source.total_path, f"task {self.task_label}")
 
     def get_page(self, offset: int, limit: int) -> Page:
         """The records of one page as raw JSON, one per record, with the values of :attr:`fields` of each."""
         params = {self.source.offset_param: offset, self.source.limit_param: limit}
         where = f"offsets [{offset}, {offset + limit})"
-        return self.get_json(self.url_for(self.source.page_path), params, where, self.read_page)
+        return self.get_json(
+            self.url_for(self.source.page_path), params, where, functools.partial(self.read_page, limit=limit)
+        )
 
-    def read_page(self, body: bytes) -> Page:
-        """The records of a page's body, with the values of :attr:`fields` of each (:func:`decode_page`)."""
-        return decode_page(body, self.source.records_path, self.fields)
+    def read_page(self, body: bytes, limit: int | None = None) -> Page:
+        """The records of a page's body, with the values of :attr:`fields` of each (:func:`decode_page`); with
+        ``limit``, a page of more records fails before they are decoded."""
+        return decode_page(body, self.source.records_path, self.fields, limit, self.source.limit_param)
 
     # ----------------------------------------------------------------- transport
 
     def get_json(
-        self, path: str, params: Mapping[str, Any], what: str, decode: Callable[[bytes], Any] | None = None
+        self,
+        path: str,
+        params: Mapping[str, Any],
+        what: str,
+        decode: Callable[[bytes], Any] | None = None,
+        max_bytes: int | None = None,
     ) -> Any:
         """GET and decode JSON, retrying 5xx / 429 / timeouts / truncated bodies with bounded backoff.
 
-        With a typed ``decode``, a body of the wrong shape fails at once (retrying will not fix it).
+        With a typed ``decode``, a body of the wrong shape fails at once (retrying will not fix it). ``max_bytes``:
+        a smaller cap than ``source.max_response_mb`` for the body (a count answer's).
         """
         attempt = 0
         while True:
             try:
-                return self._get_once(path, params, what, decode)
+                return self._get_once(path, params, what, decode, max_bytes)
             except SourceError as exc:
-                if not exc.retriable or attempt >= self.source.max_retries:
-                    if exc.retriable:
+                # A paused source fails the request at once: waiting here would outlive its deadline as well.
+                if not exc.retriable or attempt >= self.source.max_retries or isinstance(exc, SourcePausedError):
+                    if exc.retriable and not isinstance(exc, SourcePausedError):
                         raise SourceError(f"{exc} (gave up after {attempt + 1} attempts)", retriable=True) from exc
                     raise
-                # The source's own Retry-After wins over our backoff (capped against absurd values).
+                # The source's own Retry-After wins over our backoff (validated and capped where it was read).
                 if exc.retry_after is not None:
-                    delay = min(exc.retry_after, MAX_RETRY_AFTER_S)
+                    delay = min(exc.retry_after, self.source.max_retry_after_s)
                 else:
                     delay = min(self.source.backoff_s * 2**attempt, self.source.max_backoff_s)
                 retries = self.source.max_retries
@@ -152,21 +168,23 @@ class SourceApiHook(BaseHook):
                 time.sleep(delay)
                 attempt += 1
 
-    def _get_once(
-        self, path: str, params: Mapping[str, Any], what: str, decode: Callable[[bytes], Any] | None = None
-    ) -> Any:
+    def _get_once(self, path: str, params: Mapping[str, Any], what: str, decode: Decode, max_bytes: int | None) -> Any:
         label = f"task {self.task_label}: GET {path} {what}"
         # The wait for the source's rate limit comes before the request's deadline starts.
         try:
             with self.limiter.request() if self.limiter is not None else nullcontext():
-                body = self._fetch(path, params, label)
+                body = self._fetch(path, params, label, what, max_bytes)
+        except SourcePausedError as exc:  # the limiter: no slot before the deadline
+            raise SourcePausedError(f"{label}: {exc}", retriable=True, retry_after=exc.retry_after) from exc
         except StatusTableError as exc:  # only the limiter talks to PostgreSQL here
             raise StatusTableError(
                 f"task {self.task_label}: rate limit of source connection '{self.source.conn_id}': {exc}"
             ) from exc
         return decode_body(body, decode, label, self.source.records_path)
 
-    def _fetch(self, path: str, params: Mapping[str, Any], label: str) -> bytes:
+    def _fetch(
+        self, path: str, params: Mapping[str, Any], label: str, what: str, max_bytes: int | None = None
+    ) -> bytes:
         """One GET within ``source.deadline_s``: the body of a 200, else a :class:`SourceError` (a 429 or a
         Retry-After also slows down every worker on the connection)."""
         started = time.monotonic()
@@ -174,7 +192,8 @@ class SourceApiHook(BaseHook):
             try:
                 with self.client.stream("GET", path, params=dict(params)) as response:
                     if response.status_code != 200:
-                        retry_after = retry_after_seconds(response.headers.get("retry-after"))
+                        asked = response.headers.get("retry-after")
+                        retry_after = retry_after_seconds(asked, self.source.max_retry_after_s)
                         if self.limiter is not None and (response.status_code == 429 or retry_after is not None):
                             self.limiter.throttle(retry_after)
                         raise SourceError(
@@ -182,7 +201,9 @@ class SourceApiHook(BaseHook):
                             retriable=response.status_code in RETRIABLE_STATUS,
                             retry_after=retry_after,
                         )
-                    return read_bounded(response, self.max_bytes, label)
+                    if max_bytes is None:
+                        return read_bounded(response, self.max_bytes, label)
+                    return read_bounded(response, max_bytes, label, f"{what} answer", f"{max_bytes // 1024} KiB")
             except httpx.TimeoutException as exc:
                 if time.monotonic() < end:
                     raise SourceError(f"{label} timed out after {self.source.timeout_s}s", retriable=True) from exc

@@ -16,6 +16,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from crawler_ops.config import SourceConfig
+from crawler_ops.errors import SourcePausedError
 from crawler_ops.hooks import ratelimit
 from crawler_ops.hooks.ratelimit import STALE_S, Grant, SourceLimiter, limiter_for
 
@@ -156,6 +157,45 @@ def test_a_429_drops_the_reserved_slots_and_tells_the_shared_bucket():
     with limiter.request():
         pass
     assert len(bucket.takes) == 2, "the slots reserved before the 429 are not used"
+
+
+@pytest.mark.parametrize(
+    ("retry_after", "told"),
+    [(float("inf"), 300.0), (99_999_999_999.0, 300.0), (float("nan"), 300.0), (-3.0, 0.0), (2.0, 2.0), (None, None)],
+    ids=["inf", "absurd", "nan", "negative", "plain", "none"],
+)
+def test_the_shared_bucket_is_told_a_pause_of_at_most_max_retry_after_s(retry_after, told):
+    clock = Clock()
+    bucket = Bucket(clock)
+    limiter = limited(clock, bucket, max_retry_after_s=300)
+
+    limiter.throttle(retry_after)
+
+    assert bucket.throttles == [told]
+
+
+def test_a_slot_further_away_than_the_deadline_fails_the_request_instead_of_waiting():
+    clock = Clock()
+    bucket = Bucket(clock, next=clock() + 3_600)  # the shared row says: no request for an hour
+    limiter = limited(clock, bucket, deadline_s=20)
+
+    paused = r"source connection 'src' has no request slot for 3.6e\+03s"
+    with pytest.raises(SourcePausedError, match=paused) as err, limiter.request():
+        pass
+
+    assert err.value.retriable is True
+    assert clock.slept == [], "nothing slept: the wait would outlive the request's deadline"
+
+
+def test_a_slot_the_shared_bucket_refused_fails_the_request_and_reserves_nothing():
+    clock = Clock()
+    bucket = Bucket(clock, next=clock() + 600, count=0)  # PostgreSQL refused: the first slot is beyond the deadline
+    limiter = limited(clock, bucket, deadline_s=20)
+
+    with pytest.raises(SourcePausedError, match=r"longer than source.deadline_s \(20s\)"), limiter.request():
+        pass
+
+    assert clock.slept == [] and not limiter.slots
 
 
 def test_requests_in_flight_never_exceed_max_in_flight_across_threads():

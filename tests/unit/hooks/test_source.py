@@ -382,3 +382,90 @@ def test_a_404_is_no_reason_to_slow_down_and_fails_as_before(fake, connection, s
     with pytest.raises(SourceError, match="HTTP 404"):
         hook.get_total()
     assert hook.limiter.throttles == []
+
+
+# --------------------------------------------------------------------------- hostile Retry-After (issue 27)
+
+
+@pytest.mark.parametrize(
+    ("header", "expected"),
+    [
+        ("7", 7.0),
+        ("inf", 300.0),
+        ("Infinity", 300.0),
+        ("99999999999", 300.0),
+        ("1e308", 300.0),
+        ("nan", None),
+        ("-5", 0.0),
+        ("-inf", 0.0),
+        ("soon", None),
+        ("", None),
+        (email.utils.format_datetime(datetime(2100, 1, 1, tzinfo=UTC), usegmt=True), 300.0),
+        (email.utils.format_datetime(datetime(2000, 1, 1, tzinfo=UTC), usegmt=True), 0.0),
+        ("Fri, 01 Jan 2100 00:00:00 -0000", 300.0),
+        ("Fri, 01 Jan 99999 00:00:00 GMT", None),
+    ],
+    ids=[
+        "seconds",
+        "inf",
+        "Infinity",
+        "absurd",
+        "huge-float",
+        "nan",
+        "negative",
+        "minus-inf",
+        "text",
+        "empty",
+        "far-date",
+        "past-date",
+        "date-without-zone",
+        "year-99999",
+    ],
+)
+def test_retry_after_is_validated_and_capped_whatever_the_source_sends(header, expected):
+    from crawler_ops.hooks.responses import retry_after_seconds
+
+    assert retry_after_seconds(header, 300.0) == expected
+
+
+@pytest.mark.parametrize("header", ["inf", "99999999999", "nan"], ids=["inf", "absurd", "nan"])
+def test_a_hostile_retry_after_is_waited_for_at_most_max_retry_after_s(fake, connection, sleeps, header):
+    fake.replies = [httpx.Response(429, headers={"Retry-After": header}), count_body(3)]
+
+    assert make_hook(backoff_s=0.5, max_retry_after_s=45).get_total() == 3
+    assert sleeps == [0.5 if header == "nan" else 45.0], "capped by source.max_retry_after_s; NaN is no value"
+
+
+@pytest.mark.parametrize("header", ["inf", "99999999999", "-1", "nan"], ids=["inf", "absurd", "negative", "nan"])
+def test_the_limiter_is_told_only_a_validated_and_capped_retry_after(fake, connection, sleeps, header):
+    fake.replies = [httpx.Response(429, headers={"Retry-After": header}), count_body(3)]
+    hook = make_hook(max_retry_after_s=45)
+    hook.limiter = RecordingLimiter()  # type: ignore[assignment]
+
+    assert hook.get_total() == 3
+
+    assert hook.limiter.throttles == [{"inf": 45.0, "99999999999": 45.0, "-1": 0.0, "nan": None}[header]]
+
+
+def test_a_source_paused_beyond_the_deadline_fails_the_request_at_once_naming_task_and_url(fake, connection, sleeps):
+    from crawler_ops.errors import SourcePausedError
+
+    class PausedLimiter(RecordingLimiter):
+        @contextmanager
+        def request(self) -> Iterator[None]:
+            self.requests += 1
+            raise SourcePausedError(
+                "source connection 'src' has no request slot for 3.6e+03s", retriable=True, retry_after=3600.0
+            )
+            yield
+
+    fake.replies = [count_body(3)]
+    hook = make_hook(max_retries=3)
+    hook.limiter = PausedLimiter()  # type: ignore[assignment]
+
+    named = r"^task jobs: GET /api/remote_jobs/count count: source connection 'src'"
+    with pytest.raises(SourceError, match=named) as err:
+        hook.get_total()
+
+    assert err.value.retriable is True, "Airflow's retries take over"
+    assert hook.limiter.requests == 1 and sleeps == [] and fake.requests == [], "no wait, no retry inside the hook"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gzip
+import re
 import time
 import tracemalloc
 from collections.abc import Callable, Iterator
@@ -104,3 +105,37 @@ def test_a_source_behind_the_environments_http_proxy_is_reached_through_it_withi
     with pytest.raises(SourceError, match="did not finish within its deadline of 1s"):
         SourceApiHook(cfg, "jobs", "remote_jobs").get_total()
     assert time.monotonic() - started < 1.5
+
+
+# --------------------------------------------------------------------------- memory (issue 27 item 4)
+
+EMPTY_RECORDS = b'{"code":0,"data":{"total":1,"data":[' + b",".join([b"{}"] * 1_000_000) + b"]}}"
+
+
+def test_a_page_of_a_million_records_for_a_batch_of_100_stops_decoding_at_the_101st(hostile):
+    hostile.replies["list"] = (200, {"Content-Type": "application/json"}, EMPTY_RECORDS)
+
+    peak, raised = peak_bytes(lambda: hook().get_page(300, 100))
+
+    assert isinstance(raised, SourceError), "the page is refused, not handed to the filter"
+    assert "offsets [300, 400) has more than 100 records (the source ignores 'limit')" in str(raised)
+    assert peak < 16 * 2**20, f"{peak / 2**20:.1f} MiB for three tries of a 3 MB page (decoded whole: 54 MiB each)"
+
+
+@pytest.mark.parametrize(
+    ("headers", "body"),
+    [
+        ({}, b'{"code":0,"data":{"total":5}}' + b" " * 2**20),
+        ({"Content-Encoding": "gzip"}, gzip.compress(b'{"code":0,"data":{"total":5}}' + b" " * 64 * 2**20)),
+    ],
+    ids=["padded", "gzip-bomb"],
+)
+def test_a_count_answer_is_read_to_64_kib_at_most(hostile, headers, body):
+    hostile.replies["count"] = (200, {"Content-Type": "application/json", **headers}, body)
+
+    peak, raised = peak_bytes(hook().get_total)
+
+    assert isinstance(raised, SourceError) and raised.retriable is False
+    assert re.search(r"GET /api/remote_jobs/count count: count answer (of \d+ bytes )?exceeds 64 KiB", str(raised))
+    assert hostile.served == ["count"], "not retried"
+    assert peak < 4 * 2**20, f"{peak / 2**20:.1f} MiB for one count answer"
