@@ -12,7 +12,6 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from types import SimpleNamespace
 from typing import Any
 
 import httpx
@@ -164,12 +163,13 @@ def loopback(airflow_connection: Callable[..., None]) -> Iterator[VerifyingRecei
 def captured(monkeypatch: pytest.MonkeyPatch) -> list[tuple[dict[str, str], bytes]]:
     """Every request notify sends, as (headers, body), so a test can replay one."""
     sent: list[tuple[dict[str, str], bytes]] = []
+    real_send = notify.send
 
-    def post(url: str, *, content: bytes, headers: dict[str, str], timeout: float) -> httpx.Response:
-        sent.append((dict(headers), content))
-        return httpx.post(url, content=content, headers=headers, timeout=timeout)
+    def send(client: httpx.Client, url: str, body: bytes, headers: dict[str, str]) -> Any:
+        sent.append((dict(headers), body))
+        return real_send(client, url, body, headers)
 
-    monkeypatch.setattr(notify, "httpx", SimpleNamespace(post=post, HTTPError=httpx.HTTPError))
+    monkeypatch.setattr(notify, "send", send)
     return sent
 
 
