@@ -12,15 +12,31 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from crawler_ops.config import config_reference, config_schema, load_config
 from crawler_ops.errors import ConfigError, StatusTableError
-from crawler_ops.migration.old_status import ImportFileError
+from crawler_ops.migration.old_status import BIGINT_MAX, ImportFileError
+from crawler_ops.terminal import json_terminal_safe, terminal_safe
 
+T = TypeVar("T")
 DAGS_FOLDER = Path(__file__).resolve().parents[2] / "dags"
+
+
+def say(text: str, error: bool = False) -> None:
+    """Print ``text`` (to stderr with ``error``) with control characters and escape sequences shown escaped: it
+    may hold stored error text, file contents or names from the config."""
+    print(terminal_safe(text, keep_newlines=True), file=sys.stderr if error else sys.stdout)
+
+
+def bigint(text: str) -> int:
+    """An offset or row id from the command line: a whole number PostgreSQL's bigint holds, not negative."""
+    number = int(text)
+    if not 0 <= number <= BIGINT_MAX:
+        raise argparse.ArgumentTypeError(f"{text} is out of range (0 to {BIGINT_MAX})")
+    return number
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -41,10 +57,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     commands.add_parser("config-reference", help="print the configuration reference (Markdown, docs/configuration.md)")
     skip = commands.add_parser("skip-batch", help="let the watermark pass a parked batch (its records are lost)")
     skip.add_argument("--task", required=True, help="the crawl task id")
-    skip.add_argument("--offset", type=int, required=True, help="the parked batch's start offset")
+    skip.add_argument("--offset", type=bigint, required=True, help="the parked batch's start offset")
     unpark = commands.add_parser("unpark", help="parked executor rows back to pending with a fresh attempt count")
     unpark.add_argument("--executor", required=True, help="the executor's name")
-    unpark.add_argument("--id", type=int, nargs="+", dest="ids", help="only these row ids (default: every parked row)")
+    unpark.add_argument(
+        "--id", type=bigint, nargs="+", dest="ids", help="only these row ids (default: every parked row)"
+    )
     shards = commands.add_parser("dag-shards", help="spread the crawl DAGs over N DAG files (by task id hash)")
     shards.add_argument("count", type=int, help="the number of crawl DAG files")
     shards.add_argument("--dags-folder", type=Path, default=DAGS_FOLDER, help=f"default {DAGS_FOLDER}")
@@ -62,8 +80,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--apply", action="store_true", help="create or resize them in Airflow's metadata DB (default: print them)"
     )
     args = parser.parse_args(argv)
-    if args.command == "skip-batch":
-        return skip_batch(args.task, args.offset)
     if args.command == "schema":
         print(json.dumps(config_schema(), ensure_ascii=False, indent=2))
         return 0
@@ -71,6 +87,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         sys.stdout.write(config_reference())
         return 0
     try:
+        if args.command == "skip-batch":
+            return skip_batch(args.task, args.offset)
         if args.command == "validate":
             return run_validate(args.config)
         if args.command == "unpark":
@@ -83,7 +101,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             return run_pools(args.config, args.apply)
         return run_status(args)
     except (ConfigError, ImportFileError, StatusTableError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        say(f"error: {exc}", error=True)
         return 2
 
 
@@ -94,11 +112,11 @@ def run_validate(path: Path | None) -> int:
     problems = [*loaded.errors.values(), *loaded.executor_errors.values()]
     problems += [loaded.maintenance_error] if loaded.maintenance_error else []
     for task in loaded.tasks:
-        print(f"ok: task {task.id} (DAG {task.dag_id})")
+        say(f"ok: task {task.id} (DAG {task.dag_id})")
     for executor in loaded.executors:
-        print(f"ok: executor {executor.name} (DAG {executor.dag_id})")
+        say(f"ok: executor {executor.name} (DAG {executor.dag_id})")
     for problem in problems:
-        print(f"error: {problem}", file=sys.stderr)
+        say(f"error: {problem}", error=True)
     print(f"{len(loaded.tasks)} tasks and {len(loaded.executors)} executors valid, {len(problems)} invalid")
     return 1 if problems else 0
 
@@ -132,8 +150,8 @@ def run_import(path: Path, apply: bool, force: bool) -> int:
     """Exit status 0 when every row was importable (and, with ``apply``, written), 1 otherwise."""
     from crawler_ops.migration.import_progress import import_progress, render  # imports Airflow's hooks
 
-    report = import_progress(path, load_config(), apply=apply, force=force)
-    render(report, path, apply, print)
+    report = with_connections(lambda: import_progress(path, load_config(), apply=apply, force=force))
+    render(report, path, apply, say)
     return 0 if report.ok else 1
 
 
@@ -147,10 +165,10 @@ def run_status(args: argparse.Namespace) -> int:
         report = collect(load_config(), args.task, live=not args.no_live, executor=args.executor)
     except KeyError:
         what = f"crawl task '{args.task}'" if args.task else f"executor '{args.executor}'"
-        print(f"error: no {what} in the config; see the 'tasks' and 'executors' lists", file=sys.stderr)
+        say(f"error: no {what} in the config; see the 'tasks' and 'executors' lists", error=True)
         return 2
     if args.json:
-        print(json.dumps(report, ensure_ascii=False, indent=2, default=str))
+        print(json_terminal_safe(json.dumps(report, ensure_ascii=False, indent=2, default=str)))
     else:
         print(render_text(report))
     return 0
@@ -162,25 +180,37 @@ def skip_batch(task_id: str, offset: int) -> int:
     from crawler_ops.config import get_task
     from crawler_ops.hooks.store import CrawlStoreHook
 
-    try:
-        cfg = get_task(task_id)
-    except ConfigError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
+    cfg = get_task(task_id)
     store = CrawlStoreHook(cfg.postgres_conn_id, cfg.id)
-    try:
+
+    def skip() -> list[Any]:
         with store.transaction(lock=True) as cur:
             skipped = store.batches.skip_parked(cur, lo=offset)
             for parked in skipped:
                 message = f"task {cfg.id}: parked batch {parked.describe()} skipped by the operator (skip-batch)"
                 store.record_error(cur, "cli:skip-batch", message, "batch", parked.batch)
+        return skipped
+
+    try:
+        skipped = with_connections(skip)
     finally:
         store.close()
     if not skipped:
-        print(f"error: task {cfg.id} has no parked batch starting at offset {offset}; see its status", file=sys.stderr)
+        say(f"error: task {cfg.id} has no parked batch starting at offset {offset}; see its status", error=True)
         return 1
     print(f"skipped {skipped[0].describe()}; the next run's commit moves the watermark past it")
     return 0
+
+
+def with_connections(work: Callable[[], T]) -> T:
+    """``work()``, with an Airflow connection it names but the environment does not define reported as a
+    :class:`ConfigError` (exit status 2) instead of a traceback."""
+    from airflow.sdk.exceptions import AirflowNotFoundException
+
+    try:
+        return work()
+    except AirflowNotFoundException as exc:
+        raise ConfigError(f"{exc}; define it (AIRFLOW_CONN_<ID> or 'airflow connections add')") from exc
 
 
 def run_unpark(name: str, ids: list[int] | None) -> int:
@@ -193,9 +223,9 @@ def run_unpark(name: str, ids: list[int] | None) -> int:
         problem = loaded.executor_errors.get(name, f"no executor '{name}' in the config; see the 'executors' list")
         raise ConfigError(problem)
     result = unpark(executor, ids)
-    print(f"executor {name}: {len(result.unparked)} rows back to pending: {show_ids(result.unparked)}")
+    say(f"executor {name}: {len(result.unparked)} rows back to pending: {show_ids(result.unparked)}")
     for row_id, status in sorted(result.not_parked.items()):
-        print(f"executor {name}: row {row_id} is not parked ({status}); left as it is", file=sys.stderr)
+        say(f"executor {name}: row {row_id} is not parked ({status}); left as it is", error=True)
     return 1 if result.not_parked else 0
 
 
@@ -245,7 +275,7 @@ def render_text(report: Mapping[str, Any]) -> str:
         lines += ["", *render_executor(executor)]
     for bad in report.get("invalid_executors", []):
         lines += ["", f"executor {bad['name']}: INVALID CONFIG: {bad['error']}"]
-    return "\n".join(lines)
+    return "\n".join(terminal_safe(line) for line in lines)
 
 
 def render_executor(row: Mapping[str, Any]) -> list[str]:

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import codecs
 import functools
 import hashlib
 import json
@@ -45,6 +46,11 @@ DEAD_LETTER_MAX_DEPTH = 200
 DEAD_LETTER_TEXT_BYTES = 64 * 1024
 # A dead letter's record is stored (and sent to the dead-letter topic) whole up to this size, then cut.
 DEAD_LETTER_MAX_BYTES = 64 * 1024
+
+
+# Validates a raw record's UTF-8 in place: codecs reads any bytes-like value (a msgspec.Raw slice of the page) without
+# copying it to bytes first; ``final`` so that a character cut at the record's end is an error too.
+_utf8_decode = codecs.utf_8_decode
 
 
 def record_key(record: Mapping[str, Any], key_field: str | None) -> bytes:
@@ -191,20 +197,76 @@ def build_messages(
     result = PageResult()
     # The common case, a kept raw record with a key, is written inline: it runs once per published record.
     as_sent = transform is None and bool(key_field)
-    index, raw, append, keep = reader.key_index, msgspec.Raw, result.messages.append, Verdict.KEEP
+    index, raw, append, keep, utf8 = reader.key_index, msgspec.Raw, result.messages.append, Verdict.KEEP, _utf8_decode
     for offset, record, head, (verdict, detail) in zip(count(first_offset), records, heads, verdicts, strict=False):
         if verdict is keep:
             key = head[index]
             if as_sent and record.__class__ is raw and key is not None and key != "":
+                # A record published as sent skipped the decode that checks its text's UTF-8: consumers could not
+                # read it. Checked here, at about a microsecond a record (try costs nothing when nothing raises).
+                try:
+                    utf8(record, "strict", True)
+                except UnicodeDecodeError as exc:
+                    result.dead_letters.append(invalid_utf8(record, offset, exc))
+                    continue
                 append(Message(str(key).encode(), record, [*headers, ("source_offset", b"%d" % offset)]))
             else:
                 result.add(kept_message(record, key, key_field, transform, headers, offset))
         elif verdict is Verdict.EXPIRED:
             result.expired += 1
+        elif head is reader.undecodable:
+            result.dead_letters.append(undecodable(record, offset))
         else:
             reason = "nested too deeply to read its date fields" if head is reader.too_deep else detail
             result.dead_letters.append(DeadLetter(offset, reason, dead_letter_record(record)))
     return result
+
+
+def invalid_utf8(record: msgspec.Raw, offset: int, exc: UnicodeDecodeError) -> DeadLetter:
+    """The dead letter of a raw record whose text is not UTF-8: the reason names the field and the byte; the record
+    is kept with U+FFFD for each invalid sequence."""
+    data = bytes(record)
+    reason = f"invalid UTF-8 in {utf8_field(data)} (byte {exc.start} of the record); not published"
+    return DeadLetter(offset, reason, dead_letter_record(msgspec.Raw(data.decode("utf-8", "replace").encode())))
+
+
+def undecodable(record: Record, offset: int) -> DeadLetter:
+    """The dead letter of a record whose date or key fields did not decode (though the page did)."""
+    if isinstance(record, msgspec.Raw):
+        try:
+            _utf8_decode(record, "strict", True)
+        except UnicodeDecodeError as exc:
+            return invalid_utf8(record, offset, exc)
+    return DeadLetter(offset, "its date or key fields do not decode", dead_letter_record(record))
+
+
+def utf8_field(data: bytes) -> str:
+    """Where in a record's JSON the first invalid UTF-8 lies: ``field 'a.b[2]'``, with ``(a field name)`` when it
+    is in a name; ``the record`` when its JSON cannot be read here."""
+    try:  # surrogateescape: each invalid byte becomes a lone surrogate U+DC80..U+DCFF, found below
+        document = json.loads(data.decode("utf-8", "surrogateescape"))
+    except (ValueError, RecursionError):
+        return "the record"
+    pending: list[tuple[str, Any]] = [("", document)]  # depth first, in the record's order, without recursion
+    while pending:
+        path, value = pending.pop()
+        if isinstance(value, str) and has_escaped_bytes(value):
+            return f"field '{path}'"
+        if isinstance(value, dict):
+            for name in value:
+                if has_escaped_bytes(name):
+                    return f"field '{path or '(record)'}' (a field name)"
+            children = [(f"{path}.{name}" if path else name, child) for name, child in value.items()]
+        elif isinstance(value, list):
+            children = [(f"{path}[{index}]", child) for index, child in enumerate(value)]
+        else:
+            continue
+        pending.extend(reversed(children))
+    return "the record"
+
+
+def has_escaped_bytes(text: str) -> bool:
+    return any("\udc80" <= char <= "\udcff" for char in text)
 
 
 class HeadReader:
@@ -219,8 +281,10 @@ class HeadReader:
         self.fields = head_fields(date_fields, key_field)
         self.key_index = self.fields.index(key_field) if key_field else 0
         self.decode = head_decoder(self.fields).decode
-        # The head of a record nested too deeply to read here: no field found (so no date), told apart by identity.
-        self.too_deep: tuple[Any, ...] = (None,) * len(self.fields)
+        # The head of a record nested too deeply to read here, or whose fields do not decode (invalid UTF-8): no field
+        # found (so no date), told apart by identity.
+        self.too_deep: tuple[Any, ...] = tuple([None] * len(self.fields))
+        self.undecodable: tuple[Any, ...] = tuple([None] * len(self.fields))  # a tuple of its own, even of one field
 
     def read_page(self, records: Sequence[Record], first_offset: int) -> list[tuple[Any, ...]]:
         if isinstance(records, Page) and records.heads is not None and records.fields == self.fields:
@@ -228,8 +292,8 @@ class HeadReader:
         astuple, decode = msgspec.structs.astuple, self.decode
         try:
             return [astuple(decode(r)) if r.__class__ is msgspec.Raw else self.read(r) for r in records]
-        except (msgspec.ValidationError, RecursionError):
-            pass  # find the record that is not an object, for the message, or that nests too deeply
+        except (msgspec.DecodeError, RecursionError):
+            pass  # find the record that is not an object, for the message, that nests too deeply or is not UTF-8
         return [self.read(record, offset) for offset, record in enumerate(records, first_offset)]
 
     def read(self, record: Record, offset: int = -1) -> tuple[Any, ...]:
@@ -241,6 +305,8 @@ class HeadReader:
             return self.too_deep
         except msgspec.ValidationError as exc:
             raise ValueError(f"the record at source offset {offset} is not a JSON object: {exc}") from exc
+        except msgspec.DecodeError:
+            return self.undecodable
 
 
 def kept_message(
@@ -251,7 +317,13 @@ def kept_message(
     headers: Sequence[tuple[str, bytes]],
     offset: int,
 ) -> Message | DeadLetter:
-    """The message of a kept record, or its dead letter when the transform or the encoding fails."""
+    """The message of a kept record, or its dead letter when its text is not UTF-8, or the transform or the
+    encoding fails."""
+    if isinstance(record, msgspec.Raw):
+        try:
+            _utf8_decode(record, "strict", True)
+        except UnicodeDecodeError as exc:
+            return invalid_utf8(record, offset, exc)
     try:
         key, value = make_message(record, key_value if key_field else None, key_field, transform)
     except RecursionError:

@@ -402,3 +402,83 @@ def test_values_json_cannot_encode_are_stored_as_text():
     assert cap_record({"id": "r", "day": date(2026, 11, 1)}) == {"id": "r", "day": date(2026, 11, 1)}
     capped = cap_record({"id": "r", "day": date(2026, 11, 1), "pad": "x" * DEAD_LETTER_MAX_BYTES})
     assert capped["text"].startswith('{"id": "r", "day": "2026-11-01"')
+
+
+# --- invalid UTF-8 inside records (issue 27, item 8a) ---------------------------------------------------------------
+
+GOOD = json.dumps(_posting(0, "2026-11-19 08:00:00"), ensure_ascii=False).encode()
+
+
+def with_bytes(field: str, raw: bytes, offset: int = 1) -> bytes:
+    """A kept posting whose ``field`` holds ``raw`` bytes (maybe not UTF-8) inside its JSON string."""
+    head = json.dumps(_posting(offset, "2026-11-19 08:00:00"), ensure_ascii=False)[:-1].encode()
+    return head + b', "' + field.encode() + b'": "ab' + raw + b'cd"}'
+
+
+@pytest.mark.parametrize(
+    ("bad", "field"),
+    [
+        (b"\xff", "title_raw"),
+        (b"\xc3", "memo"),
+        (b"\xed\xa0\x80", "surrogate"),
+        (b"\xf4\x90\x80\x80", "beyond_u10ffff"),
+        (b"\xe4\xb8", "truncated_chinese"),
+        (b"\xc0\xaf", "overlong"),
+    ],
+    ids=["ff", "lone-lead-byte", "encoded-surrogate", "beyond-unicode", "cut-character", "overlong-slash"],
+)
+@pytest.mark.parametrize("transform", [None, lambda record: record], ids=["as-sent", "transformed"])
+@pytest.mark.parametrize("key_field", ["id", None], ids=["key-field", "content-key"])
+def test_a_record_with_invalid_utf8_is_dead_lettered_naming_the_field_and_never_published(
+    bad, field, transform, key_field
+):
+    records = page_as_fetched(GOOD, with_bytes(field, bad), GOOD)
+
+    result = build_messages(records, 300, RULE, WINDOW, key_field, HEADERS, transform)
+
+    assert len(result.messages) == 2
+    for message in result.messages:
+        bytes(message.value).decode("utf-8")  # every published value is UTF-8
+    ((offset, reason, stored),) = result.dead_letters
+    at = with_bytes(field, bad).index(b"ab" + bad) + 2
+    assert offset == 301
+    assert reason == f"invalid UTF-8 in field '{field}' (byte {at} of the record); not published"
+    assert stored[field] == "ab" + "\ufffd" * len(bad.decode("utf-8", "replace")) + "cd", "kept, with U+FFFD"
+    assert stored["id"] == "job-1"
+
+
+def test_invalid_utf8_in_a_field_name_or_a_nested_value_is_named_by_its_path():
+    nested = b'{"id": "n", "aae397": "2026-11-19 08:00:00", "tags": [{"a": "ok"}, {"b\xff": "x"}]}'
+    deeper = b'{"id": "m", "aae397": "2026-11-19 08:00:00", "meta": {"list": ["ok", "bad\xfe"]}}'
+
+    result = build_messages(page_as_fetched(nested, deeper), 0, RULE, WINDOW, "id", HEADERS)
+
+    reasons = [reason for _, reason, _ in result.dead_letters]
+    assert reasons[0].startswith("invalid UTF-8 in field 'tags[1]' (a field name) (byte ")
+    assert reasons[1].startswith("invalid UTF-8 in field 'meta.list[1]' (byte ")
+    assert result.messages == []
+
+
+@pytest.mark.parametrize("fetched", [True, False], ids=["page-as-fetched", "raw-records"])
+def test_invalid_utf8_in_a_date_field_is_dead_lettered_and_the_page_goes_on(fetched):
+    bad_date = b'{"id": "d", "aae397": "2026-11-19 08:00:00\xff"}'
+    records = page_as_fetched(GOOD, bad_date) if fetched else [msgspec.Raw(GOOD), msgspec.Raw(bad_date)]
+
+    result = build_messages(records, 0, RULE, WINDOW, "id", HEADERS)
+
+    assert [m.key for m in result.messages] == [b"job-0"]
+    ((offset, reason, stored),) = result.dead_letters
+    assert offset == 1 and reason.startswith("invalid UTF-8 in field 'aae397' (byte ")
+    assert stored == {"id": "d", "aae397": "2026-11-19 08:00:00\ufffd"}
+
+
+def test_with_one_date_field_and_no_key_a_record_too_deep_and_one_not_utf8_are_told_apart():
+    rule = DateRule(("aae397",), "Asia/Shanghai")
+    deep = nested_record(950, id="deep", aae397="2026-11-19 08:00:00")
+    records = [msgspec.Raw(deep), msgspec.Raw(b'{"aae397": "2026-11-19\xff"}')]
+
+    result = on_a_deep_stack(150, lambda: build_messages(records, 0, rule, WINDOW, None, HEADERS))
+
+    reasons = [reason for _, reason, _ in result.dead_letters]
+    assert reasons[0] == "nested too deeply to read its date fields"
+    assert reasons[1].startswith("invalid UTF-8 in field 'aae397'")

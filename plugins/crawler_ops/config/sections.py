@@ -298,7 +298,8 @@ class NotifyConfig(StrictModel):
     )
     on: tuple[Literal["started", "success", "failure"], ...] = Field(
         ("success", "failure"),
-        description="the events that call the webhook: a run that succeeded, failed, or (started) planned its batches",
+        description="the events that call the webhook: a run that succeeded, failed, or (started) planned its batches; "
+        'quote the key ("on":): YAML reads a bare on as the boolean true',
     )
     timeout_s: float = Field(10.0, gt=0, le=120, description="seconds one HTTP request to the webhook may take")
     max_wait_s: float = Field(

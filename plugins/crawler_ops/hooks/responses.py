@@ -237,8 +237,8 @@ def decode_page(
         return Page(records)
     try:
         heads = unwrap(page_decoder(records_path, head_struct(fields)).decode(body), records_path)
-    except msgspec.ValidationError:
-        return Page(records)  # a record that is not an object: filtering names its offset
+    except msgspec.DecodeError:
+        return Page(records)  # a record not an object, or a date or key not UTF-8: filtering names its offset
     return Page(records, fields, [msgspec.structs.astuple(head) for head in heads])
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import reprlib
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,6 +24,8 @@ REQUIRED_FIELDS = ("task_id", "total", "last_start_offset", "status", "filtered_
 # task was still crawling, so its position is about to change.
 OLD_STATUSES = ("idle", "completed", "stopped", "running", "error")
 NULL_TEXTS = ("", "none", "null", "-")
+# Offsets and counts are PostgreSQL bigints.
+BIGINT_MAX = 2**63 - 1
 
 
 class ImportFileError(CrawlerError):
@@ -72,7 +75,9 @@ def read_old_status(path: Path) -> tuple[list[OldProgress], list[RowProblem]]:
 def parse_json(text: str, origin: str = "<json>") -> tuple[list[OldProgress], list[RowProblem]]:
     try:
         document = json.loads(text)
-    except json.JSONDecodeError as exc:
+    except RecursionError as exc:
+        raise ImportFileError(f"{origin}: its JSON is nested too deeply to read; export the status again") from exc
+    except ValueError as exc:  # JSONDecodeError, and a number of more than 4300 digits
         raise ImportFileError(f"{origin} is not valid JSON: {exc}") from exc
     if isinstance(document, Mapping):
         # The status endpoint answered {"tasks": [...], ...} for all tasks and one task's object for one.
@@ -94,7 +99,10 @@ def parse_csv(text: str, origin: str = "<csv>") -> tuple[list[OldProgress], list
             f"{origin}: the CSV header lacks {', '.join(missing)}; the first line must name the columns "
             f"{', '.join(REQUIRED_FIELDS)}"
         )
-    rows = [{(k or "").strip(): v for k, v in row.items()} for row in reader]
+    try:
+        rows = [{(k or "").strip(): v for k, v in row.items()} for row in reader]
+    except csv.Error as exc:  # a field over csv's size limit
+        raise ImportFileError(f"{origin} is not a readable CSV: line {reader.line_num}: {exc}") from exc
     return parse_rows(rows)
 
 
@@ -189,12 +197,13 @@ def whole_number(value: Any) -> int | None:
     """A count or offset from JSON or CSV: an integer, or text of one (``"1200"``, ``"1,200"``, ``"1200.0"``);
     empty, ``null`` and ``None`` mean no value.
 
-    :raises ValueError: naming the value, for anything else or a negative number.
+    :raises ValueError: naming the value, for anything else, a negative number or one beyond ``BIGINT_MAX``.
     """
+    # reprlib: a value in a message is shown short, however long or deeply nested it is.
     if value is None:
         return None
     if isinstance(value, bool):
-        raise ValueError(f"{value!r} is not a whole number")
+        raise ValueError(f"{reprlib.repr(value)} is not a whole number")
     if isinstance(value, str):
         text = value.strip().replace(",", "").replace("_", "")
         if text.lower() in NULL_TEXTS:
@@ -202,15 +211,17 @@ def whole_number(value: Any) -> int | None:
         try:
             number = float(text) if "." in text else int(text)
         except ValueError:
-            raise ValueError(f"{value!r} is not a whole number") from None
+            raise ValueError(f"{reprlib.repr(value)} is not a whole number") from None
     elif isinstance(value, int | float):
         number = value
     else:
-        raise ValueError(f"{value!r} is not a whole number")
+        raise ValueError(f"{reprlib.repr(value)} is not a whole number")
     if isinstance(number, float) and not number.is_integer():
-        raise ValueError(f"{value!r} is not a whole number")
+        raise ValueError(f"{reprlib.repr(value)} is not a whole number")
     if number < 0:
-        raise ValueError(f"{value!r} is negative")
+        raise ValueError(f"{reprlib.repr(value)} is negative")
+    if number > BIGINT_MAX:
+        raise ValueError(f"{reprlib.repr(value)} is out of range (at most {BIGINT_MAX})")
     return int(number)
 
 

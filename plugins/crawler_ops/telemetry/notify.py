@@ -20,11 +20,17 @@ import httpx
 from airflow.sdk import BaseHook
 
 from crawler_ops.config import NotifyConfig
+from crawler_ops.hooks.deadline import DeadlineTransport, deadline, environment_proxy
+from crawler_ops.hooks.responses import error_excerpt
 from crawler_ops.telemetry.webhook import DELIVERY_HEADER, EVENT_HEADER, SIGNATURE_HEADER, TIMESTAMP_HEADER, sign
 
 log = logging.getLogger(__name__)
 
 ATTEMPTS = 3
+# A Retry-After is at most this long (an HTTP date is 29 characters) and asks for at most this many seconds; any
+# ask longer than max_wait_s gives the delivery up anyway.
+RETRY_AFTER_CHARS = 64
+RETRY_AFTER_MAX_S = 86400.0
 
 
 def webhook_url(conn: Any) -> str:
@@ -67,55 +73,60 @@ def notify_run(cfg: NotifyConfig | None, task_id: str, outcome: str, summary: Ma
         return False
 
 
+def delivery_limit_s(cfg: NotifyConfig) -> float:
+    """The wall-clock limit of one delivery: every try's ``timeout_s`` plus ``max_wait_s`` of waiting between them
+    (60 s by default). Connects, writes, reads and waits all end by it, so a receiver trickling its answer cannot
+    hold the sender longer."""
+    return ATTEMPTS * cfg.timeout_s + cfg.max_wait_s
+
+
 def post_signed(
     url: str, body: bytes, secret: str, event: str, timeout_s: float, task_id: str, max_wait_s: float
 ) -> bool:
     """One delivery: up to ``ATTEMPTS`` tries (connection errors, 429 and 5xx) under one delivery id, each
-    signed with a fresh timestamp.
+    signed with a fresh timestamp, all within ``ATTEMPTS * timeout_s + max_wait_s`` of wall-clock time.
 
     Between tries it waits what the receiver's ``Retry-After`` asks, else a short backoff, but never more than
-    ``max_wait_s`` in all: a receiver asking for longer is given up on at once, so the commit never stalls on it.
+    ``max_wait_s`` in all nor past the delivery's limit: a receiver asking for longer is given up on at once, so the
+    commit never stalls on it. An answer's body is read only when it is an error, and then only its start, for the
+    log.
     """
     where = safe_target(url)
     delivery_id = uuid.uuid4().hex
     waited = 0.0
-    for attempt in range(1, ATTEMPTS + 1):
-        timestamp = str(int(time.time()))
-        headers = {
-            "Content-Type": "application/json",
-            EVENT_HEADER: event,
-            DELIVERY_HEADER: delivery_id,
-            TIMESTAMP_HEADER: timestamp,
-            SIGNATURE_HEADER: sign(secret, delivery_id, timestamp, body),
-        }
-        asked: float | None = None
-        try:
-            response = httpx.post(url, content=body, headers=headers, timeout=timeout_s)
-        except httpx.HTTPError as exc:
-            problem = f"{type(exc).__name__}: {exc}"
-        else:
-            if response.is_success:
+    with deadline(ATTEMPTS * timeout_s + max_wait_s) as end, open_client(url, timeout_s) as client:
+        for attempt in range(1, ATTEMPTS + 1):
+            timestamp = str(int(time.time()))
+            headers = {
+                "Content-Type": "application/json",
+                EVENT_HEADER: event,
+                DELIVERY_HEADER: delivery_id,
+                TIMESTAMP_HEADER: timestamp,
+                SIGNATURE_HEADER: sign(secret, delivery_id, timestamp, body),
+            }
+            status, problem, asked = send(client, url, body, headers)
+            if status is not None and 200 <= status < 300:
                 log.info(
                     "task %s: webhook %s delivery %s delivered to %s (HTTP %d)",
                     task_id,
                     event,
                     delivery_id,
                     where,
-                    response.status_code,
+                    status,
                 )
                 return True
-            problem = f"HTTP {response.status_code}: {response.text[:200]}"
-            if response.status_code < 500 and response.status_code != 429:
+            if status is not None and status < 500 and status != 429:
                 break
-            asked = retry_after_s(response.headers.get("Retry-After"))
-        if attempt == ATTEMPTS:
-            break
-        pause = 0.5 * attempt if asked is None else asked
-        if waited + pause > max_wait_s:
-            problem += f"; it asked to wait {pause:.0f}s, more than the {max_wait_s - waited:.0f}s left of max_wait_s"
-            break
-        time.sleep(pause)
-        waited += pause
+            if attempt == ATTEMPTS:
+                break
+            pause = 0.5 * attempt if asked is None else asked
+            left = end - time.monotonic()
+            if waited + pause > max_wait_s or pause >= left:
+                allowed = min(max_wait_s - waited, left)
+                problem += f"; it asked to wait {pause:.0f}s, more than the {allowed:.0f}s left of max_wait_s"
+                break
+            time.sleep(pause)
+            waited += pause
     log.error(
         "task %s: webhook %s delivery %s to %s not delivered after %d attempt(s): %s",
         task_id,
@@ -128,18 +139,48 @@ def post_signed(
     return False
 
 
+def open_client(url: str, timeout_s: float) -> httpx.Client:
+    """A client whose every connect, write and read ends by the current :func:`deadline` (httpx's own timeouts
+    bound each socket operation only); redirects are not followed, the environment's proxy is used."""
+    transport = DeadlineTransport(
+        verify=url.startswith("https://"), limits=httpx.Limits(max_connections=1), proxy=environment_proxy(url)
+    )
+    return httpx.Client(transport=transport, timeout=timeout_s, follow_redirects=False)
+
+
+def send(
+    client: httpx.Client, url: str, body: bytes, headers: Mapping[str, str]
+) -> tuple[int | None, str, float | None]:
+    """POST once: the answer's status (None when there was none), what was wrong, and the ``Retry-After`` it asked
+    for. A 2xx answer's body is not read at all; of an error's, at most ``ERROR_BODY_BYTES`` are read from the wire
+    and a compressed one is inflated no further (:func:`~crawler_ops.hooks.responses.error_excerpt`)."""
+    try:
+        with client.stream("POST", url, content=body, headers=headers) as response:
+            if response.is_success:
+                return response.status_code, "", None
+            try:
+                excerpt = repr(error_excerpt(response))
+            except httpx.HTTPError as exc:
+                excerpt = f"({type(exc).__name__} reading the answer)"
+            asked = retry_after_s(response.headers.get("Retry-After"))
+            return response.status_code, f"HTTP {response.status_code}: {excerpt}", asked
+    except httpx.HTTPError as exc:
+        return None, f"{type(exc).__name__}: {exc}", None
+
+
 def retry_after_s(value: str | None) -> float | None:
-    """Seconds a ``Retry-After`` header asks to wait (delay-seconds or an HTTP date); None when absent or unreadable."""
-    if not value:
+    """Seconds a ``Retry-After`` header asks to wait (delay-seconds or an HTTP date), at most ``RETRY_AFTER_MAX_S``;
+    None when absent, unreadable or longer than any valid value."""
+    if not value or len(value) > RETRY_AFTER_CHARS:
         return None
     value = value.strip()
     if value.isascii() and value.isdigit():
-        return float(value)
+        return min(float(value), RETRY_AFTER_MAX_S)
     try:
         when = parsedate_to_datetime(value)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):
         return None
-    return max(0.0, when.timestamp() - time.time())
+    return min(max(0.0, when.timestamp() - time.time()), RETRY_AFTER_MAX_S)
 
 
 def safe_target(url: str) -> str:

@@ -40,7 +40,11 @@ class InvalidWebhookError(ValueError):
 
 
 def sign(secret: str, delivery_id: str, timestamp: str, body: bytes) -> str:
-    """The signature header's value for ``body`` in delivery ``delivery_id`` signed at ``timestamp``."""
+    """The signature header's value for ``body`` in delivery ``delivery_id`` signed at ``timestamp``.
+
+    :raises ValueError: for an empty secret.
+    """
+    require_secret(secret)
     message = f"{delivery_id}.{timestamp}.".encode() + body
     return "sha256=" + hmac.new(secret.encode(), message, hashlib.sha256).hexdigest()
 
@@ -55,7 +59,10 @@ def verify(
     :param body: the raw request body, exactly as received
     :param now: the receiver's clock in Unix seconds (default: now)
     :param tolerance_s: how far the timestamp may lie from ``now``, either way
+    :raises ValueError: for an empty secret, a receiver's configuration error rather than a bad delivery (it is not
+        an :class:`InvalidWebhookError`, so a receiver does not answer it as one)
     """
+    require_secret(secret)
     lowered = {name.lower(): value for name, value in headers.items()}
     values = {}
     for name in (DELIVERY_HEADER, TIMESTAMP_HEADER, SIGNATURE_HEADER):
@@ -73,3 +80,10 @@ def verify(
     if abs(skew) > tolerance_s:
         raise InvalidWebhookError("stale timestamp", f"signed {skew:+.0f}s from now, more than {tolerance_s}s away")
     return delivery_id
+
+
+def require_secret(secret: str | None) -> None:
+    """Refuse an empty secret: an HMAC keyed with nothing is one anybody can compute, so a receiver whose secret is
+    unset would accept any forged delivery."""
+    if not secret:
+        raise ValueError("empty webhook secret: set the shared secret (the webhook connection's password)")

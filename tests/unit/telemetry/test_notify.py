@@ -4,6 +4,7 @@ verification are in test_webhook.py)."""
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from types import SimpleNamespace
@@ -49,32 +50,39 @@ def test_a_connection_without_host_is_rejected_by_name():
 
 @dataclass
 class FakeReceiver:
-    """Stands in for ``httpx.post`` in crawler_ops.telemetry.notify: answers from a script, keeps every request."""
+    """Stands in for the webhook's HTTP client in crawler_ops.telemetry.notify: answers from a script, keeps every
+    request (the headers as sent, the read timeout)."""
 
     statuses: list[int | Exception] = field(default_factory=lambda: [200])
     retry_after: str | None = None
     requests: list[dict[str, Any]] = field(default_factory=list)
 
-    def post(self, url: str, *, content: bytes, headers: dict[str, str], timeout: float) -> httpx.Response:
-        self.requests.append({"url": url, "body": content, "headers": headers, "timeout": timeout})
+    def handle(self, request: httpx.Request) -> httpx.Response:
+        headers = {name.decode(): value.decode() for name, value in request.headers.raw}
+        timeout = request.extensions["timeout"]["read"]
+        self.requests.append({"url": str(request.url), "body": request.content, "headers": headers, "timeout": timeout})
         answer = self.statuses[min(len(self.requests), len(self.statuses)) - 1]
         if isinstance(answer, Exception):
             raise answer
         extra = {"Retry-After": self.retry_after} if self.retry_after is not None else {}
-        return httpx.Response(answer, headers=extra, request=httpx.Request("POST", url))
+        return httpx.Response(answer, headers=extra, request=request)
+
+    def client(self, url: str, timeout_s: float) -> httpx.Client:
+        return httpx.Client(transport=httpx.MockTransport(self.handle), timeout=timeout_s)
 
 
 @pytest.fixture
 def receiver(monkeypatch: pytest.MonkeyPatch) -> FakeReceiver:
     fake = FakeReceiver()
-    monkeypatch.setattr(notify, "httpx", SimpleNamespace(post=fake.post, HTTPError=httpx.HTTPError))
+    monkeypatch.setattr(notify, "open_client", fake.client)
     return fake
 
 
 @pytest.fixture
 def sleeps(monkeypatch: pytest.MonkeyPatch) -> list[float]:
     waited: list[float] = []
-    monkeypatch.setattr(notify, "time", SimpleNamespace(time=lambda: 1_790_000_000.5, sleep=waited.append))
+    clock = SimpleNamespace(time=lambda: 1_790_000_000.5, sleep=waited.append, monotonic=time.monotonic)
+    monkeypatch.setattr(notify, "time", clock)
     return waited
 
 

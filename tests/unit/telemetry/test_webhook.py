@@ -12,7 +12,6 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from types import SimpleNamespace
 from typing import Any
 
 import httpx
@@ -164,12 +163,13 @@ def loopback(airflow_connection: Callable[..., None]) -> Iterator[VerifyingRecei
 def captured(monkeypatch: pytest.MonkeyPatch) -> list[tuple[dict[str, str], bytes]]:
     """Every request notify sends, as (headers, body), so a test can replay one."""
     sent: list[tuple[dict[str, str], bytes]] = []
+    real_send = notify.send
 
-    def post(url: str, *, content: bytes, headers: dict[str, str], timeout: float) -> httpx.Response:
-        sent.append((dict(headers), content))
-        return httpx.post(url, content=content, headers=headers, timeout=timeout)
+    def send(client: httpx.Client, url: str, body: bytes, headers: dict[str, str]) -> Any:
+        sent.append((dict(headers), body))
+        return real_send(client, url, body, headers)
 
-    monkeypatch.setattr(notify, "httpx", SimpleNamespace(post=post, HTTPError=httpx.HTTPError))
+    monkeypatch.setattr(notify, "send", send)
     return sent
 
 
@@ -209,3 +209,19 @@ def test_a_receiver_asking_to_retry_in_an_hour_does_not_stall_the_commit(loopbac
     assert delivered is False and time.monotonic() - started < 5
     assert len(captured) == 1, "a wait longer than max_wait_s gives the delivery up at once"
     assert loopback.processed == []
+
+
+@pytest.mark.parametrize("secret", ["", None], ids=["empty", "none"])
+def test_an_empty_secret_is_refused_for_verifying_and_for_signing(secret):
+    # An HMAC with an empty key is one anybody can compute: a receiver with no secret configured must not accept.
+    headers = {**signed(), "X-Crawler-Ops-Signature": sign_with_empty_key(b'{"event": "run.success"}')}
+
+    with pytest.raises(ValueError, match="empty webhook secret"):
+        verify(secret, headers, b'{"event": "run.success"}', now=NOW)
+    with pytest.raises(ValueError, match="empty webhook secret"):
+        sign(secret, "d1", str(NOW), b"{}")
+
+
+def sign_with_empty_key(body: bytes) -> str:
+    message = f"d1.{NOW}.".encode() + body
+    return "sha256=" + hmac.new(b"", message, hashlib.sha256).hexdigest()

@@ -1,0 +1,86 @@
+"""The page filter (``crawler_ops.records.build_messages``) of a git revision against the work tree's, in one
+process: 40 demo-source pages of 500 records (every record kept, published as sent, key field ``id``), the two
+versions interleaved, CPU seconds (``time.process_time``), the best of ``--rounds``. Needs no stack.
+
+Example::
+
+    .venv/bin/python bench/page_filter.py --base main --rounds 15
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import subprocess
+import sys
+import tempfile
+import time
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from types import ModuleType
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path[:0] = [str(REPO / "plugins"), str(REPO / "dev")]
+
+import msgspec  # noqa: E402
+
+from crawler_ops.config import SourceConfig  # noqa: E402
+from crawler_ops.filtering import DateRule, Window  # noqa: E402
+from crawler_ops.hooks.source import SourceApiHook  # noqa: E402
+from crawler_ops.records import head_fields  # noqa: E402
+from demo_source.data import TaskConfig, make_page  # noqa: E402
+
+PAGES, PAGE = 40, 500
+
+
+def load(name: str, path: Path) -> ModuleType:
+    spec = importlib.util.spec_from_file_location(name, path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--base", default="HEAD", help="the git revision to compare with (default HEAD)")
+    parser.add_argument("--rounds", type=int, default=15)
+    args = parser.parse_args()
+    text = subprocess.run(
+        ["git", "show", f"{args.base}:plugins/crawler_ops/records.py"], cwd=REPO, check=True, capture_output=True
+    ).stdout
+    with tempfile.TemporaryDirectory() as folder:
+        (Path(folder) / "records_base.py").write_bytes(text)
+        versions = {"base": load("records_base", Path(folder) / "records_base.py")}
+    versions["work tree"] = load("records_work", REPO / "plugins" / "crawler_ops" / "records.py")
+    ref = datetime(2026, 11, 20, tzinfo=UTC)
+    cfg = TaskConfig(total0=PAGES * PAGE * 2, seed=7, ref=ref, in_window_share=1.0, task_id="jobs")
+    rule = DateRule(("aae397", "Collect_time"), "Asia/Shanghai")
+    window = Window.since(ref, days=3650, now=ref, tolerance=timedelta(hours=24))
+    hook = SourceApiHook(SourceConfig(), "t", "t", head_fields(rule.fields, "id"))
+    encode = msgspec.json.Encoder().encode
+    pages = [
+        hook.read_page(encode({"data": {"data": make_page(cfg, lo, lo + PAGE)}})) for lo in range(0, PAGES * PAGE, PAGE)
+    ]
+    records = PAGES * PAGE
+    size = sum(len(record) for page in pages for record in page) / records
+    headers = [("crawl_task", b"jobs"), ("run_id", b"r")]
+    best = dict.fromkeys(versions, float("inf"))
+    for _ in range(args.rounds):
+        for label, module in versions.items():
+            started = time.process_time()
+            kept = sum(
+                module.build_messages(page, i * PAGE, rule, window, "id", headers).kept for i, page in enumerate(pages)
+            )
+            best[label] = min(best[label], time.process_time() - started)
+            assert kept == records, f"{label}: {kept} of {records} kept"
+    base, work = (best[label] / records * 1e6 for label in versions)
+    print(
+        f"{records} records of {size:.0f} bytes: {args.base} {base:.3f} us a record, work tree {work:.3f} us a "
+        f"record, ratio {work / base:.3f}"
+    )
+
+
+if __name__ == "__main__":
+    main()
