@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import yaml
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
 REPO = Path(__file__).resolve().parents[2]
@@ -47,10 +48,26 @@ SETTINGS = {
 }
 BEIJING = ("jobs_beijing", "crawl_jobs_beijing", "jobs.beijing")
 SHANGHAI = ("jobs_shanghai", "crawl_jobs_shanghai", "jobs.shanghai")
-# 200 pages of 500 (beijing) and 250 of 200 (shanghai): four chunks each at 50 batches a chunk.
-TOTALS = {"jobs_beijing": 100_000, "jobs_shanghai": 50_000}
-LATENCY_MS = {"jobs_beijing": 100, "jobs_shanghai": 400}
+# beijing: 200 pages of 500, four chunks of 50 pages. shanghai: 50 pages at first; the kill test appends 125 pages
+# of 200 (two chunks of about 60 pages, 1 s a page, 4 at a time: a chunk runs for 15 s or more). A total that grows
+# more than tenfold would stop the run (total_jump_factor), so the first data set is not smaller.
+TOTALS = {"jobs_beijing": 100_000, "jobs_shanghai": 10_000}
+LATENCY_MS = {"jobs_beijing": 100, "jobs_shanghai": 1000}
+
+
+def filter_days() -> dict[str, int]:
+    """filter.days of each task of the sample config (the image's): the data sets lie within it, the truth uses it."""
+    config = yaml.safe_load((REPO / "include" / "crawler_tasks.yaml").read_text(encoding="utf-8"))
+    default = config["defaults"]["filter"]["days"]
+    return {t["id"]: t.get("filter", {}).get("days", default) for t in config["tasks"]}
+
+
+DAYS = filter_days()
+KILL_APPENDED = 25_000
 APPENDED = 300
+# The data sets end 2 hours ahead: every record is in the 7-day window of any run of the next 2 hours, whatever its
+# reference time (a scheduled run may come first), and appended records stay within the 24 h future tolerance.
+AHEAD = timedelta(hours=2)
 RUN_TIMEOUT_S = 900
 TIMINGS: list[tuple[str, float]] = []
 
@@ -151,12 +168,13 @@ class Airflow:
     def runs(self, dag_id: str) -> list[dict[str, Any]]:
         return list(self.get(f"/dags/{dag_id}/dagRuns", limit=100)["dag_runs"])
 
-    def wait_until_idle(self, dag_id: str, run_id: str) -> list[dict[str, Any]]:
+    def wait_until_idle(self, dag_id: str, run_id: str | None = None) -> list[dict[str, Any]]:
         """Wait until ``run_id`` and every other run of the DAG (a scheduled one may come first) has finished."""
         deadline = time.monotonic() + RUN_TIMEOUT_S
         while True:
             runs = self.runs(dag_id)
-            done = all(r["state"] in ("success", "failed") for r in runs) and run_id in {r["dag_run_id"] for r in runs}
+            done = all(r["state"] in ("success", "failed") for r in runs)
+            done = done and (run_id is None or run_id in {r["dag_run_id"] for r in runs})
             if done:
                 failed = [r["dag_run_id"] for r in runs if r["state"] != "success"]
                 check(not failed, f"{dag_id}: runs failed: {failed}")
@@ -181,13 +199,19 @@ class Source:
         return answer.json()
 
     def create(self, task: str, ref: datetime) -> None:
-        body = {"total": TOTALS[task], "ref": ref.isoformat(), "in_window_share": 1.0}
+        body = {
+            "total": TOTALS[task],
+            "ref": ref.isoformat(),
+            "window_days": DAYS[task],
+            "in_window_share": 1.0,
+            "append_step_s": 1,
+        }
         self.call("PUT", f"/admin/tasks/{task}", json=body)
         self.call("PUT", f"/admin/tasks/{task}/faults", json={"latency_ms": LATENCY_MS[task]})
 
     def truth(self, task: str) -> set[str]:
-        """Every record a crawl up to now had to publish: dated within 7 days before now (or up to a day ahead)."""
-        params = {"ref": datetime.now(UTC).isoformat(), "days": 7, "tolerance_s": 24 * 3600}
+        """Every record a crawl now has to publish: dated within the task's days before now or up to a day ahead."""
+        params = {"ref": datetime.now(UTC).isoformat(), "days": DAYS[task], "tolerance_s": 24 * 3600}
         return set(self.call("GET", f"/admin/tasks/{task}/truth", params=params)["in_window_ids"])
 
 
@@ -271,13 +295,20 @@ def crawl_on_both_workers(compose: Compose, api: Airflow, source: Source, bootst
 
 def kill_a_worker_mid_chunk(compose: Compose, api: Airflow, source: Source, bootstrap: str) -> None:
     task, dag_id, topic = SHANGHAI
+    # A scheduled run may already have crawled the first data set: new records give this run its own chunks.
+    api.wait_until_idle(dag_id)
+    source.call("POST", f"/admin/tasks/{task}/append", json={"n": KILL_APPENDED})
+    finished = f"SELECT count(*) FROM crawler_ops.batch_status WHERE task_name = '{task}' AND status = 2"
+    before = int(compose.psql(finished) or 0)
     run_id = api.trigger(dag_id)
     deadline = time.monotonic() + RUN_TIMEOUT_S
-    while True:  # a chunk running and at least one batch of this task finished
+    while True:  # a chunk of this run running, and a batch finished since the trigger
         running = [ti for ti in api.chunks(dag_id, run_id) if ti["state"] == "running"]
-        done = compose.psql(f"SELECT count(*) FROM crawler_ops.batch_status WHERE task_name = '{task}' AND status = 2")
-        if running and int(done or 0) >= 1:
+        done = int(compose.psql(finished) or 0) - before
+        if running and done >= 1:
             break
+        state = api.get(f"/dags/{dag_id}/dagRuns/{run_id}")["state"]
+        check(state not in ("success", "failed"), f"{dag_id} {run_id} ended ({state}) before a chunk could be killed")
         check(time.monotonic() < deadline, f"{dag_id}: no chunk ran")
         time.sleep(0.5)
     victim = running[0]["hostname"]
@@ -303,17 +334,22 @@ def durable_state(compose: Compose, bootstrap: str) -> dict[str, Any]:
 
 def incremental_run(compose: Compose, api: Airflow, source: Source, bootstrap: str, before: list[str]) -> None:
     task, dag_id, topic = BEIJING
+    api.wait_until_idle(dag_id)
     watermark = int(compose.psql(f"SELECT watermark FROM crawler_ops.progress WHERE task_id = '{task}'"))
+    since = compose.psql("SELECT now()")
     source.call("POST", f"/admin/tasks/{task}/append", json={"n": APPENDED})
     run_id = api.trigger(dag_id)
     api.wait_until_idle(dag_id, run_id)
-    row = compose.psql(
-        f"SELECT old_watermark || ',' || fetched || ',' || published FROM crawler_ops.crawl_run "
-        f"WHERE task_id = '{task}' AND run_id = '{run_id}'"
+    # The triggered run, and a scheduled one if an hour began meanwhile: the first starts at the stored watermark,
+    # together they publish the appended records and nothing else.
+    rows = compose.psql(
+        f"SELECT string_agg(old_watermark || ':' || fetched || ':' || published, ',' ORDER BY started_at) "
+        f"FROM crawler_ops.crawl_run WHERE task_id = '{task}' AND started_at > '{since}'"
     )
-    old, fetched, published = (int(x) for x in row.split(","))
-    log(f"incremental run: old watermark {old}, fetched {fetched}, published {published}")
-    check(old == watermark, f"the run started from watermark {old}, the stored one was {watermark}")
+    runs = [tuple(int(x) for x in row.split(":")) for row in rows.split(",")]
+    log(f"runs after the restart (old watermark, fetched, published): {runs}")
+    check(runs[0][0] == watermark, f"the first run started from watermark {runs[0][0]}, the stored one was {watermark}")
+    fetched, published = sum(r[1] for r in runs), sum(r[2] for r in runs)
     check(published == APPENDED and fetched < 2 * APPENDED + 1000, f"fetched {fetched}, published {published}")
     keys = read_topic(bootstrap, topic)
     check(len(keys) == len(before) + APPENDED, f"{topic}: {len(before)} before, {len(keys)} after")
@@ -347,7 +383,7 @@ def run(args: argparse.Namespace, folder: Path) -> None:
         compose("down", "-v", "--remove-orphans")
     with phase("compose build (the Airflow image once, the demo source)"):
         compose("build")
-    ref = (datetime.now(UTC) - timedelta(minutes=1)).replace(microsecond=0)
+    ref = (datetime.now(UTC) + AHEAD).replace(microsecond=0)
     with phase("up --wait (every service healthy, two workers)"):
         source = first_start(compose, source_url, ref)
         api = Airflow(airflow_url, values["AIRFLOW_ADMIN_USER"], values["AIRFLOW_ADMIN_PASSWORD"])
