@@ -317,6 +317,9 @@ def kill_a_worker_mid_chunk(compose: Compose, api: Airflow, source: Source, boot
     log(f"docker kill {victim} (chunk {running[0]['map_index']}, {done} batches done)")
     subprocess.run(["docker", "kill", workers[victim]], check=True, capture_output=True)
     api.wait_until_idle(dag_id, run_id)
+    # The killed chunk was failed for its lost heartbeat and retried on the worker that is left.
+    [retried] = [ti for ti in api.chunks(dag_id, run_id) if ti["map_index"] == running[0]["map_index"]]
+    check(retried["try_number"] >= 2 and retried["hostname"] != victim, f"the killed chunk was not retried: {retried}")
     exactly(read_topic(bootstrap, topic), source.truth(task), f"{topic} after the kill")
 
 
