@@ -5,14 +5,24 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test test-unit stack-up stack-down stack-status airflow-up airflow-down status lint fmt docs bench clean
+.PHONY: demo test test-unit stack-up stack-down stack-status airflow-up airflow-down status lint fmt docs bench clean \
+	constraints compose-test
 
-$(STAMP): requirements.txt requirements-dev.txt pyproject.toml
+$(STAMP): requirements.txt requirements-dev.txt constraints.txt pyproject.toml
 	@command -v $(PY) >/dev/null || { echo "Python 3.11 is required ($(PY) not found): apt-get install python3.11 python3.11-venv"; exit 1; }
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q -r requirements-dev.txt -c constraints.txt
+	$(BIN)/pip install -q --no-deps -e .
+	touch $(STAMP)
+
+# After changing a pin in requirements*.txt: resolve again without the old constraints, then write constraints.txt
+# from what got installed (the Airflow image installs under the same file).
+constraints:
+	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/pip install -q -r requirements-dev.txt
 	$(BIN)/pip install -q --no-deps -e .
+	$(BIN)/python dev/constraints.py
 	touch $(STAMP)
 
 stack-up: $(STAMP)
@@ -66,6 +76,11 @@ bench: stack-up
 	$(BIN)/python bench/crawl_bench.py $(BENCH_ARGS)
 	$(BIN)/python bench/chunk_parts.py --latency 0
 	$(BIN)/python bench/chunk_parts.py --latency 50
+
+# docker-compose.yaml under a real Docker engine (dev/compose/engine.sh starts it and builds stand-in images; root).
+# COMPOSE_TEST_ARGS=--keep leaves a failed project running for a look; docs/deploy.md has the phases and timings.
+compose-test: $(STAMP)
+	$(BIN)/python dev/compose/compose_test.py $(COMPOSE_TEST_ARGS)
 
 clean:
 	if [ -x $(BIN)/python ]; then $(BIN)/python dev/stack.py clean; else rm -rf .stack; fi
