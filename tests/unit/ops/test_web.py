@@ -414,3 +414,27 @@ def test_the_plugin_frames_the_page_from_the_nav_and_from_a_dag_tab_with_relativ
     assert views["nav"]["href"] == "crawler-ops/" and views["nav"]["category"] == "browse"
     assert views["dag"]["href"] == "crawler-ops/?dag_id={DAG_ID}"
     assert all(view["url_route"] for view in views.values()), "a url_route makes the UI frame the page"
+
+
+def test_the_status_view_imports_no_package_the_config_names(client, tmp_path, monkeypatch):
+    """The api-server holds the JWT secret and the metadata DB's address: a status page view reads the config's names
+    and imports nothing they name, not even the parent package of a transform or an executor function."""
+    marker = tmp_path / "imported.txt"
+    for package in ("side_effect_transforms", "side_effect_functions"):
+        (tmp_path / "code" / package).mkdir(parents=True)
+        (tmp_path / "code" / package / "__init__.py").write_text(
+            f"import pathlib\npathlib.Path({str(marker)!r}).write_text({package!r})\n", encoding="utf-8"
+        )
+    monkeypatch.syspath_prepend(str(tmp_path / "code"))
+    (tmp_path / "tasks.yaml").write_text(
+        CONFIG
+        + "  - {id: user_code, transform: side_effect_transforms.mod.fn, kafka: {topic: u}}\n"
+        + "executors:\n  - {name: user_exec, function: side_effect_functions.mod.fn, source_table: s.t}\n",
+        encoding="utf-8",
+    )
+    log_in("root")
+
+    page = client.get("/")
+
+    assert page.status_code == 200 and "user_code" in page.text
+    assert not marker.exists(), f"the status view imported {marker.read_text() if marker.exists() else ''}"
