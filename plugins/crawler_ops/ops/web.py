@@ -15,6 +15,7 @@ the last answer to its question, however old, or 503 at once, instead of a threa
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections.abc import Callable, Hashable
@@ -31,6 +32,8 @@ from crawler_ops.config import broken_dag_id, load_config
 from crawler_ops.errors import ConfigError
 from crawler_ops.ops.charts import run_charts
 from crawler_ops.ops.status import STATUS_DEADLINE_S, collect
+
+log = logging.getLogger(__name__)
 
 REPORT_TTL_S = 20.0
 MAX_LIVE_REPORTS = 2
@@ -137,9 +140,10 @@ def visible_report(
     A task's row carries its runs, so it needs read access to the DAG's runs; a task's config error names only
     its DAG, so it needs read access to that DAG. In multi-team mode each DAG is checked with its team, as
     Airflow's own endpoints do. A config that does not load at all may quote any part of the YAML: only a user
-    who may read every DAG sees why, everyone else gets a generic error.
+    who may read every DAG sees why (no one in multi-team mode), everyone else gets a generic error. Every check
+    fails closed (:class:`DagReader`): an entry whose DAG no bundle parsed is shown to no one in multi-team mode,
+    and a user whose permissions cannot be determined sees nothing.
     """
-    from airflow.api_fastapi.app import get_auth_manager
     from airflow.api_fastapi.auth.managers.models.resource_details import DagAccessEntity
 
     end = time.monotonic() + STATUS_DEADLINE_S
@@ -148,7 +152,7 @@ def visible_report(
         # user code inside the api-server (it holds the JWT secret and the metadata DB's address).
         loaded = load_config(check_imports=False)
     except ConfigError as exc:
-        if get_auth_manager().is_authorized_dag(method="GET", user=user):
+        if may_read_every_dag(user):
             raise HTTPException(status_code=500, detail=f"crawler_ops config: {exc}") from exc
         raise HTTPException(status_code=500, detail=GENERIC_CONFIG_ERROR) from exc
     broken = {k: broken_dag_id(k) for k in loaded.errors}
@@ -191,7 +195,12 @@ GENERIC_CONFIG_ERROR = "crawler_ops config is invalid; ask an Airflow administra
 
 class DagReader:
     """Answers whether ``user`` may read a DAG (or one kind of its details), asking the auth manager with the
-    DAG's team the way Airflow's ``requires_access_dag`` does.
+    DAG's team the way Airflow's ``requires_access_dag`` does; it fails closed.
+
+    In multi-team mode a DAG that no bundle parsed has no team, and Airflow's auth managers let every team read what
+    is asked about without a team: such a DAG (a config entry not parsed yet) is shown to no one. A question the
+    auth manager cannot answer (it raises, or answers anything but True), or teams that cannot be looked up, mean
+    "no": a user whose permissions cannot be determined sees nothing.
 
     :param user: the logged-in Airflow user
     :param dag_ids: the DAGs that will be asked about; their teams are looked up in one query
@@ -202,30 +211,71 @@ class DagReader:
 
         self.user = user
         self.auth_manager = get_auth_manager()
-        self.teams = dag_teams(dag_ids)
+        self.multi_team = multi_team()
+        self.teams: dict[str, str | None] | None = {}
+        if self.multi_team:
+            try:
+                self.teams = dag_teams(dag_ids)
+            except Exception as exc:  # noqa: BLE001 - unknown teams: nothing is shown, the reason is logged
+                log.warning("status: cannot look up the teams of the crawl DAGs, showing none: %s", exc)
+                self.teams = None
 
     def __call__(self, dag_id: str, access_entity: Any = None) -> bool:
         from airflow.api_fastapi.auth.managers.models.resource_details import DagDetails
 
-        return bool(
-            self.auth_manager.is_authorized_dag(
-                method="GET",
-                access_entity=access_entity,
-                details=DagDetails(id=dag_id, team_name=self.teams.get(dag_id)),
-                user=self.user,
+        if self.multi_team and (self.teams is None or dag_id not in self.teams):
+            return False
+        team = None if self.teams is None else self.teams.get(dag_id)
+        try:
+            answer = self.auth_manager.is_authorized_dag(
+                method="GET", access_entity=access_entity, details=DagDetails(id=dag_id, team_name=team), user=self.user
             )
-        )
+        except Exception as exc:  # noqa: BLE001 - an unanswered question is a "no"
+            log.warning("status: the auth manager cannot tell whether %s may read %s: %s", self.user, dag_id, exc)
+            return False
+        return answer is True
+
+
+def may_read_every_dag(user: Any) -> bool:
+    """Whether ``user`` may read every DAG (fails closed). Never in multi-team mode: Airflow's auth managers answer a
+    question without a DAG as one without a team, which every team may read."""
+    from airflow.api_fastapi.app import get_auth_manager
+
+    if multi_team():
+        return False
+    try:
+        return get_auth_manager().is_authorized_dag(method="GET", user=user) is True
+    except Exception as exc:  # noqa: BLE001 - an unanswered question is a "no"
+        log.warning("status: the auth manager cannot tell whether %s may read every DAG: %s", user, exc)
+        return False
+
+
+def multi_team() -> bool:
+    from airflow.configuration import conf
+
+    return conf.getboolean("core", "multi_team", fallback=False)
 
 
 def dag_teams(dag_ids: list[str]) -> dict[str, str | None]:
-    """The team owning each DAG (through its bundle) in multi-team mode; a DAG not (yet) parsed has none."""
-    from airflow.configuration import conf
-
-    if not dag_ids or not conf.getboolean("core", "multi_team", fallback=False):
-        return {}
+    """The team owning each parsed DAG of ``dag_ids`` (through its bundle; None: a bundle without a team) in
+    multi-team mode; a DAG no bundle parsed is absent."""
     from airflow.models.dag import DagModel
 
-    return DagModel.get_dag_id_to_team_name_mapping(sorted(set(dag_ids)))
+    if not dag_ids:
+        return {}
+    ids = sorted(set(dag_ids))
+    teams = DagModel.get_dag_id_to_team_name_mapping(ids)
+    return {dag_id: teams.get(dag_id) for dag_id in parsed_dags(ids)}
+
+
+def parsed_dags(dag_ids: list[str]) -> set[str]:
+    """The DAGs of ``dag_ids`` that some bundle parsed (they have a row in Airflow's metadata DB)."""
+    from airflow.models.dag import DagModel
+    from airflow.utils.session import create_session
+    from sqlalchemy import select
+
+    with create_session() as session:
+        return set(session.scalars(select(DagModel.dag_id).where(DagModel.dag_id.in_(dag_ids))))
 
 
 @app.get("/api/status")
