@@ -19,6 +19,8 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Hashable
+from concurrent.futures import Future
+from concurrent.futures import TimeoutError as FutureTimeout
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Annotated, Any
@@ -28,7 +30,7 @@ from fastapi import Depends, FastAPI, HTTPException, Query, Request
 from fastapi.responses import HTMLResponse
 from jinja2 import Environment, FileSystemLoader, select_autoescape
 
-from crawler_ops.config import broken_dag_id, load_config
+from crawler_ops.config import LoadedConfig, broken_dag_id, load_config
 from crawler_ops.errors import ConfigError
 from crawler_ops.ops.charts import run_charts
 from crawler_ops.ops.status import STATUS_DEADLINE_S, collect
@@ -37,6 +39,8 @@ log = logging.getLogger(__name__)
 
 REPORT_TTL_S = 20.0
 MAX_LIVE_REPORTS = 2
+# Reports without live calls (PostgreSQL and Airflow only) built at once, each question built once at a time.
+MAX_REPORTS = 4
 # Answers kept for requests that find every live slot taken; older ones are dropped.
 STALE_AFTER_S = 600.0
 
@@ -46,31 +50,40 @@ class BusyError(Exception):
 
 
 class ReportCache:
-    """Recent status reports by question, and a cap on the live reports gathered at once.
+    """Recent status reports by question, and caps on the reports gathered at once. A report answers a question for
+    every entry of the config; each request filters it for its user (:func:`restrict`), so one answer serves all.
 
     :param ttl_s: an answer younger than this is given again without asking anyone.
     :param max_live: live reports gathered at once; a request beyond it never waits.
+    :param max_builds: reports without live calls gathered at once; one such question is gathered once at a time,
+        whoever asks it meanwhile waits for that answer.
     """
 
-    def __init__(self, ttl_s: float = REPORT_TTL_S, max_live: int = MAX_LIVE_REPORTS) -> None:
+    def __init__(
+        self, ttl_s: float = REPORT_TTL_S, max_live: int = MAX_LIVE_REPORTS, max_builds: int = MAX_REPORTS
+    ) -> None:
         self.ttl_s = ttl_s
         self.slots = threading.BoundedSemaphore(max_live)
         self.max_live = max_live
+        self.builds = threading.BoundedSemaphore(max_builds)
         self.lock = threading.Lock()
         self.answers: dict[Hashable, tuple[float, dict[str, Any]]] = {}
+        self.flights: dict[Hashable, Future[dict[str, Any]]] = {}
 
-    def report(self, key: Hashable, live: bool, build: Callable[[], dict[str, Any]]) -> dict[str, Any]:
+    def report(
+        self, key: Hashable, live: bool, build: Callable[[], dict[str, Any]], end: float | None = None
+    ) -> dict[str, Any]:
         """The answer to ``key``: a fresh one from the cache, else ``build()`` (for a live report only while a slot
-        is free; else the last answer, however old).
+        is free, else the last answer, however old; else :meth:`shared`, waiting until ``end`` at most).
 
-        :raises BusyError: every live slot is taken and ``key`` was never answered.
+        :raises BusyError: every slot is taken and ``key`` was never answered.
         """
         with self.lock:
             known = self.answers.get(key)
         if known is not None and time.monotonic() - known[0] < self.ttl_s:
             return known[1]
         if not live:
-            return self.keep(key, build())
+            return self.shared(key, known, build, end)
         if not self.slots.acquire(blocking=False):
             if known is not None:
                 return known[1]
@@ -79,6 +92,48 @@ class ReportCache:
             return self.keep(key, build())
         finally:
             self.slots.release()
+
+    def shared(
+        self,
+        key: Hashable,
+        known: tuple[float, dict[str, Any]] | None,
+        build: Callable[[], dict[str, Any]],
+        end: float | None,
+    ) -> dict[str, Any]:
+        """``build()`` once for every request asking ``key`` meanwhile (single flight), while one of the build
+        slots is free by ``end``; a request that gets no answer by then gets the last one, however old."""
+        with self.lock:
+            flight = self.flights.get(key)
+            first = flight is None
+            if flight is None:
+                flight = self.flights[key] = Future()
+        left = None if end is None else max(0.0, end - time.monotonic())
+        if not first:
+            try:
+                return flight.result(timeout=None if left is None else left + 0.5)
+            except FutureTimeout:
+                return self.stale(known)
+        try:
+            if not self.builds.acquire(timeout=left):
+                raise BusyError(f"{MAX_REPORTS} status reports are being gathered")
+            try:
+                flight.set_result(self.keep(key, build()))
+            finally:
+                self.builds.release()
+        except BaseException as exc:  # noqa: BLE001 - handed to every request waiting for this answer, raised below
+            flight.set_exception(exc)
+        finally:
+            with self.lock:
+                self.flights.pop(key, None)
+        try:
+            return flight.result()
+        except BusyError:
+            return self.stale(known)
+
+    def stale(self, known: tuple[float, dict[str, Any]] | None) -> dict[str, Any]:
+        if known is None:
+            raise BusyError("the status report is being gathered")
+        return known[1]
 
     def keep(self, key: Hashable, answer: dict[str, Any]) -> dict[str, Any]:
         now = time.monotonic()
@@ -144,8 +199,6 @@ def visible_report(
     fails closed (:class:`DagReader`): an entry whose DAG no bundle parsed is shown to no one in multi-team mode,
     and a user whose permissions cannot be determined sees nothing.
     """
-    from airflow.api_fastapi.auth.managers.models.resource_details import DagAccessEntity
-
     end = time.monotonic() + STATUS_DEADLINE_S
     try:
         # Names only: looking for a transform's or function's module imports its parent packages, which would run
@@ -155,30 +208,15 @@ def visible_report(
         if may_read_every_dag(user):
             raise HTTPException(status_code=500, detail=f"crawler_ops config: {exc}") from exc
         raise HTTPException(status_code=500, detail=GENERIC_CONFIG_ERROR) from exc
-    broken = {k: broken_dag_id(k) for k in loaded.errors}
-    broken_executors = {k: broken_dag_id(k, "exec_") for k in loaded.executor_errors}
-    may_read = DagReader(
-        user,
-        [t.dag_id for t in loaded.tasks]
-        + [e.dag_id for e in loaded.executors]
-        + list(broken.values())
-        + list(broken_executors.values()),
-    )
-    tasks = tuple(t for t in loaded.tasks if may_read(t.dag_id, DagAccessEntity.RUN))
-    errors = {k: v for k, v in loaded.errors.items() if may_read(broken[k])}
-    executors = tuple(e for e in loaded.executors if may_read(e.dag_id, DagAccessEntity.RUN))
-    executor_errors = {k: v for k, v in loaded.executor_errors.items() if may_read(broken_executors[k])}
-    visible = {"tasks": tasks, "errors": errors, "executors": executors, "executor_errors": executor_errors}
-    # The question: what is asked, of the entries this user may see (a config change shows within the TTL).
-    seen = (tuple(t.id for t in tasks), tuple(errors), tuple(e.name for e in executors), tuple(executor_errors))
+    visible = visible_entries(user, loaded)
     try:
-        return REPORTS.report(
-            (task, executor, live, history, seen),
+        report = REPORTS.report(
+            (task, executor, live, history),
             live,
-            lambda: collect(
-                loaded.model_copy(update=visible), task, live=live, executor=executor, history=history, end=end
-            ),
+            lambda: collect(loaded, task, live=live, executor=executor, history=history, end=end),
+            end,
         )
+        return restrict(report, visible, task, executor)
     except KeyError as exc:
         what = f"crawl task '{task}'" if executor is None else f"executor '{executor}'"
         raise HTTPException(status_code=404, detail=f"no {what} visible to you") from exc
@@ -188,6 +226,49 @@ def visible_report(
             detail=f"busy: {exc}; try again in a few seconds, or ask with live=false",
             headers={"Retry-After": "5"},
         ) from exc
+
+
+def visible_entries(user: Any, loaded: LoadedConfig) -> dict[str, frozenset[str]]:
+    """The task ids, invalid task labels, executor names and invalid executor labels of ``loaded`` whose DAG
+    ``user`` may read (the runs of it, for valid entries)."""
+    from airflow.api_fastapi.auth.managers.models.resource_details import DagAccessEntity
+
+    broken = {k: broken_dag_id(k) for k in loaded.errors}
+    broken_executors = {k: broken_dag_id(k, "exec_") for k in loaded.executor_errors}
+    may_read = DagReader(
+        user,
+        [t.dag_id for t in loaded.tasks]
+        + [e.dag_id for e in loaded.executors]
+        + list(broken.values())
+        + list(broken_executors.values()),
+    )
+    return {
+        "tasks": frozenset(t.id for t in loaded.tasks if may_read(t.dag_id, DagAccessEntity.RUN)),
+        "errors": frozenset(k for k in loaded.errors if may_read(broken[k])),
+        "executors": frozenset(e.name for e in loaded.executors if may_read(e.dag_id, DagAccessEntity.RUN)),
+        "executor_errors": frozenset(k for k in loaded.executor_errors if may_read(broken_executors[k])),
+    }
+
+
+def restrict(
+    report: dict[str, Any], visible: dict[str, frozenset[str]], task: str | None, executor: str | None
+) -> dict[str, Any]:
+    """The rows of ``report`` (built for every entry, maybe for another user) that ``visible`` lets its user see.
+
+    :raises KeyError: ``task`` or ``executor`` was asked for and the user may see none of it.
+    """
+    shown = {
+        **report,
+        "tasks": [row for row in report["tasks"] if row["task_id"] in visible["tasks"]],
+        "invalid_tasks": [bad for bad in report["invalid_tasks"] if bad["task_id"] in visible["errors"]],
+        "executors": [row for row in report["executors"] if row["name"] in visible["executors"]],
+        "invalid_executors": [bad for bad in report["invalid_executors"] if bad["name"] in visible["executor_errors"]],
+    }
+    if task is not None and not shown["tasks"] and not shown["invalid_tasks"]:
+        raise KeyError(task)
+    if executor is not None and not shown["executors"] and not shown["invalid_executors"]:
+        raise KeyError(executor)
+    return shown
 
 
 GENERIC_CONFIG_ERROR = "crawler_ops config is invalid; ask an Airflow administrator for the details"
