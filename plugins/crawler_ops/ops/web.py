@@ -9,8 +9,10 @@ only the tasks whose DAG runs they may read (with the DAG's team in Airflow's mu
 
 The routes are sync, so each request holds a thread of the api-server's pool, which Airflow's own API shares:
 a report is answered within the status deadline, the same question is answered from a cache for
-``REPORT_TTL_S``, and at most ``MAX_LIVE_REPORTS`` live reports are gathered at once; a request beyond that gets
-the last answer to its question, however old, or 503 at once, instead of a thread waiting for its turn.
+``REPORT_TTL_S`` (one report for every user, filtered per user when served), and at most ``MAX_LIVE_REPORTS``
+live reports are gathered at once; a request beyond that gets the last answer to its question, however old, or 503
+at once, instead of a thread waiting for its turn. A ``live=false`` question is gathered once at a time (who asks
+meanwhile waits for that answer, within the deadline), at most ``MAX_REPORTS`` such reports at once.
 """
 
 from __future__ import annotations
