@@ -68,6 +68,7 @@ class ReportCache:
         self.slots = threading.BoundedSemaphore(max_live)
         self.max_live = max_live
         self.builds = threading.BoundedSemaphore(max_builds)
+        self.max_builds = max_builds
         self.lock = threading.Lock()
         self.answers: dict[Hashable, tuple[float, dict[str, Any]]] = {}
         self.flights: dict[Hashable, Future[dict[str, Any]]] = {}
@@ -113,11 +114,11 @@ class ReportCache:
         if not first:
             try:
                 return flight.result(timeout=None if left is None else left + 0.5)
-            except FutureTimeout:
+            except (FutureTimeout, BusyError):
                 return self.stale(known)
         try:
             if not self.builds.acquire(timeout=left):
-                raise BusyError(f"{MAX_REPORTS} status reports are being gathered")
+                raise BusyError(f"{self.max_builds} status reports are being gathered")
             try:
                 flight.set_result(self.keep(key, build()))
             finally:
@@ -130,7 +131,9 @@ class ReportCache:
         try:
             return flight.result()
         except BusyError:
-            return self.stale(known)
+            if known is None:
+                raise
+            return known[1]
 
     def stale(self, known: tuple[float, dict[str, Any]] | None) -> dict[str, Any]:
         if known is None:

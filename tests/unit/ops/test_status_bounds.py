@@ -162,3 +162,25 @@ def test_a_non_live_question_about_a_task_one_may_not_read_is_404_even_when_buil
     response = client.get("/api/status", params=params, headers={"X-User": "alice"})
 
     assert response.status_code == 404 and "secret" not in str(response.json()).replace("'secret_task'", "")
+
+
+def test_non_live_builds_beyond_the_cap_wait_for_a_slot_until_the_deadline_then_are_busy():
+    cache = web.ReportCache(max_builds=1)
+    release = threading.Event()
+    building = threading.Event()
+
+    def slow() -> dict[str, Any]:
+        building.set()
+        release.wait(5)
+        return {"tasks": []}
+
+    with ThreadPoolExecutor(1) as pool:
+        first = pool.submit(cache.report, "a", False, slow, time.monotonic() + 5)
+        building.wait(5)
+        started = time.monotonic()
+        with pytest.raises(web.BusyError, match="1 status reports are being gathered"):
+            cache.report("b", False, lambda: {"tasks": ["never built"]}, time.monotonic() + 0.3)
+        assert 0.25 < time.monotonic() - started < 1, "waited for a slot until its deadline, no longer"
+        release.set()
+        assert first.result() == {"tasks": []}
+    assert cache.report("b", False, lambda: {"tasks": ["b"]}, time.monotonic() + 1) == {"tasks": ["b"]}
