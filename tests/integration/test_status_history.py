@@ -3,8 +3,13 @@ it started, of planned) and the last finished runs with records per second and t
 
 from __future__ import annotations
 
+import threading
+import time
+
+import psycopg
 import pytest
 
+from crawler_ops.config import LoadedConfig
 from crawler_ops.hooks.store import CrawlStoreHook
 from crawler_ops.ops import status
 from tests.support import make_task, query
@@ -82,3 +87,28 @@ def test_the_history_has_the_run_in_progress_and_the_finished_runs_oldest_first(
 
 def test_a_task_that_never_ran_has_an_empty_history(unique_id, stack):
     assert status.run_history(make_task(unique_id)) == {"current_run": None, "runs": []}
+
+
+def test_a_report_waiting_on_a_locked_table_ends_at_its_deadline_and_leaves_no_connection(pg_uri, unique_id, stack):
+    """A table lock held elsewhere (a migration, a stuck transaction): the parts waiting on it are the report's
+    errors at the deadline, and none of them keeps its thread or its PostgreSQL backend afterwards."""
+    seed_history(pg_uri, unique_id)
+    loaded = LoadedConfig(tasks=(make_task(unique_id),), errors={})
+    before = {t for t in threading.enumerate() if t.name.startswith("status")}
+    with psycopg.connect(pg_uri) as holder:
+        holder.execute("LOCK TABLE crawler_ops.progress, crawler_ops.crawl_run IN ACCESS EXCLUSIVE MODE")
+        started = time.monotonic()
+        report = status.collect(loaded, live=False, history=True, end=time.monotonic() + 0.8)
+        elapsed = time.monotonic() - started
+        time.sleep(0.3)
+        left = holder.execute(
+            "SELECT pid, application_name FROM pg_stat_activity WHERE pg_backend_pid() = ANY(pg_blocking_pids(pid))"
+        ).fetchall()
+        threads = {t for t in threading.enumerate() if t.name.startswith("status")} - before
+        holder.rollback()
+
+    assert elapsed < 1.5
+    (row,) = report["tasks"]
+    assert row["db_error"] == "no answer within the status deadline of 5s"
+    assert left == [], "a part abandoned at the deadline still holds its PostgreSQL backend"
+    assert not threads, f"parts still running: {threads}"

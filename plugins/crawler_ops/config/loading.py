@@ -197,8 +197,9 @@ def parse_maintenance(
 def load_config(path: Path | None = None, check_imports: bool = False) -> LoadedConfig:
     """Read and validate the config at ``path`` (default: ``$CRAWLER_OPS_CONFIG`` or the repo sample): one YAML
     file, or a folder whose ``*.yaml`` / ``*.yml`` files are read in name order, each with its own ``defaults``.
-    With ``check_imports`` (DAG parsing, the status page), also that each transform's and function's module
-    exists."""
+    With ``check_imports`` (DAG parsing only), also that each transform's and function's module exists, which
+    imports their parent packages; without it (the status view in the api-server, the CLI) only names are read and
+    nothing the config names is imported."""
     path = path or config_path()
     if not path.is_dir():
         return parse_config(read_document(path), str(path), check_imports)

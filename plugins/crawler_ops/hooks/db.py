@@ -12,13 +12,13 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
-from functools import cached_property
 from typing import Any, cast
 
 import psycopg
 from airflow.providers.postgres.hooks.postgres import PostgresHook
 
 from crawler_ops.errors import StatusTableError
+from crawler_ops.hooks.bounded import ACTIVE, BoundedSessions
 from crawler_ops.sqlfiles import read_sql
 
 Cursor = psycopg.Cursor[Any]
@@ -71,20 +71,36 @@ class CrawlerDbHook(PostgresHook):
     def __init__(self, postgres_conn_id: str, task_id: str) -> None:
         super().__init__(postgres_conn_id=postgres_conn_id)
         self.task_id = task_id
+        self.bounded: BoundedSessions | None = None
 
-    @cached_property
+    @property
     def db(self) -> psycopg.Connection:
+        # Not a functools.cached_property: before Python 3.12 it holds one lock per class while it computes, so one
+        # hook connecting to a PostgreSQL that does not answer made every other hook of the process wait.
+        db = self.__dict__.get("db")
+        if db is not None:
+            return cast(psycopg.Connection, db)
         try:
-            return cast(psycopg.Connection, self.get_conn())
+            db = self.__dict__["db"] = self.get_conn()
         except psycopg.OperationalError as exc:
             raise StatusTableError(
                 f"task {self.task_id}: cannot connect to PostgreSQL (connection '{self.postgres_conn_id}'): {exc}"
             ) from exc
+        return cast(psycopg.Connection, db)
+
+    def _create_connection(self, conn_args: dict[str, Any]) -> Any:
+        # Inside crawler_ops.hooks.bounded.bounded (the status view's report parts): timeouts, shut at the deadline.
+        self.bounded = ACTIVE.get()
+        if self.bounded is None:
+            return super()._create_connection(conn_args)
+        return self.bounded.connect(super()._create_connection, conn_args)
 
     def close(self) -> None:
         """Close the connection if one was opened."""
         db = self.__dict__.pop("db", None)
-        if db is not None:
+        if db is not None and self.bounded is not None:
+            self.bounded.close(db)
+        elif db is not None:
             db.close()
 
     @contextmanager

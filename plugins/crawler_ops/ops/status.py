@@ -20,6 +20,13 @@ from confluent_kafka.admin import AdminClient, OffsetSpec
 
 from crawler_ops.config import CrawlTaskConfig, LoadedConfig
 from crawler_ops.executor import executor_status
+from crawler_ops.hooks.bounded import (
+    CONNECT_TIMEOUT_S,
+    LOCK_TIMEOUT_MS,
+    STATEMENT_TIMEOUT_MS,
+    BoundedSessions,
+    bounded,
+)
 from crawler_ops.hooks.deadline import deadline
 from crawler_ops.hooks.producer import IdempotentProducerHook
 from crawler_ops.hooks.reports import CrawlReportHook
@@ -34,6 +41,10 @@ log = logging.getLogger(__name__)
 STATUS_DEADLINE_S = 5.0
 # Live calls (sources, Kafka) end this much before the report's deadline, so their errors make it into the report.
 LIVE_MARGIN_S = 0.25
+# A status-view connection that is not open within this many seconds fails (a part left connecting at the deadline
+# ends within it).
+STATUS_CONNECT_TIMEOUT_S = CONNECT_TIMEOUT_S
+SET_TIMEOUTS = "SELECT set_config('statement_timeout', :statement, true), set_config('lock_timeout', :lock, true)"
 HISTORY_RUNS = 30  # finished runs in a task's history (the status page's charts)
 RUN_FIELDS = (
     "run_id",
@@ -123,14 +134,22 @@ def gather(parts: Mapping[tuple[str, int], Part], end: float | None) -> dict[tup
     """Run the parts of a report in parallel until ``end`` (a monotonic time; None: until all answered): their
     answers, None for a part that has not answered by then."""
     # Not a `with` block: leaving one waits for every thread. A part still running at the deadline is left to end
-    # on its own; live calls are bounded by the same deadline.
+    # on its own, soon: its PostgreSQL connections are shut (it fails and closes them) or still connecting (within
+    # their connect timeout); live calls are bounded by the same deadline.
+    sessions = BoundedSessions(end)
     pool = ThreadPoolExecutor(max(1, min(8, len(parts))), thread_name_prefix="status")
     try:
-        futures = {name: pool.submit(part) for name, part in parts.items()}
+        futures = {name: pool.submit(run_bounded, sessions, part) for name, part in parts.items()}
         wait(futures.values(), timeout=None if end is None else max(0.0, end - time.monotonic()))
     finally:
         pool.shutdown(wait=False, cancel_futures=True)
+        sessions.abort()
     return {name: f.result() if f.done() and not f.cancelled() else None for name, f in futures.items()}
+
+
+def run_bounded(sessions: BoundedSessions, part: Part) -> Any:
+    with bounded(sessions):
+        return part()
 
 
 def task_row(
@@ -294,13 +313,18 @@ def active_runs(dag_ids: Sequence[str]) -> tuple[dict[str, list[str]] | None, st
         from airflow.models.dagrun import DagRun
         from airflow.utils.session import create_session
         from airflow.utils.state import DagRunState
-        from sqlalchemy import select
+        from sqlalchemy import select, text
 
         query = select(DagRun.dag_id, DagRun.run_id).where(
             DagRun.dag_id.in_(list(dag_ids)), DagRun.state.in_([DagRunState.RUNNING, DagRunState.QUEUED])
         )
         runs: dict[str, list[str]] = {}
         with create_session() as session:
+            if session.get_bind().dialect.name == "postgresql":
+                # Airflow's pool owns the connection; bound this transaction's statements like the view's own.
+                session.execute(
+                    text(SET_TIMEOUTS), {"statement": str(STATEMENT_TIMEOUT_MS), "lock": str(LOCK_TIMEOUT_MS)}
+                )
             for dag_id, run_id in session.execute(query).all():
                 runs.setdefault(dag_id, []).append(run_id)
         return runs, None

@@ -9,15 +9,20 @@ only the tasks whose DAG runs they may read (with the DAG's team in Airflow's mu
 
 The routes are sync, so each request holds a thread of the api-server's pool, which Airflow's own API shares:
 a report is answered within the status deadline, the same question is answered from a cache for
-``REPORT_TTL_S``, and at most ``MAX_LIVE_REPORTS`` live reports are gathered at once; a request beyond that gets
-the last answer to its question, however old, or 503 at once, instead of a thread waiting for its turn.
+``REPORT_TTL_S`` (one report for every user, filtered per user when served), and at most ``MAX_LIVE_REPORTS``
+live reports are gathered at once; a request beyond that gets the last answer to its question, however old, or 503
+at once, instead of a thread waiting for its turn. A ``live=false`` question is gathered once at a time (who asks
+meanwhile waits for that answer, within the deadline), at most ``MAX_REPORTS`` such reports at once.
 """
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections.abc import Callable, Hashable
+from concurrent.futures import Future
+from concurrent.futures import TimeoutError as FutureTimeout
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Annotated, Any
@@ -27,13 +32,17 @@ from fastapi import Depends, FastAPI, HTTPException, Query, Request
 from fastapi.responses import HTMLResponse
 from jinja2 import Environment, FileSystemLoader, select_autoescape
 
-from crawler_ops.config import broken_dag_id, load_config
+from crawler_ops.config import LoadedConfig, broken_dag_id, load_config
 from crawler_ops.errors import ConfigError
 from crawler_ops.ops.charts import run_charts
 from crawler_ops.ops.status import STATUS_DEADLINE_S, collect
 
+log = logging.getLogger(__name__)
+
 REPORT_TTL_S = 20.0
 MAX_LIVE_REPORTS = 2
+# Reports without live calls (PostgreSQL and Airflow only) built at once, each question built once at a time.
+MAX_REPORTS = 4
 # Answers kept for requests that find every live slot taken; older ones are dropped.
 STALE_AFTER_S = 600.0
 
@@ -43,31 +52,41 @@ class BusyError(Exception):
 
 
 class ReportCache:
-    """Recent status reports by question, and a cap on the live reports gathered at once.
+    """Recent status reports by question, and caps on the reports gathered at once. A report answers a question for
+    every entry of the config; each request filters it for its user (:func:`restrict`), so one answer serves all.
 
     :param ttl_s: an answer younger than this is given again without asking anyone.
     :param max_live: live reports gathered at once; a request beyond it never waits.
+    :param max_builds: reports without live calls gathered at once; one such question is gathered once at a time,
+        whoever asks it meanwhile waits for that answer.
     """
 
-    def __init__(self, ttl_s: float = REPORT_TTL_S, max_live: int = MAX_LIVE_REPORTS) -> None:
+    def __init__(
+        self, ttl_s: float = REPORT_TTL_S, max_live: int = MAX_LIVE_REPORTS, max_builds: int = MAX_REPORTS
+    ) -> None:
         self.ttl_s = ttl_s
         self.slots = threading.BoundedSemaphore(max_live)
         self.max_live = max_live
+        self.builds = threading.BoundedSemaphore(max_builds)
+        self.max_builds = max_builds
         self.lock = threading.Lock()
         self.answers: dict[Hashable, tuple[float, dict[str, Any]]] = {}
+        self.flights: dict[Hashable, Future[dict[str, Any]]] = {}
 
-    def report(self, key: Hashable, live: bool, build: Callable[[], dict[str, Any]]) -> dict[str, Any]:
+    def report(
+        self, key: Hashable, live: bool, build: Callable[[], dict[str, Any]], end: float | None = None
+    ) -> dict[str, Any]:
         """The answer to ``key``: a fresh one from the cache, else ``build()`` (for a live report only while a slot
-        is free; else the last answer, however old).
+        is free, else the last answer, however old; else :meth:`shared`, waiting until ``end`` at most).
 
-        :raises BusyError: every live slot is taken and ``key`` was never answered.
+        :raises BusyError: every slot is taken and ``key`` was never answered.
         """
         with self.lock:
             known = self.answers.get(key)
         if known is not None and time.monotonic() - known[0] < self.ttl_s:
             return known[1]
         if not live:
-            return self.keep(key, build())
+            return self.shared(key, known, build, end)
         if not self.slots.acquire(blocking=False):
             if known is not None:
                 return known[1]
@@ -76,6 +95,50 @@ class ReportCache:
             return self.keep(key, build())
         finally:
             self.slots.release()
+
+    def shared(
+        self,
+        key: Hashable,
+        known: tuple[float, dict[str, Any]] | None,
+        build: Callable[[], dict[str, Any]],
+        end: float | None,
+    ) -> dict[str, Any]:
+        """``build()`` once for every request asking ``key`` meanwhile (single flight), while one of the build
+        slots is free by ``end``; a request that gets no answer by then gets the last one, however old."""
+        with self.lock:
+            flight = self.flights.get(key)
+            first = flight is None
+            if flight is None:
+                flight = self.flights[key] = Future()
+        left = None if end is None else max(0.0, end - time.monotonic())
+        if not first:
+            try:
+                return flight.result(timeout=None if left is None else left + 0.5)
+            except (FutureTimeout, BusyError):
+                return self.stale(known)
+        try:
+            if not self.builds.acquire(timeout=left):
+                raise BusyError(f"{self.max_builds} status reports are being gathered")
+            try:
+                flight.set_result(self.keep(key, build()))
+            finally:
+                self.builds.release()
+        except BaseException as exc:  # noqa: BLE001 - handed to every request waiting for this answer, raised below
+            flight.set_exception(exc)
+        finally:
+            with self.lock:
+                self.flights.pop(key, None)
+        try:
+            return flight.result()
+        except BusyError:
+            if known is None:
+                raise
+            return known[1]
+
+    def stale(self, known: tuple[float, dict[str, Any]] | None) -> dict[str, Any]:
+        if known is None:
+            raise BusyError("the status report is being gathered")
+        return known[1]
 
     def keep(self, key: Hashable, answer: dict[str, Any]) -> dict[str, Any]:
         now = time.monotonic()
@@ -137,42 +200,28 @@ def visible_report(
     A task's row carries its runs, so it needs read access to the DAG's runs; a task's config error names only
     its DAG, so it needs read access to that DAG. In multi-team mode each DAG is checked with its team, as
     Airflow's own endpoints do. A config that does not load at all may quote any part of the YAML: only a user
-    who may read every DAG sees why, everyone else gets a generic error.
+    who may read every DAG sees why (no one in multi-team mode), everyone else gets a generic error. Every check
+    fails closed (:class:`DagReader`): an entry whose DAG no bundle parsed is shown to no one in multi-team mode,
+    and a user whose permissions cannot be determined sees nothing.
     """
-    from airflow.api_fastapi.app import get_auth_manager
-    from airflow.api_fastapi.auth.managers.models.resource_details import DagAccessEntity
-
     end = time.monotonic() + STATUS_DEADLINE_S
     try:
-        loaded = load_config(check_imports=True)
+        # Names only: looking for a transform's or function's module imports its parent packages, which would run
+        # user code inside the api-server (it holds the JWT secret and the metadata DB's address).
+        loaded = load_config(check_imports=False)
     except ConfigError as exc:
-        if get_auth_manager().is_authorized_dag(method="GET", user=user):
+        if may_read_every_dag(user):
             raise HTTPException(status_code=500, detail=f"crawler_ops config: {exc}") from exc
         raise HTTPException(status_code=500, detail=GENERIC_CONFIG_ERROR) from exc
-    broken = {k: broken_dag_id(k) for k in loaded.errors}
-    broken_executors = {k: broken_dag_id(k, "exec_") for k in loaded.executor_errors}
-    may_read = DagReader(
-        user,
-        [t.dag_id for t in loaded.tasks]
-        + [e.dag_id for e in loaded.executors]
-        + list(broken.values())
-        + list(broken_executors.values()),
-    )
-    tasks = tuple(t for t in loaded.tasks if may_read(t.dag_id, DagAccessEntity.RUN))
-    errors = {k: v for k, v in loaded.errors.items() if may_read(broken[k])}
-    executors = tuple(e for e in loaded.executors if may_read(e.dag_id, DagAccessEntity.RUN))
-    executor_errors = {k: v for k, v in loaded.executor_errors.items() if may_read(broken_executors[k])}
-    visible = {"tasks": tasks, "errors": errors, "executors": executors, "executor_errors": executor_errors}
-    # The question: what is asked, of the entries this user may see (a config change shows within the TTL).
-    seen = (tuple(t.id for t in tasks), tuple(errors), tuple(e.name for e in executors), tuple(executor_errors))
+    visible = visible_entries(user, loaded)
     try:
-        return REPORTS.report(
-            (task, executor, live, history, seen),
+        report = REPORTS.report(
+            (task, executor, live, history),
             live,
-            lambda: collect(
-                loaded.model_copy(update=visible), task, live=live, executor=executor, history=history, end=end
-            ),
+            lambda: collect(loaded, task, live=live, executor=executor, history=history, end=end),
+            end,
         )
+        return restrict(report, visible, task, executor)
     except KeyError as exc:
         what = f"crawl task '{task}'" if executor is None else f"executor '{executor}'"
         raise HTTPException(status_code=404, detail=f"no {what} visible to you") from exc
@@ -184,12 +233,60 @@ def visible_report(
         ) from exc
 
 
+def visible_entries(user: Any, loaded: LoadedConfig) -> dict[str, frozenset[str]]:
+    """The task ids, invalid task labels, executor names and invalid executor labels of ``loaded`` whose DAG
+    ``user`` may read (the runs of it, for valid entries)."""
+    from airflow.api_fastapi.auth.managers.models.resource_details import DagAccessEntity
+
+    broken = {k: broken_dag_id(k) for k in loaded.errors}
+    broken_executors = {k: broken_dag_id(k, "exec_") for k in loaded.executor_errors}
+    may_read = DagReader(
+        user,
+        [t.dag_id for t in loaded.tasks]
+        + [e.dag_id for e in loaded.executors]
+        + list(broken.values())
+        + list(broken_executors.values()),
+    )
+    return {
+        "tasks": frozenset(t.id for t in loaded.tasks if may_read(t.dag_id, DagAccessEntity.RUN)),
+        "errors": frozenset(k for k in loaded.errors if may_read(broken[k])),
+        "executors": frozenset(e.name for e in loaded.executors if may_read(e.dag_id, DagAccessEntity.RUN)),
+        "executor_errors": frozenset(k for k in loaded.executor_errors if may_read(broken_executors[k])),
+    }
+
+
+def restrict(
+    report: dict[str, Any], visible: dict[str, frozenset[str]], task: str | None, executor: str | None
+) -> dict[str, Any]:
+    """The rows of ``report`` (built for every entry, maybe for another user) that ``visible`` lets its user see.
+
+    :raises KeyError: ``task`` or ``executor`` was asked for and the user may see none of it.
+    """
+    shown = {
+        **report,
+        "tasks": [row for row in report["tasks"] if row["task_id"] in visible["tasks"]],
+        "invalid_tasks": [bad for bad in report["invalid_tasks"] if bad["task_id"] in visible["errors"]],
+        "executors": [row for row in report["executors"] if row["name"] in visible["executors"]],
+        "invalid_executors": [bad for bad in report["invalid_executors"] if bad["name"] in visible["executor_errors"]],
+    }
+    if task is not None and not shown["tasks"] and not shown["invalid_tasks"]:
+        raise KeyError(task)
+    if executor is not None and not shown["executors"] and not shown["invalid_executors"]:
+        raise KeyError(executor)
+    return shown
+
+
 GENERIC_CONFIG_ERROR = "crawler_ops config is invalid; ask an Airflow administrator for the details"
 
 
 class DagReader:
     """Answers whether ``user`` may read a DAG (or one kind of its details), asking the auth manager with the
-    DAG's team the way Airflow's ``requires_access_dag`` does.
+    DAG's team the way Airflow's ``requires_access_dag`` does; it fails closed.
+
+    In multi-team mode a DAG that no bundle parsed has no team, and Airflow's auth managers let every team read what
+    is asked about without a team: such a DAG (a config entry not parsed yet) is shown to no one. A question the
+    auth manager cannot answer (it raises, or answers anything but True), or teams that cannot be looked up, mean
+    "no": a user whose permissions cannot be determined sees nothing.
 
     :param user: the logged-in Airflow user
     :param dag_ids: the DAGs that will be asked about; their teams are looked up in one query
@@ -200,30 +297,71 @@ class DagReader:
 
         self.user = user
         self.auth_manager = get_auth_manager()
-        self.teams = dag_teams(dag_ids)
+        self.multi_team = multi_team()
+        self.teams: dict[str, str | None] | None = {}
+        if self.multi_team:
+            try:
+                self.teams = dag_teams(dag_ids)
+            except Exception as exc:  # noqa: BLE001 - unknown teams: nothing is shown, the reason is logged
+                log.warning("status: cannot look up the teams of the crawl DAGs, showing none: %s", exc)
+                self.teams = None
 
     def __call__(self, dag_id: str, access_entity: Any = None) -> bool:
         from airflow.api_fastapi.auth.managers.models.resource_details import DagDetails
 
-        return bool(
-            self.auth_manager.is_authorized_dag(
-                method="GET",
-                access_entity=access_entity,
-                details=DagDetails(id=dag_id, team_name=self.teams.get(dag_id)),
-                user=self.user,
+        if self.multi_team and (self.teams is None or dag_id not in self.teams):
+            return False
+        team = None if self.teams is None else self.teams.get(dag_id)
+        try:
+            answer = self.auth_manager.is_authorized_dag(
+                method="GET", access_entity=access_entity, details=DagDetails(id=dag_id, team_name=team), user=self.user
             )
-        )
+        except Exception as exc:  # noqa: BLE001 - an unanswered question is a "no"
+            log.warning("status: the auth manager cannot tell whether %s may read %s: %s", self.user, dag_id, exc)
+            return False
+        return answer is True
+
+
+def may_read_every_dag(user: Any) -> bool:
+    """Whether ``user`` may read every DAG (fails closed). Never in multi-team mode: Airflow's auth managers answer a
+    question without a DAG as one without a team, which every team may read."""
+    from airflow.api_fastapi.app import get_auth_manager
+
+    if multi_team():
+        return False
+    try:
+        return get_auth_manager().is_authorized_dag(method="GET", user=user) is True
+    except Exception as exc:  # noqa: BLE001 - an unanswered question is a "no"
+        log.warning("status: the auth manager cannot tell whether %s may read every DAG: %s", user, exc)
+        return False
+
+
+def multi_team() -> bool:
+    from airflow.configuration import conf
+
+    return conf.getboolean("core", "multi_team", fallback=False)
 
 
 def dag_teams(dag_ids: list[str]) -> dict[str, str | None]:
-    """The team owning each DAG (through its bundle) in multi-team mode; a DAG not (yet) parsed has none."""
-    from airflow.configuration import conf
-
-    if not dag_ids or not conf.getboolean("core", "multi_team", fallback=False):
-        return {}
+    """The team owning each parsed DAG of ``dag_ids`` (through its bundle; None: a bundle without a team) in
+    multi-team mode; a DAG no bundle parsed is absent."""
     from airflow.models.dag import DagModel
 
-    return DagModel.get_dag_id_to_team_name_mapping(sorted(set(dag_ids)))
+    if not dag_ids:
+        return {}
+    ids = sorted(set(dag_ids))
+    teams = DagModel.get_dag_id_to_team_name_mapping(ids)
+    return {dag_id: teams.get(dag_id) for dag_id in parsed_dags(ids)}
+
+
+def parsed_dags(dag_ids: list[str]) -> set[str]:
+    """The DAGs of ``dag_ids`` that some bundle parsed (they have a row in Airflow's metadata DB)."""
+    from airflow.models.dag import DagModel
+    from airflow.utils.session import create_session
+    from sqlalchemy import select
+
+    with create_session() as session:
+        return set(session.scalars(select(DagModel.dag_id).where(DagModel.dag_id.in_(dag_ids))))
 
 
 @app.get("/api/status")

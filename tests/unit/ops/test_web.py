@@ -219,6 +219,7 @@ def multi_team(client: TestClient, auth_manager: FakeAuthManager, monkeypatch: p
         "get_dag_id_to_team_name_mapping",
         staticmethod(lambda dag_ids, session=None: {d: TEAMS[d] for d in dag_ids if d in TEAMS}),
     )
+    monkeypatch.setattr(web, "parsed_dags", lambda dag_ids: {d for d in dag_ids if d in TEAMS})
     auth_manager.teams = {"carol": {"team_a"}}
     return auth_manager
 
@@ -414,3 +415,95 @@ def test_the_plugin_frames_the_page_from_the_nav_and_from_a_dag_tab_with_relativ
     assert views["nav"]["href"] == "crawler-ops/" and views["nav"]["category"] == "browse"
     assert views["dag"]["href"] == "crawler-ops/?dag_id={DAG_ID}"
     assert all(view["url_route"] for view in views.values()), "a url_route makes the UI frame the page"
+
+
+def test_the_status_view_imports_no_package_the_config_names(client, tmp_path, monkeypatch):
+    """The api-server holds the JWT secret and the metadata DB's address: a status page view reads the config's names
+    and imports nothing they name, not even the parent package of a transform or an executor function."""
+    marker = tmp_path / "imported.txt"
+    for package in ("side_effect_transforms", "side_effect_functions"):
+        (tmp_path / "code" / package).mkdir(parents=True)
+        (tmp_path / "code" / package / "__init__.py").write_text(
+            f"import pathlib\npathlib.Path({str(marker)!r}).write_text({package!r})\n", encoding="utf-8"
+        )
+    monkeypatch.syspath_prepend(str(tmp_path / "code"))
+    (tmp_path / "tasks.yaml").write_text(
+        CONFIG
+        + "  - {id: user_code, transform: side_effect_transforms.mod.fn, kafka: {topic: u}}\n"
+        + "executors:\n  - {name: user_exec, function: side_effect_functions.mod.fn, source_table: s.t}\n",
+        encoding="utf-8",
+    )
+    log_in("root")
+
+    page = client.get("/")
+
+    assert page.status_code == 200 and "user_code" in page.text
+    assert not marker.exists(), f"the status view imported {marker.read_text() if marker.exists() else ''}"
+
+
+class TeamViewers:
+    """Airflow's SimpleAuthManager's rule in multi-team mode: a viewer reads the DAGs of their teams and every DAG
+    asked about without a team (a question with no DAG included)."""
+
+    def __init__(self, teams: dict[str, set[str]]) -> None:
+        self.teams = teams
+
+    def is_authorized_dag(self, *, method: str, user: Any, access_entity: Any = None, details: Any = None) -> bool:
+        team = details.team_name if details is not None else None
+        return method == "GET" and not (team and team not in self.teams.get(user.name, set()))
+
+
+@pytest.fixture
+def team_viewers(multi_team: FakeAuthManager, monkeypatch: pytest.MonkeyPatch) -> TeamViewers:
+    import airflow.api_fastapi.app as api_app
+
+    viewers = TeamViewers({"carol": {"team_a"}})
+    monkeypatch.setattr(api_app, "get_auth_manager", lambda: viewers)
+    return viewers
+
+
+def test_in_multi_team_mode_an_entry_whose_dag_no_bundle_parsed_is_shown_to_no_team(client, team_viewers, tmp_path):
+    (tmp_path / "tasks.yaml").write_text(
+        CONFIG + "  - {id: unparsed, kafka: {topic: u}}\n  - {id: unparsed_broken, batch_size: 0, kafka: {topic: u}}\n",
+        encoding="utf-8",
+    )
+    log_in("carol")
+
+    report = client.get("/api/status").json()
+
+    assert [row["task_id"] for row in report["tasks"]] == ["open_task"]
+    assert [bad["task_id"] for bad in report["invalid_tasks"]] == ["broken_open"]
+
+
+def test_in_multi_team_mode_a_config_that_does_not_load_is_quoted_to_no_team(client, team_viewers, tmp_path):
+    (tmp_path / "tasks.yaml").write_text("tasks:\n  - {id: x, token: hunter2\n", encoding="utf-8")
+    log_in("carol")
+
+    response = client.get("/api/status")
+
+    assert (response.status_code, response.json()["detail"]) == (500, web.GENERIC_CONFIG_ERROR)
+
+
+class Unanswerable:
+    def is_authorized_dag(self, **_: Any) -> bool:
+        raise RuntimeError("auth backend down")
+
+
+@pytest.mark.parametrize("failing", ["team lookup", "auth manager"])
+def test_a_user_whose_permissions_cannot_be_determined_sees_nothing(client, multi_team, monkeypatch, failing):
+    import airflow.api_fastapi.app as api_app
+    from airflow.models.dag import DagModel
+
+    def no_teams(dag_ids: Any, session: Any = None) -> dict[str, str]:
+        raise RuntimeError("metadata DB down")
+
+    if failing == "team lookup":
+        monkeypatch.setattr(DagModel, "get_dag_id_to_team_name_mapping", staticmethod(no_teams))
+    else:
+        monkeypatch.setattr(api_app, "get_auth_manager", lambda: Unanswerable())
+    log_in("carol")
+
+    response = client.get("/api/status")
+
+    assert response.status_code == 200
+    assert (response.json()["tasks"], response.json()["invalid_tasks"]) == ([], [])
