@@ -30,6 +30,9 @@ class Batch:
     def size(self) -> int:
         return self.hi - self.lo
 
+    def __str__(self) -> str:
+        return f"[{self.lo}, {self.hi})"
+
 
 @dataclass(frozen=True)
 class Chunk:

@@ -159,3 +159,16 @@ def test_the_cycle_check_sees_a_cycle() -> None:
     graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}
     assert find_cycle(graph) == ["a", "b", "c", "a"]
     assert find_cycle({"a": {"b"}, "b": set()}) is None
+
+
+def test_no_class_is_longer_than_150_lines_and_the_chunk_loop_reads_in_one_screen() -> None:
+    """Size bounds that keep the house walkable: a class that outgrows them is doing two jobs."""
+    long = []
+    for path in PACKAGE.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            lines = (node.end_lineno or 0) - node.lineno + 1 if isinstance(node, ast.stmt) else 0
+            if isinstance(node, ast.ClassDef) and lines > 150:
+                long.append(f"{path.relative_to(PACKAGE)}:{node.name} ({lines} lines)")
+            if isinstance(node, ast.FunctionDef) and path.name == "chunk.py" and node.name == "crawl":
+                assert lines <= 30, f"ChunkCrawler.crawl() is {lines} lines"
+    assert long == []

@@ -182,15 +182,13 @@ class Checkpoint:
 
 
 class ChunkCrawler:
-    """Fetch, filter, publish and checkpoint the batches of one chunk, newest first, on the threads described at
-    the top of this module.
+    """Fetch, filter, publish and checkpoint one chunk's batches, newest first, on the module's threads (above).
 
     A first crawl has two stops. The probed floor (``plan``: a search for the window's start, minus
-    ``max_expired_batches`` batches of margin) bounds the plan: batches below it are never planned. The
-    streak cutoff (:meth:`BatchFilter.cutoff_after`, shared by every chunk of the run through its run
-    record) can only stop earlier: when ``max_expired_batches`` consecutive pages above the floor hold
-    nothing in the window (records out of time order, a gap in the dates), batches below that page are
-    finished as expired without being fetched (a page a fetch thread had already read is filtered like any other).
+    ``max_expired_batches`` batches of margin) bounds the plan: batches below it are never planned. The streak
+    cutoff (:meth:`BatchFilter.cutoff_after`, shared by the run's chunks through its run record) can only stop
+    earlier: when ``max_expired_batches`` consecutive pages above the floor hold nothing in the window, batches
+    below that page are finished as expired unfetched (a page already read is filtered like any other).
 
     :param cfg: the crawl task.
     :param batches: the chunk's batches, newest first.
@@ -215,9 +213,7 @@ class ChunkCrawler:
         self.source, self.filter, self.ledger, self.publisher = source, batch_filter, ledger, publisher
         self.shared = SharedCounts()
         self.in_flight = InFlight()
-        mib = 1024 * 1024
-        budget = cfg.source.chunk_memory_mb or 4 * cfg.source.max_response_mb
-        self.memory = ByteBudget(int(budget * mib), int(cfg.source.max_response_mb * mib))
+        self.memory = ByteBudget.for_source(cfg.source)
         self.sent_memory: PageAccount | None = None
 
     def crawl(self) -> ChunkResult:
@@ -307,21 +303,11 @@ class ChunkCrawler:
             case BelowCutoff():  # its fetch thread saw the expiry cutoff: not read
                 return FilteredBatch(batch, skipped=True)
             case Delivered(counts):
-                log.info(
-                    "task %s: batch [%d, %d) was delivered by an earlier attempt; recorded done",
-                    self.cfg.id,
-                    batch.lo,
-                    batch.hi,
-                )
+                log.info("task %s: batch %s was delivered by an earlier attempt; recorded done", self.cfg.id, batch)
                 return FilteredBatch(batch, prior=counts, cutoff=self.filter.cutoff_after(batch, counts.kept))
             case NotClaimed():
                 self.shared.add_skipped()
-                log.info(
-                    "task %s: batch [%d, %d) is done or held by another worker; skipped",
-                    self.cfg.id,
-                    batch.lo,
-                    batch.hi,
-                )
+                log.info("task %s: batch %s is done or held by another worker; skipped", self.cfg.id, batch)
                 return None
 
     def publish(self, ready: FilteredBatch, held: bool) -> None:

@@ -23,6 +23,7 @@ from contextvars import ContextVar
 
 import httpx
 
+from crawler_ops.config import SourceConfig
 from crawler_ops.hooks.deadline import bounded
 
 _ACCOUNT: ContextVar[PageAccount | None] = ContextVar("crawler_ops_page_account", default=None)
@@ -43,6 +44,14 @@ class ByteBudget:
         self._seq = itertools.count()
         self._closed = False
         self._cond = threading.Condition()
+
+    @classmethod
+    def for_source(cls, source: SourceConfig) -> ByteBudget:
+        """The budget of one chunk of a task reading ``source``: ``chunk_memory_mb``, by default four responses of
+        ``max_response_mb``."""
+        mib = 1024 * 1024
+        budget = source.chunk_memory_mb or 4 * source.max_response_mb
+        return cls(int(budget * mib), int(source.max_response_mb * mib))
 
     def __enter__(self) -> ByteBudget:
         return self

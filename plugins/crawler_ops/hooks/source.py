@@ -158,11 +158,7 @@ class SourceApiHook(BaseHook):
                     if exc.retriable and not isinstance(exc, SourcePausedError):
                         raise SourceError(f"{exc} (gave up after {attempt + 1} attempts)", retriable=True) from exc
                     raise
-                # The source's own Retry-After wins over our backoff (validated and capped where it was read).
-                if exc.retry_after is not None:
-                    delay = min(exc.retry_after, self.source.max_retry_after_s)
-                else:
-                    delay = min(self.source.backoff_s * 2**attempt, self.source.max_backoff_s)
+                delay = retry_delay(self.source, exc, attempt)
                 retries = self.source.max_retries
                 self.log.warning("task %s: %s; retry %d/%d in %.2fs", self.task_label, exc, attempt + 1, retries, delay)
                 time.sleep(delay)
@@ -214,3 +210,11 @@ class SourceApiHook(BaseHook):
                 ) from exc
             except httpx.TransportError as exc:
                 raise SourceError(f"{label} failed: {exc!r}", retriable=True) from exc
+
+
+def retry_delay(source: SourceConfig, exc: SourceError, attempt: int) -> float:
+    """Seconds before retry ``attempt + 1``: the source's own Retry-After (validated and capped where it was read)
+    wins over the exponential backoff."""
+    if exc.retry_after is not None:
+        return min(exc.retry_after, source.max_retry_after_s)
+    return min(source.backoff_s * 2**attempt, source.max_backoff_s)
