@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
 .PHONY: demo test test-unit stack-up stack-down stack-status airflow-up airflow-down status lint fmt docs bench clean \
-	constraints compose-test
+	constraints compose-test mutation
 
 $(STAMP): requirements.txt requirements-dev.txt constraints.txt pyproject.toml
 	@command -v $(PY) >/dev/null || { echo "Python 3.11 is required ($(PY) not found): apt-get install python3.11 python3.11-venv"; exit 1; }
@@ -84,3 +84,9 @@ compose-test: $(STAMP)
 
 clean:
 	if [ -x $(BIN)/python ]; then $(BIN)/python dev/stack.py clean; else rm -rf .stack; fi
+
+# Mutation testing of the modules that guard against loss, duplicates and leaks (tests/MUTATION.md explains
+# survivors); MUTATION_ARGS to narrow it, e.g. MUTATION_ARGS="'crawler_ops.planning*'".
+MUTATION_ARGS ?=
+mutation: stack-up
+	. .stack/env.sh && $(BIN)/python dev/mutation.py $(MUTATION_ARGS)
