@@ -2,21 +2,23 @@
 its connection terminated mid-crawl, and its pacing row held locked by another session.
 
 The limiter (:mod:`crawler_ops.hooks.ratelimit`) replaces a lost connection within the request, so the crawl goes on
-at the shared rate; a row lock held past its lock_timeout fails the request, and with it the chunk, with an error
-naming the task and the source, and the batches in flight go back for the next attempt, which finishes the crawl.
+at the shared rate; a request waits for a locked row up to the lock_timeout, and a row lock held longer fails the
+request, and with it the chunk, with an error naming the task and the source; the batches in flight go back for the
+next attempt, which finishes the crawl.
 """
 
 from __future__ import annotations
 
 import subprocess
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import psutil
 import psycopg
 import pytest
 
-from crawler_ops.hooks.ratelimit import LOCK_TIMEOUT_MS
 from crawler_ops.sqlfiles import read_sql
 from tests.integration.test_rate_limits import (
     ALLOWED,
@@ -107,26 +109,64 @@ def test_the_limiter_reconnects_when_its_postgresql_backend_is_terminated_mid_cr
     assert shared_rate(pg_uri, source_proxy.conn_id)[:2] == (LIMIT, LIMIT)
 
 
+@contextmanager
+def pacing_row_locked(
+    pg_uri: str, source: DemoSource, source_proxy: SourceProxy, task_id: str, run_id: str
+) -> Iterator[Any]:
+    """:func:`start_half_way`, then lock the connection's pacing row in another session and let the held pages go;
+    the row stays locked until the block ends."""
+    with psycopg.connect(pg_uri) as locker:
+        try:
+            started = start_half_way(source, source_proxy, task_id, run_id)
+            locker.execute(
+                "SELECT source FROM crawler_ops.source_rate WHERE source = %s FOR UPDATE", (source_proxy.conn_id,)
+            )
+            source_proxy.release()
+            yield started
+        finally:
+            locker.rollback()
+            source_proxy.release()
+
+
+def wait_until_limiter_waits_for_lock(pg_uri: str, worker: subprocess.Popen[str]) -> None:
+    """Wait until ``worker``'s limiter is waiting for a row lock."""
+    deadline = time.monotonic() + 60
+    while True:
+        backends = limiter_backends(pg_uri, worker)
+        waiting = query(
+            pg_uri, "SELECT pid FROM pg_stat_activity WHERE pid = ANY(%s) AND wait_event_type = 'Lock'", backends
+        )
+        if waiting:
+            return
+        assert worker.poll() is None, "the chunk ended instead of waiting for the locked row"
+        assert time.monotonic() < deadline, f"the worker's limiter ({backends}) never waited for the locked row"
+        time.sleep(0.1)
+
+
+def test_a_pacing_row_locked_for_less_than_the_lock_timeout_holds_requests_back_and_the_crawl_goes_on(
+    source, source_proxy, pg_uri, kafka_bootstrap, unique_id, forget_rate_rows
+):
+    forget_rate_rows.append(source_proxy.conn_id)
+    with pacing_row_locked(pg_uri, source, source_proxy, unique_id, "briefly-locked") as (cfg, _, worker):
+        wait_until_limiter_waits_for_lock(pg_uri, worker)
+
+    runner_result(worker)
+
+    assert len(done_batches(pg_uri, cfg.id)) == TOTAL // BATCH
+    assert_every_record_as_served(source, cfg, kafka_bootstrap)
+
+
 @pytest.mark.slow
 def test_a_held_pacing_row_fails_the_chunk_after_the_lock_timeout_naming_the_task_and_loses_nothing(
     source, source_proxy, pg_uri, kafka_bootstrap, unique_id, forget_rate_rows, capfd
 ):
     forget_rate_rows.append(source_proxy.conn_id)
-    with psycopg.connect(pg_uri) as locker:
-        try:
-            cfg, chunk, worker = start_half_way(source, source_proxy, unique_id, "locked")
-            locker.execute(
-                "SELECT source FROM crawler_ops.source_rate WHERE source = %s FOR UPDATE", (source_proxy.conn_id,)
-            )
-            source_proxy.release()
-            # The worker's next slots wait for the row: each waiting request fails after the lock_timeout.
-            deadline = time.monotonic() + 10 * LOCK_TIMEOUT_MS / 1000
-            while worker.poll() is None:
-                assert time.monotonic() < deadline, "the chunk is still waiting for the locked row"
-                time.sleep(0.2)
-        finally:
-            locker.rollback()
-            source_proxy.release()
+    with pacing_row_locked(pg_uri, source, source_proxy, unique_id, "locked") as (cfg, chunk, worker):
+        # The worker's next slots wait for the row: each waiting request fails after the lock_timeout.
+        deadline = time.monotonic() + 120
+        while worker.poll() is None:
+            assert time.monotonic() < deadline, "the chunk is still waiting for the locked row"
+            time.sleep(0.2)
     worker.communicate()
 
     assert worker.returncode != 0, "the chunk failed"

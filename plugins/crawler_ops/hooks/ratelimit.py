@@ -165,12 +165,7 @@ class SourceRateStore:
                 self.close()
                 row = self.db.execute(read_sql(f"ratelimit/{name}"), params).fetchone()
         except TIMEOUTS as exc:
-            raise StatusTableError(
-                f"PostgreSQL failed: {exc}: the row of source '{source.conn_id}' in crawler_ops.source_rate was locked "
-                f"longer than {LOCK_TIMEOUT_MS / 1000:g}s (lock_timeout), or the statement ran longer than "
-                f"{STATEMENT_TIMEOUT_MS / 1000:g}s (statement_timeout); another session holds the row or the server "
-                "is overloaded"
-            ) from exc
+            raise StatusTableError(timed_out(source.conn_id, exc)) from exc
         except psycopg.Error as exc:
             self.close()
             raise StatusTableError(f"PostgreSQL failed: {exc}") from exc
@@ -193,6 +188,18 @@ class SourceRateStore:
             recovery_s=self.source.rate_recovery_s,
         )
         return float(rate), bool(cut)
+
+
+def timed_out(conn_id: str, exc: psycopg.Error) -> str:
+    """What a lock or statement timeout on the pacing row of ``conn_id`` means."""
+    if isinstance(exc, psycopg.errors.LockNotAvailable):
+        why = (
+            f"its row in crawler_ops.source_rate stayed locked longer than {LOCK_TIMEOUT_MS / 1000:g}s (lock_timeout): "
+            "another session holds it"
+        )
+    else:
+        why = f"a statement on its row ran longer than {STATEMENT_TIMEOUT_MS / 1000:g}s (statement_timeout)"
+    return f"PostgreSQL gave up on the pacing of source '{conn_id}': {why} ({exc.diag.message_primary or exc})"
 
 
 class SourceLimiter:
