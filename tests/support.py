@@ -94,6 +94,11 @@ class DemoSource:
         at_end = self.truth(task, end, days=0, tolerance_s=0)["in_window_ids"]
         return set(closed) - set(at_end)
 
+    def in_flight(self, task: str) -> dict[str, int]:
+        """The data set's requests (count and list) being answered now and the most that were at once since it was
+        created or its request log cleared: ``{"in_flight": n, "peak": most}``."""
+        return dict(self._json("GET", f"/admin/tasks/{task}/in_flight"))
+
 
 @dataclass(frozen=True)
 class Delivered:

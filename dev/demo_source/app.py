@@ -8,6 +8,7 @@ All state lives in memory in a :class:`DemoSource` instance. Routes:
 * ``POST /admin/tasks/{task}/append`` and ``POST /admin/tasks/{task}/truncate``
 * ``GET|PUT|DELETE /admin/tasks/{task}/faults``
 * ``GET|DELETE /admin/tasks/{task}/requests``
+* ``GET /admin/tasks/{task}/in_flight`` (data requests being answered now, and the most at once)
 * ``GET /admin/tasks/{task}/truth?ref=&days=&tolerance_s=``
 
 With an admin token (``DEMO_SOURCE_ADMIN_TOKEN``, which ``dev/stack.py`` sets) every ``/admin`` route wants
@@ -266,6 +267,8 @@ class TaskRuntime:
     log: list[tuple[int | None, int | None, int]] = field(default_factory=list)
     log_dropped: int = 0
     counters: dict[str, int] = field(default_factory=dict)
+    in_flight: int = 0
+    peak_in_flight: int = 0
 
     def __post_init__(self) -> None:
         """Seed the fault RNG from the task's seed."""
@@ -288,10 +291,20 @@ class TaskRuntime:
         self.fault_list_seq = 0
 
     def clear_requests(self) -> None:
-        """Forget the request log and the request counters."""
+        """Forget the request log, the request counters and the peak of requests in flight."""
         self.log = []
         self.log_dropped = 0
         self.counters = {}
+        self.peak_in_flight = self.in_flight
+
+    def request_started(self) -> None:
+        """A data request (count or list) is being answered: count it in flight, raise the peak."""
+        self.in_flight += 1
+        self.peak_in_flight = max(self.peak_in_flight, self.in_flight)
+
+    def request_finished(self) -> None:
+        """A data request was answered."""
+        self.in_flight -= 1
 
     def count(self, name: str) -> None:
         """Increment a request counter.
@@ -394,6 +407,7 @@ class DemoSource:
                 "DELETE": self.delete_requests,
             },
             ("admin", "tasks", "*", "truth"): {"GET": self.truth},
+            ("admin", "tasks", "*", "in_flight"): {"GET": self.get_in_flight},
         }
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -480,12 +494,16 @@ class DemoSource:
         """
         runtime = self._task(request.task_id)
         runtime.count("count")
-        faults = runtime.faults
-        if faults.latency_ms:
-            await asyncio.sleep(faults.latency_ms / 1000)
-        if runtime.draw(faults.error_rate):
-            return error_response(faults.error_status, "injected error")
-        return ok_response({"total": runtime.state.total})
+        runtime.request_started()
+        try:
+            faults = runtime.faults
+            if faults.latency_ms:
+                await asyncio.sleep(faults.latency_ms / 1000)
+            if runtime.draw(faults.error_rate):
+                return error_response(faults.error_status, "injected error")
+            return ok_response({"total": runtime.state.total})
+        finally:
+            runtime.request_finished()
 
     async def list_records(self, request: Request) -> Response:
         """Answer ``GET /api/{task}/list`` and log the outcome.
@@ -495,12 +513,15 @@ class DemoSource:
         runtime = self._task(request.task_id)
         offset: int | None = None
         limit: int | None = None
+        runtime.request_started()
         try:
             offset = query_int(request.query, "offset", 0)
             limit = query_int(request.query, "limit", DEFAULT_LIMIT)
             response = await self._list_page(runtime, offset, limit)
         except HttpError as exc:
             response = error_response(exc.status, exc.msg)
+        finally:
+            runtime.request_finished()
         runtime.record_list(offset, limit, response.status)
         return response
 
@@ -676,6 +697,15 @@ class DemoSource:
                 "dropped": runtime.log_dropped,
             }
         )
+
+    async def get_in_flight(self, request: Request) -> Response:
+        """Answer ``GET /admin/tasks/{task}/in_flight``: the task's data requests (count and list) being answered
+        now, and the most that were at once since the task was created or its request log cleared.
+
+        :return: ``{"in_flight": n, "peak": most}``.
+        """
+        runtime = self._task(request.task_id)
+        return json_response({"in_flight": runtime.in_flight, "peak": runtime.peak_in_flight})
 
     async def delete_requests(self, request: Request) -> Response:
         """Clear the request log: ``DELETE /admin/tasks/{task}/requests``.

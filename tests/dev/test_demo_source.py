@@ -669,6 +669,28 @@ def test_request_log_clears_on_delete(client: SyncClient) -> None:
     }
 
 
+def test_in_flight_counts_the_data_requests_being_answered_and_keeps_their_peak(source: DemoSource) -> None:
+    async def three_at_once_then_one() -> list[dict[str, int]]:
+        transport = httpx.ASGITransport(app=source)
+        async with httpx.AsyncClient(transport=transport, base_url="http://demo") as client:
+            await client.put("/admin/tasks/t/faults", json={"latency_ms": 50})
+            pages = [client.get("/api/t/list", params={"offset": i, "limit": 1}) for i in range(2)]
+            answers = await asyncio.gather(*pages, client.get("/api/t/count"))
+            assert [r.status_code for r in answers] == [200, 200, 200]
+            seen = [(await client.get("/admin/tasks/t/in_flight")).json()]
+            await client.delete("/admin/tasks/t/requests")
+            seen.append((await client.get("/admin/tasks/t/in_flight")).json())
+            await client.get("/api/t/list", params={"offset": 0, "limit": 1})
+            seen.append((await client.get("/admin/tasks/t/in_flight")).json())
+            return seen
+
+    after_three, after_clear, after_one = asyncio.run(three_at_once_then_one())
+
+    assert after_three == {"in_flight": 0, "peak": 3}, "list and count requests overlapped in their latency"
+    assert after_clear == {"in_flight": 0, "peak": 0}, "clearing the request log starts a new peak"
+    assert after_one == {"in_flight": 0, "peak": 1}
+
+
 def test_request_log_only_counts_past_its_cap(client: SyncClient, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(app_module, "REQUEST_LOG_CAP", 3)
     for _ in range(5):
@@ -773,6 +795,7 @@ ADMIN_CALLS = [
     ("PUT", "/admin/tasks/t/faults", {"error_rate": 0.0}),
     ("GET", "/admin/tasks/t/requests", None),
     ("DELETE", "/admin/tasks/t/requests", None),
+    ("GET", "/admin/tasks/t/in_flight", None),
     ("GET", "/admin/tasks/t/truth?ref=2026-11-20T00:00:00%2B00:00&days=1", None),
 ]
 

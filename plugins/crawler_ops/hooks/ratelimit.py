@@ -21,6 +21,12 @@ No wait for a slot outlives a request's deadline: PostgreSQL hands out no slot f
 than ``max_retry_after_s + deadline_s`` (stored by a version without the cap) is pulled back to that by the next
 statement: it heals instead of failing every task on the connection.
 
+The pacing row is read on a PostgreSQL connection of the process's own: a connection lost (a server restart, a
+terminated backend) is replaced within the same request. A row lock held longer than :data:`LOCK_TIMEOUT_MS`, or a
+statement running longer than :data:`STATEMENT_TIMEOUT_MS`, fails the request at once with
+:class:`~crawler_ops.errors.StatusTableError` naming the task and the source (the chunk fails, its batches in flight
+go back for the next attempt) instead of stalling every fetch thread of the process.
+
 ``max_in_flight`` bounds the requests in flight at once: within a process by a semaphore shared by every hook on the
 connection, across processes by the connection's Airflow pool (:mod:`crawler_ops.ops.pools`), in which each chunk and
 plan holds as many slots as it keeps requests in flight.
@@ -60,6 +66,8 @@ CUT_EVERY_S = 1.0
 #: A round trip waits at most this long for the source's row lock, and runs at most this long.
 LOCK_TIMEOUT_MS = 10_000
 STATEMENT_TIMEOUT_MS = 30_000
+#: What PostgreSQL raises when one of them fires: the request fails at once, on the same connection.
+TIMEOUTS = (psycopg.errors.LockNotAvailable, psycopg.errors.QueryCanceled)
 
 
 @dataclass(frozen=True)
@@ -149,11 +157,15 @@ class SourceRateStore:
         try:
             try:
                 row = self.db.execute(read_sql(f"ratelimit/{name}"), params).fetchone()
+            except TIMEOUTS:  # the connection is fine: another try would only wait as long again
+                raise
             except psycopg.OperationalError:  # a connection lost (a server restart): once more on a new one
                 row = None
             if row is None:  # or the row was deleted meanwhile: it starts again as on first use
                 self.close()
                 row = self.db.execute(read_sql(f"ratelimit/{name}"), params).fetchone()
+        except TIMEOUTS as exc:
+            raise StatusTableError(timed_out(source.conn_id, exc)) from exc
         except psycopg.Error as exc:
             self.close()
             raise StatusTableError(f"PostgreSQL failed: {exc}") from exc
@@ -176,6 +188,18 @@ class SourceRateStore:
             recovery_s=self.source.rate_recovery_s,
         )
         return float(rate), bool(cut)
+
+
+def timed_out(conn_id: str, exc: psycopg.Error) -> str:
+    """What a lock or statement timeout on the pacing row of ``conn_id`` means."""
+    if isinstance(exc, psycopg.errors.LockNotAvailable):
+        why = (
+            f"its row in crawler_ops.source_rate stayed locked longer than {LOCK_TIMEOUT_MS / 1000:g}s (lock_timeout): "
+            "another session holds it"
+        )
+    else:
+        why = f"a statement on its row ran longer than {STATEMENT_TIMEOUT_MS / 1000:g}s (statement_timeout)"
+    return f"PostgreSQL gave up on the pacing of source '{conn_id}': {why} ({exc.diag.message_primary or exc})"
 
 
 class SourceLimiter:

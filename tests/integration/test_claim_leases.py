@@ -1,0 +1,138 @@
+"""Crawl batch claims and their leases on the real PostgreSQL (``crawler_ops.batch_status`` through
+:class:`crawler_ops.hooks.batches.BatchRows`), each worker on a connection of its own as chunks are.
+
+A claim holds for ``claim_lease_s`` from its start time. Another run may take it over only once that has passed; the
+worker that held it may then neither renew nor complete nor fail it (the claim token fences it). A later try of the
+same worker (same run and map index) takes its own earlier claim at once, and only its own. A lease lapses here by
+moving the claim's start time back, as the passing of time would, so no test waits for a clock.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import psycopg
+import pytest
+
+from crawler_ops.hooks.batches import BatchRows
+from crawler_ops.hooks.db import create_schema
+from crawler_ops.planning import Batch
+
+pytestmark = pytest.mark.integration
+
+LEASE_S = 60
+FIRST, SECOND = Batch(0, 100), Batch(100, 200)
+
+
+class Worker:
+    """One chunk attempt: its claim owner (``run_id|map_index``) and token, on a connection of its own; each call is
+    a transaction of its own."""
+
+    def __init__(self, pg_uri: str, rows: BatchRows, run_id: str, map_index: int, try_number: int = 1) -> None:
+        self.conn = psycopg.connect(pg_uri)
+        self.rows = rows
+        self.owner = f"{run_id}|{map_index}"
+        self.token = f"{self.owner}|{try_number}|{uuid.uuid4().hex[:12]}"
+
+    def call(self, name: str, batch: Batch, *args: Any) -> Any:
+        with self.conn.transaction(), self.conn.cursor() as cur:
+            return getattr(self.rows, name)(cur, batch, *args)
+
+    def claim(self, batch: Batch) -> bool:
+        return bool(self.call("claim", batch, self.owner, self.token, LEASE_S))
+
+    def renew(self, batch: Batch) -> bool:
+        return bool(self.call("renew", batch, self.token))
+
+    def complete(self, batch: Batch) -> bool:
+        return bool(self.call("complete", batch, self.token))
+
+    def fail(self, batch: Batch, error: str) -> None:
+        self.call("release", batch, self.token, error, 3)
+
+
+@pytest.fixture
+def batch_rows(pg_uri: str, unique_id: str) -> Iterator[BatchRows]:
+    """A task's two pending batch rows, [0, 100) and [100, 200); removed afterwards."""
+    rows = BatchRows(unique_id)
+    with psycopg.connect(pg_uri) as conn, conn.transaction(), conn.cursor() as cur:
+        create_schema(cur)
+        rows.insert(cur, [FIRST, SECOND], "planning-run")
+    yield rows
+    with psycopg.connect(pg_uri, autocommit=True) as conn:
+        conn.execute("DELETE FROM crawler_ops.batch_status WHERE task_name = %s", (unique_id,))
+
+
+@pytest.fixture
+def workers(pg_uri: str, batch_rows: BatchRows) -> Iterator[list[Worker]]:
+    made: list[Worker] = []
+    yield made
+    for worker in made:
+        worker.conn.close()
+
+
+def row(pg_uri: str, task: str, batch: Batch) -> dict[str, Any]:
+    with psycopg.connect(pg_uri) as conn:
+        cur = conn.execute(
+            "SELECT status, claim_token, attempts, last_error FROM crawler_ops.batch_status"
+            " WHERE task_name = %s AND id = %s",
+            (task, batch.lo),
+        )
+        values = cur.fetchone()
+        assert values is not None and cur.description is not None
+        return dict(zip([c.name for c in cur.description], values, strict=True))
+
+
+def claimed_since(pg_uri: str, task: str, batch: Batch, seconds: int) -> None:
+    """Move the claim of ``batch`` back to ``seconds`` before now, as if it had been made that long ago."""
+    with psycopg.connect(pg_uri) as conn:
+        moved = conn.execute(
+            "UPDATE crawler_ops.batch_status SET start_time = now() - make_interval(secs => %s)"
+            " WHERE task_name = %s AND id = %s AND status = 1 RETURNING id",
+            (seconds, task, batch.lo),
+        ).fetchall()
+    assert moved == [(batch.lo,)], f"{batch} is not claimed"
+
+
+def test_a_lapsed_claim_is_taken_over_by_another_run_and_its_old_holder_cannot_renew_complete_or_fail_it(
+    pg_uri, unique_id, batch_rows, workers
+):
+    old = Worker(pg_uri, batch_rows, "old-run", 0)
+    new = Worker(pg_uri, batch_rows, "new-run", 0)
+    workers += [old, new]
+    assert old.claim(FIRST)
+
+    assert not new.claim(FIRST), "a live claim of another run is not taken"
+    claimed_since(pg_uri, unique_id, FIRST, LEASE_S - 1)
+    assert not new.claim(FIRST), "nor one whose lease has a second left"
+    assert old.renew(FIRST), "a claim no one took over is renewed, even late"
+    claimed_since(pg_uri, unique_id, FIRST, LEASE_S + 1)
+    assert new.claim(FIRST), "a claim whose lease lapsed is taken over"
+
+    assert not old.renew(FIRST), "the old holder learns it lost the claim"
+    assert not old.complete(FIRST), "and cannot mark the batch done"
+    old.fail(FIRST, "the old holder failed")
+    taken = row(pg_uri, unique_id, FIRST)
+    assert taken == {"status": 1, "claim_token": new.token, "attempts": 0, "last_error": None}, "nor fail it"
+
+    assert new.complete(FIRST)
+    assert row(pg_uri, unique_id, FIRST)["status"] == 2
+    assert not old.claim(FIRST), "a done batch is never claimed again"
+
+
+def test_a_later_try_of_a_worker_takes_its_own_live_claim_at_once_and_never_another_chunks(
+    pg_uri, unique_id, batch_rows, workers
+):
+    chunk_1 = Worker(pg_uri, batch_rows, "run", 1)
+    chunk_10 = Worker(pg_uri, batch_rows, "run", 10)
+    retry_1 = Worker(pg_uri, batch_rows, "run", 1, try_number=2)
+    workers += [chunk_1, chunk_10, retry_1]
+    assert chunk_1.claim(FIRST) and chunk_10.claim(SECOND)
+
+    assert retry_1.claim(FIRST), "its own earlier try cannot still be running: its claim is taken at once"
+    assert not retry_1.claim(SECOND), "chunk 10's live claim is not chunk 1's, though 'run|10' starts with 'run|1'"
+
+    assert not chunk_1.complete(FIRST), "the earlier try is fenced off"
+    assert retry_1.complete(FIRST) and chunk_10.complete(SECOND)
