@@ -18,7 +18,7 @@ from typing import Any, TypeVar
 
 from crawler_ops.config import config_reference, config_schema, load_config
 from crawler_ops.errors import ConfigError, StatusTableError
-from crawler_ops.migration.old_status import BIGINT_MAX, ImportFileError
+from crawler_ops.migration.old_status import BIGINT_MAX, ImportFileError, read_old_status
 from crawler_ops.terminal import json_terminal_safe, terminal_safe
 
 T = TypeVar("T")
@@ -125,31 +125,47 @@ def services_down(args: argparse.Namespace) -> list[str]:
         return []
     loaded = load_config()
     tasks, executors = list(loaded.tasks), list(loaded.executors)
+    if args.command == "import-progress":
+        # Only the databases of the rows it would import; a file it cannot read is reported first.
+        named = {row.task_id for row in read_old_status(args.file)[0]}
+        tasks, executors = [t for t in tasks if t.id in named], []
     if args.command == "skip-batch" or (args.command == "status" and args.task):
         tasks, executors = [t for t in tasks if t.id == args.task], []
     if args.command == "unpark" or (args.command == "status" and args.executor):
         tasks, executors = [], [e for e in executors if e.name == args.executor]
-    down = with_connections(
-        lambda: postgres_down([*(t.postgres_conn_id for t in tasks), *(e.postgres_conn_id for e in executors)])
-    )
+    users = [(t.postgres_conn_id, t.id) for t in tasks] + [(e.postgres_conn_id, e.name) for e in executors]
+    if args.command == "status":  # a connection the environment does not define is shown on the report's rows
+        users = [(conn_id, user) for conn_id, user in users if defined(conn_id)]
+    down = with_connections(lambda: postgres_down(users))
     if args.command == "status" and not args.no_live:
-        down += with_connections(lambda: kafka_down([t.kafka.conn_id for t in tasks]))
+        down += with_connections(lambda: kafka_down([t.kafka.conn_id for t in tasks if defined(t.kafka.conn_id)]))
     return down
 
 
-def postgres_down(conn_ids: Sequence[str]) -> list[str]:
+def defined(conn_id: str) -> bool:
+    from airflow.sdk import BaseHook
+    from airflow.sdk.exceptions import AirflowNotFoundException
+
+    try:
+        BaseHook.get_connection(conn_id)
+    except AirflowNotFoundException:
+        return False
+    return True
+
+
+def postgres_down(users: Sequence[tuple[str, str]]) -> list[str]:
+    """Connect once to each crawler database of ``users`` (connection id, the task or executor using it)."""
     from crawler_ops.hooks.db import CrawlerDbHook
 
     down = []
-    for conn_id in sorted(set(conn_ids)):
-        hook = CrawlerDbHook(conn_id, "crawler-ops")
+    for conn_id, user in sorted(dict(reversed(users)).items()):
+        hook = CrawlerDbHook(conn_id, user)
         try:
             hook.db.execute("SELECT 1")
-        except (StatusTableError, OSError) as exc:
-            cause = " ".join(str(exc.__cause__ or exc).split())
+        except StatusTableError as exc:
             down.append(
-                f"PostgreSQL (connection '{conn_id}') is unreachable ({cause}); start PostgreSQL or point the "
-                f"connection at it (AIRFLOW_CONN_{conn_id.upper()} or 'airflow connections add'), then run this again"
+                f"{' '.join(str(exc).split())}; PostgreSQL is unreachable: start it or point the connection at it "
+                f"(AIRFLOW_CONN_{conn_id.upper()} or 'airflow connections add'), then run this again"
             )
         finally:
             hook.close()

@@ -55,7 +55,8 @@ def run_cli(args: list[str], positions: Path, **env: str) -> subprocess.Complete
 def positions(tmp_path: Path) -> Path:
     """An old crawler service's status export with one task of the config."""
     path = tmp_path / "old_status.json"
-    path.write_text(json.dumps([{"task_id": "jobs_beijing", "watermark": 100}]))
+    row = {"task_id": "jobs_beijing", "total": 100, "last_start_offset": 50, "status": "stopped"}
+    path.write_text(json.dumps([row | {"filtered_count": 5, "produced_count": 5}]))
     return path
 
 
