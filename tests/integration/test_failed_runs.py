@@ -111,3 +111,38 @@ def test_a_commit_refused_by_a_postgresql_constraint_fails_the_run_record_with_t
     assert any(error.startswith("commit: ") for error in record["errors"]), record["errors"]
     assert record["fetched"] == 300, "the chunks crawled; only the commit failed"
     assert watermark(pg_uri, unique_id) is None
+
+
+def test_a_failed_dag_test_run_left_running_is_closed_by_the_listener_before_its_process_exits(
+    source, pg_uri, unique_id, use_config
+):
+    """`airflow dags test` exits as soon as its run failed: the listener's close must not be left to a thread the
+    exit kills. A run whose commit never closed its record (planned, then the run failed) is the case."""
+    from crawler_ops.crawl.plan import plan_run
+    from crawler_ops.crawl.run import RunContext, RunParams
+
+    source.create(unique_id, total=300, ref=REF, in_window_share=1.0)
+    cfg = make_task(unique_id)
+    use_config(cfg)
+    run_id = "manual__listener-closes"
+    plan_run(RunContext(cfg=cfg, run_id=run_id, ref=REF, params=RunParams()))
+    assert run_record(pg_uri, unique_id)["status"] == "running"
+    # What dag.test() calls in its own process when the run fails, then the process ends.
+    script = (
+        "import sys\n"
+        "from types import SimpleNamespace\n"
+        "from airflow.utils.types import DagRunTriggeredByType\n"
+        "from crawler_ops.ops import listener\n"
+        "run = SimpleNamespace(dag_id=sys.argv[1], run_id=sys.argv[2], triggered_by=DagRunTriggeredByType.TEST)\n"
+        "listener.on_dag_run_failed(dag_run=run, msg='task_failure')\n"
+    )
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO / "plugins"), str(REPO)])}
+    done = subprocess.run(
+        [sys.executable, "-c", script, cfg.dag_id, run_id], env=env, capture_output=True, text=True, timeout=300
+    )
+
+    assert done.returncode == 0, done.stderr[-3000:]
+    record = run_record(pg_uri, unique_id)
+    assert record["status"] == "failed", f"the record was left {record['status']} when the process exited"
+    assert record["errors"] == ["the DAG run failed without a commit: task_failure"]
+    assert last_run_shown(unique_id)["last_error"] == "the DAG run failed without a commit: task_failure"
