@@ -18,7 +18,7 @@ from typing import Any, TypeVar
 
 from crawler_ops.config import config_reference, config_schema, load_config
 from crawler_ops.errors import ConfigError, StatusTableError
-from crawler_ops.migration.old_status import BIGINT_MAX, ImportFileError
+from crawler_ops.migration.old_status import BIGINT_MAX, ImportFileError, read_old_status
 from crawler_ops.terminal import json_terminal_safe, terminal_safe
 
 T = TypeVar("T")
@@ -87,6 +87,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         sys.stdout.write(config_reference())
         return 0
     try:
+        down = services_down(args)
+        if down and args.command != "status":  # status still prints what it can read, then fails
+            return report_down(down)
         if args.command == "skip-batch":
             return skip_batch(args.task, args.offset)
         if args.command == "validate":
@@ -99,10 +102,113 @@ def main(argv: Sequence[str] | None = None) -> int:
             return run_import(args.file, args.apply, args.force)
         if args.command == "pools":
             return run_pools(args.config, args.apply)
-        return run_status(args)
+        code = run_status(args)
+        return report_down(down) if down and code == 0 else code
     except (ConfigError, ImportFileError, StatusTableError) as exc:
         say(f"error: {exc}", error=True)
         return 2
+
+
+def report_down(down: Sequence[str]) -> int:
+    for problem in down:
+        say(f"error: {problem}", error=True)
+    return 2
+
+
+def services_down(args: argparse.Namespace) -> list[str]:
+    """The services the command needs that do not answer, each named with what to do about it: PostgreSQL
+    (the crawler database of the tasks and executors it reads or writes), Kafka (a live status) and Airflow's
+    metadata database (``pools --apply``)."""
+    if args.command == "pools":
+        return [] if not args.apply else metadata_db_down()
+    if args.command not in ("status", "skip-batch", "unpark", "import-progress"):
+        return []
+    loaded = load_config()
+    tasks, executors = list(loaded.tasks), list(loaded.executors)
+    if args.command == "import-progress":
+        # Only the databases of the rows it would import; a file it cannot read is reported first.
+        named = {row.task_id for row in read_old_status(args.file)[0]}
+        tasks, executors = [t for t in tasks if t.id in named], []
+    if args.command == "skip-batch" or (args.command == "status" and args.task):
+        tasks, executors = [t for t in tasks if t.id == args.task], []
+    if args.command == "unpark" or (args.command == "status" and args.executor):
+        tasks, executors = [], [e for e in executors if e.name == args.executor]
+    users = [(t.postgres_conn_id, t.id) for t in tasks] + [(e.postgres_conn_id, e.name) for e in executors]
+    if args.command == "status":  # a connection the environment does not define is shown on the report's rows
+        users = [(conn_id, user) for conn_id, user in users if defined(conn_id)]
+    down = with_connections(lambda: postgres_down(users))
+    if args.command == "status" and not args.no_live:
+        down += with_connections(lambda: kafka_down([t.kafka.conn_id for t in tasks if defined(t.kafka.conn_id)]))
+    return down
+
+
+def defined(conn_id: str) -> bool:
+    from airflow.sdk import BaseHook
+    from airflow.sdk.exceptions import AirflowNotFoundException
+
+    try:
+        BaseHook.get_connection(conn_id)
+    except AirflowNotFoundException:
+        return False
+    return True
+
+
+def postgres_down(users: Sequence[tuple[str, str]]) -> list[str]:
+    """Connect once to each crawler database of ``users`` (connection id, the task or executor using it)."""
+    from crawler_ops.hooks.db import CrawlerDbHook
+
+    down = []
+    for conn_id, user in sorted(dict(reversed(users)).items()):
+        hook = CrawlerDbHook(conn_id, user)
+        try:
+            hook.db.execute("SELECT 1")
+        except StatusTableError as exc:
+            down.append(
+                f"{' '.join(str(exc).split())}; PostgreSQL is unreachable: start it or point the connection at it "
+                f"(AIRFLOW_CONN_{conn_id.upper()} or 'airflow connections add'), then run this again"
+            )
+        finally:
+            hook.close()
+    return down
+
+
+KAFKA_PROBE_TIMEOUT_S = 10.0
+
+
+def kafka_down(conn_ids: Sequence[str]) -> list[str]:
+    from confluent_kafka import KafkaException
+
+    from crawler_ops.hooks.producer import IdempotentProducerHook
+
+    down = []
+    for conn_id in sorted(set(conn_ids)):
+        config = IdempotentProducerHook(conn_id).client_config()
+        try:
+            IdempotentProducerHook(conn_id).admin().list_topics(timeout=KAFKA_PROBE_TIMEOUT_S)
+        except KafkaException as exc:
+            down.append(
+                f"Kafka (connection '{conn_id}', bootstrap.servers {config.get('bootstrap.servers')}) is unreachable ("
+                f"{exc.args[0].str() if exc.args and hasattr(exc.args[0], 'str') else exc}); start Kafka or point "
+                f"the connection at it (AIRFLOW_CONN_{conn_id.upper()}), or run status with --no-live"
+            )
+    return down
+
+
+def metadata_db_down() -> list[str]:
+    from airflow.utils.session import create_session
+    from sqlalchemy import text
+    from sqlalchemy.exc import SQLAlchemyError
+
+    try:
+        with create_session() as session:
+            session.execute(text("SELECT 1"))
+    except SQLAlchemyError as exc:
+        cause = " ".join(str(getattr(exc, "orig", None) or exc).split())
+        return [
+            f"Airflow's metadata database is unreachable ({cause}); start it or point "
+            "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN at it, then run this again"
+        ]
+    return []
 
 
 def run_validate(path: Path | None) -> int:
@@ -263,6 +369,8 @@ def render_text(report: Mapping[str, Any]) -> str:
                 f"{run['planned']} fetched {run['fetched']} kept {run['kept']} published {run['published']} "
                 f"expired {run['expired']} dead-lettered {run['dead_lettered']} errors {run['errors']}"
             )
+            if run.get("last_error"):
+                lines.append(f"  last run's error: {run['last_error']}")
         errors = row.get("errors_24h") or {}
         if errors.get("records") or errors.get("batches"):
             counts = f"{errors['records']} records, {errors['batches']} batch/plan"

@@ -144,12 +144,11 @@ class ProcessCaller:
             write_frame(self.outbox, (row.values, row.id))
             return read_frame(self.inbox)  # type: ignore[no-any-return]
         except udf.FunctionLoadError as exc:
-            return str(exc)
+            return f"row {row.id}: a new child process could not load the function: {exc}"
         except (EOFError, OSError, pickle.PickleError) as exc:
             code = self.stop()
-            return (
-                f"the child process running the function ended during the call ({type(exc).__name__}, exit code {code})"
-            )
+            how = f"{ended(code)} ({type(exc).__name__})"
+            return f"row {row.id}: the child process running the function ended during the call: it {how}"
 
     def abort(self) -> None:
         """Kill the child's process group (its call outlived the timeout or lost its lease): the child and
@@ -187,6 +186,16 @@ class ProcessCaller:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(proc.pid, signal.SIGKILL)
             return proc.wait()
+
+
+def ended(code: int | None) -> str:
+    """How a child process ended, from its exit code (negative: the signal that killed it)."""
+    if code is not None and code < 0:
+        try:
+            return f"was killed by {signal.Signals(-code).name}"
+        except ValueError:
+            return f"was killed by signal {-code}"
+    return f"exited with exit code {code}"
 
 
 def run_calls(book: LeaseBook, generation: int, caller: Caller) -> None:

@@ -31,7 +31,7 @@ def load_function(path: str) -> UserFunction:
     module_name, _, attribute = path.rpartition(".")
     try:
         function = getattr(importlib.import_module(module_name), attribute)
-    except (ImportError, AttributeError) as exc:
+    except Exception as exc:  # whatever the module raises while importing is why it cannot load
         raise FunctionLoadError(f"function '{path}' cannot be imported: {type(exc).__name__}: {exc}") from exc
     if not callable(function):
         raise FunctionLoadError(f"function '{path}' is not callable")

@@ -30,7 +30,7 @@ from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
 
 from crawler_ops.config import CrawlTaskConfig
 from crawler_ops.crawl.run import RunContext, pulled_results
-from crawler_ops.operators.failures import crawler_cause, no_retry_for_permanent_errors
+from crawler_ops.operators.failures import crawler_cause, keep_error_on_run, no_retry_for_permanent_errors
 from crawler_ops.operators.lineage import CrawlLineage, ReportsLineage
 from crawler_ops.planning import ChunkPlan
 from crawler_ops.telemetry.notify import notify_run
@@ -128,7 +128,11 @@ class CrawlChunkOperator(ReportsLineage, CrawlStepOperator):
         context["chunk_label"] = chunk.label  # type: ignore[typeddict-unknown-key]
         run = self.run_of(context)
         self.lineage = CrawlLineage(self.crawl, publishes=not run.params.dry_run)
-        return no_retry_for_permanent_errors(lambda: crawl_chunk(run, chunk))
+        try:
+            return no_retry_for_permanent_errors(lambda: crawl_chunk(run, chunk))
+        except Exception as exc:
+            keep_error_on_run(run, f"crawl_chunk {chunk.label}", exc)
+            raise
 
 
 class CommitCrawlOperator(CrawlStepOperator):
@@ -158,7 +162,7 @@ class CommitCrawlOperator(CrawlStepOperator):
         self.chunk_task_id = chunk_task_id
 
     def execute(self, context: Context) -> dict[str, Any]:
-        from crawler_ops.crawl.commit import commit_run, failed_plan_summary, notify_commit_crash
+        from crawler_ops.crawl.commit import close_abandoned_run, commit_run, failed_plan_summary, notify_commit_crash
 
         cfg, ti = self.crawl, context["ti"]
         planned = ti.xcom_pull(task_ids=self.plan_task_id)
@@ -170,6 +174,12 @@ class CommitCrawlOperator(CrawlStepOperator):
             )
             raise
         if planned is None:
+            # A plan that failed after opening the run record, and could not close it, left it 'running'.
+            try:
+                if not run.params.dry_run:
+                    close_abandoned_run(cfg, run.run_id, "plan: the plan task did not finish; see its log")
+            except Exception:  # the run fails below either way
+                log.exception("task %s: could not close the run record of the failed plan", cfg.id)
             summary = failed_plan_summary(run)
             notify_run(cfg.notify, cfg.id, "failure", summary.to_dict())
             # Fail, not skip: a skipped leaf would mark the whole run successful.

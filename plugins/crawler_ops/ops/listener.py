@@ -49,10 +49,20 @@ def ensure_pool(dag_id: str) -> None:
 @hookimpl
 def on_dag_run_failed(dag_run: Any, msg: str) -> None:
     dag_id, run_id = str(dag_run.dag_id), str(dag_run.run_id)
-    if dag_id.startswith("crawl_"):
-        threading.Thread(
-            target=close_run, args=(dag_id, run_id, msg), name=f"crawler_ops-{dag_id}", daemon=True
-        ).start()
+    if not dag_id.startswith("crawl_"):
+        return
+    if run_by_dag_test(dag_run):
+        # `airflow dags test` exits as soon as the run ends, which would kill a daemon thread mid-close: the
+        # process runs nothing else, so close the record before returning.
+        close_run(dag_id, run_id, msg)
+        return
+    threading.Thread(target=close_run, args=(dag_id, run_id, msg), name=f"crawler_ops-{dag_id}", daemon=True).start()
+
+
+def run_by_dag_test(dag_run: Any) -> bool:
+    """Whether ``dag_run`` is run by ``dag.test()`` (``airflow dags test``), in the process that reports it."""
+    triggered_by = getattr(dag_run, "triggered_by", None)
+    return getattr(triggered_by, "value", triggered_by) == "test"
 
 
 def close_run(dag_id: str, run_id: str, msg: str) -> None:

@@ -56,6 +56,7 @@ RUN_FIELDS = (
     "planned",
     *RECORD_COUNTERS,
     "errors",
+    "last_error",  # the newest of the run's errors: why a failed run failed
 )
 
 
@@ -204,7 +205,7 @@ def stored_status(cfg: CrawlTaskConfig) -> dict[str, Any]:
     return {
         **{k: iso(v) for k, v in progress.items()},
         "batches": {STATUS_NAMES.get(int(k), str(k)): int(v) for k, v in view["batches"].items()},
-        "last_run": {k: iso(last_run[k]) for k in RUN_FIELDS} if last_run else None,
+        "last_run": {k: iso(last_run.get(k)) for k in RUN_FIELDS} if last_run else None,
         "errors_24h": view["errors"] or {},
         "parked": [parked.describe() for parked in view["parked"]],
     }
