@@ -393,4 +393,5 @@ def publisher_for(run: RunContext, batches: Sequence[Batch], ledger: Ledger) -> 
         generations = ledger.generations(batches)
         markers = MarkerLog(hook.client_config(), cfg.marker_topic, cfg.id, run.run_id, generations)
     tid = transactional_id(cfg.id, batches, None if run.uses_status_table else run.run_id)
-    return TransactionalPublisher(hook.transactional_producer(tid), cfg.kafka.topic, cfg.id, markers)
+    producer = hook.transactional_producer(tid)
+    return TransactionalPublisher(producer, cfg.kafka.topic, cfg.id, markers, holds=ledger.renew)

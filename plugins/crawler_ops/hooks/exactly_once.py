@@ -10,8 +10,11 @@ consumers and is produced again.
 Fencing: the transactional id is stable per chunk (``crawler_ops.<task>.<lo>-<hi>``), so a retry of the chunk,
 or another run that planned the same chunk, fences the earlier attempt in Kafka (its transaction is aborted and
 it can produce no more); any other overlap is excluded by the batch claims, renewed before each batch is
-produced. A marker counts only for the batch row it was written for (``generation``: the run that created the
-row), so after a reset the same offsets are crawled and published again.
+produced and again just before its transaction commits: a worker that stopped past its lease (a pause, not a
+crash) while another run, whose plan has other chunks and so another transactional id, took its batch aborts the
+transaction instead of committing the batch a second time. A marker counts only for the batch row it was written
+for (``generation``: the run that created the row), so after a reset the same offsets are crawled and published
+again.
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ import json
 import threading
 import time
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from contextlib import suppress
 from typing import Any
 
@@ -143,6 +146,8 @@ class TransactionalPublisher(KafkaPublisher):
     :param producer: a producer with a ``transactional.id``; its transactions are initialised here, which
         fences every earlier producer with that id and aborts its open transaction.
     :param markers: the task's markers (None for replays and backfills, which re-publish by design).
+    :param holds: whether this worker still holds a batch's claim (renewing it), asked before its transaction
+        commits; None: batches are not claimed.
     """
 
     def __init__(
@@ -152,9 +157,11 @@ class TransactionalPublisher(KafkaPublisher):
         task_label: str,
         markers: MarkerLog | None,
         flush_timeout: float = 120.0,
+        holds: Callable[[Batch], bool] | None = None,
     ) -> None:
         super().__init__(producer, topic, task_label, flush_timeout)
         self.markers = markers
+        self.holds = holds
         self._open = False
         try:
             producer.init_transactions(flush_timeout)
@@ -186,6 +193,7 @@ class TransactionalPublisher(KafkaPublisher):
         self._open = False
         try:
             self.check_delivered(self.producer.flush(self.flush_timeout))
+            self.check_held()
             self.producer.commit_transaction(self.flush_timeout)
         except DeliveryError:
             self.abort()
@@ -199,6 +207,16 @@ class TransactionalPublisher(KafkaPublisher):
                 "producer means a newer attempt of this chunk took over)."
             ) from exc
         return self._to_topic
+
+    def check_held(self) -> None:
+        """Raise DeliveryError when the batch's claim was taken over (the transaction is then aborted)."""
+        if self.holds is None or self._batch is None or self.holds(self._batch):
+            return
+        raise DeliveryError(
+            f"task {self.task_label}: the batch at {self.where} is no longer claimed by this worker (its lease expired "
+            "and another worker took it); its Kafka transaction is aborted, so nothing of it is visible to "
+            "read_committed consumers"
+        )
 
     def abort(self) -> None:
         with suppress(KafkaException):
