@@ -381,16 +381,16 @@ def crawl_chunk(run: RunContext, payload: ChunkPlan) -> dict[str, Any]:
 
 def publisher_for(run: RunContext, batches: Sequence[Batch], ledger: Ledger) -> Publisher:
     """Nothing for a dry run; the idempotent producer; or, for exactly-once delivery, Kafka transactions with the
-    batches' markers (replays and backfills re-publish by design: transactions without markers)."""
+    batches' markers (a replay's or backfill's own: it publishes its range once, however often it is retried)."""
     cfg = run.cfg
     if run.params.dry_run:
         return DryRunPublisher()
     hook = IdempotentProducerHook(cfg.kafka.conn_id)
     if cfg.kafka.delivery == "at_least_once":
         return KafkaPublisher(hook.get_producer(), cfg.kafka.topic, cfg.id)
-    markers = None
-    if run.uses_status_table:
-        generations = ledger.generations(batches)
-        markers = MarkerLog(hook.client_config(), cfg.marker_topic, cfg.id, run.run_id, generations)
+    generations = ledger.generations(batches)  # none for replays and backfills: their markers are their run's
+    per_run = not run.uses_status_table
+    markers = MarkerLog(hook.client_config(), cfg.marker_topic, cfg.id, run.run_id, generations, per_run=per_run)
     tid = transactional_id(cfg.id, batches, None if run.uses_status_table else run.run_id)
-    return TransactionalPublisher(hook.transactional_producer(tid), cfg.kafka.topic, cfg.id, markers)
+    producer = hook.transactional_producer(tid)
+    return TransactionalPublisher(producer, cfg.kafka.topic, cfg.id, markers, holds=ledger.renew)

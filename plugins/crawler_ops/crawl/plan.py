@@ -91,7 +91,7 @@ def ensure_topics(run: RunContext) -> None:
     admin = IdempotentProducerHook(kafka.conn_id).admin()
     for topic in filter(None, (kafka.topic, kafka.dead_letter_topic)):
         ensure_topic(admin, topic, kafka.partitions, kafka.replication_factor, kafka.create_topic, cfg.id)
-    if kafka.delivery == "exactly_once" and run.uses_status_table:
+    if kafka.delivery == "exactly_once":
         ensure_topic(
             admin, cfg.marker_topic, 1, kafka.replication_factor, kafka.create_topic, cfg.id, config=MARKER_TOPIC_CONFIG
         )

@@ -10,8 +10,13 @@ consumers and is produced again.
 Fencing: the transactional id is stable per chunk (``crawler_ops.<task>.<lo>-<hi>``), so a retry of the chunk,
 or another run that planned the same chunk, fences the earlier attempt in Kafka (its transaction is aborted and
 it can produce no more); any other overlap is excluded by the batch claims, renewed before each batch is
-produced. A marker counts only for the batch row it was written for (``generation``: the run that created the
-row), so after a reset the same offsets are crawled and published again.
+produced and again just before its transaction commits: a worker that stopped past its lease (a pause, not a
+crash) while another run, whose plan has other chunks and so another transactional id, took its batch aborts the
+transaction instead of committing the batch a second time. A marker counts only for the batch row it was written
+for (``generation``: the run that created the row), so after a reset the same offsets are crawled and published
+again. Replays and backfills take no claims and have no batch rows: their markers are their run's own (keyed by run
+and offset), so a retried or cleared replay or backfill run publishes each record of its range once, and a new run
+publishes the range again.
 """
 
 from __future__ import annotations
@@ -20,7 +25,7 @@ import json
 import threading
 import time
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from contextlib import suppress
 from typing import Any
 
@@ -45,6 +50,7 @@ class MarkerLog:
     :param run_id: the run writing markers.
     :param generations: batch start offset -> the run that created the batch row; markers of other rows do not count.
     :param timeout: seconds to read the markers before giving up.
+    :param per_run: the markers of this run only (replays and backfills, which have no batch rows).
     """
 
     def __init__(
@@ -55,38 +61,48 @@ class MarkerLog:
         run_id: str,
         generations: Mapping[int, str],
         timeout: float = 60.0,
+        per_run: bool = False,
     ) -> None:
         self.client_config = dict(client_config)
         self.topic, self.task_id, self.run_id = topic, task_id, run_id
         self.generations = dict(generations)
         self.timeout = timeout
-        self._markers: dict[int, dict[str, Any]] | None = None
+        self.per_run = per_run
+        self._markers: dict[str, dict[str, Any]] | None = None
         self._reading = threading.Lock()  # the fetch threads ask at once: the markers are read once
+
+    def key(self, batch: Batch) -> str:
+        """The marker's key: one per batch start offset (and run, for a run's own markers)."""
+        return f"{self.task_id}:{self.run_id}:{batch.lo}" if self.per_run else f"{self.task_id}:{batch.lo}"
+
+    def generation(self, batch: Batch) -> str | None:
+        """The batch row (the run that created it) whose marker counts; for a run's own markers, the run."""
+        return self.run_id if self.per_run else self.generations.get(batch.lo)
 
     def message(self, batch: Batch, counts: RunCounts) -> Message:
         value = {
             "task": self.task_id,
             "lo": batch.lo,
             "hi": batch.hi,
-            "generation": self.generations.get(batch.lo),
+            "generation": self.generation(batch),
             "run_id": self.run_id,
             "counts": counts.to_dict(),
         }
-        return Message(f"{self.task_id}:{batch.lo}".encode(), json.dumps(value).encode(), [], self.topic)
+        return Message(self.key(batch).encode(), json.dumps(value).encode(), [], self.topic)
 
     def delivered(self, batch: Batch) -> RunCounts | None:
         """The counts in ``batch``'s committed marker, when it has one written for its current row."""
         with self._reading:
             if self._markers is None:
                 self._markers = self.read()
-        marker = self._markers.get(batch.lo)
+        marker = self._markers.get(self.key(batch))
         if marker is None or marker.get("hi") != batch.hi:
             return None
-        if marker.get("generation") != self.generations.get(batch.lo):
+        if marker.get("generation") != self.generation(batch):
             return None
         return RunCounts.from_dict(marker.get("counts") or {})
 
-    def read(self) -> dict[int, dict[str, Any]]:
+    def read(self) -> dict[str, dict[str, Any]]:
         """Every committed marker of the task, read to the end of each partition (its last stable offset)."""
         consumer = Consumer(
             {
@@ -103,14 +119,14 @@ class MarkerLog:
         finally:
             consumer.close()
 
-    def _read(self, consumer: Consumer) -> dict[int, dict[str, Any]]:
+    def _read(self, consumer: Consumer) -> dict[str, dict[str, Any]]:
         deadline = time.monotonic() + self.timeout
         metadata = consumer.list_topics(self.topic, timeout=self.timeout).topics.get(self.topic)
         if metadata is None or metadata.error is not None:
             raise DeliveryError(f"task {self.task_id}: cannot read the marker topic '{self.topic}': {metadata}")
         open_partitions = set(metadata.partitions)
         consumer.assign([TopicPartition(self.topic, p, 0) for p in open_partitions])
-        markers: dict[int, dict[str, Any]] = {}
+        markers: dict[str, dict[str, Any]] = {}
         while open_partitions:
             if time.monotonic() > deadline:
                 raise DeliveryError(
@@ -129,11 +145,10 @@ class MarkerLog:
             key, value = message.key(), message.value()
             if key is None:
                 continue
-            lo = int(key.decode().rpartition(":")[2])
             if value is None:
-                markers.pop(lo, None)
+                markers.pop(key.decode(), None)
             else:
-                markers[lo] = json.loads(value)
+                markers[key.decode()] = json.loads(value)
         return markers
 
 
@@ -142,7 +157,9 @@ class TransactionalPublisher(KafkaPublisher):
 
     :param producer: a producer with a ``transactional.id``; its transactions are initialised here, which
         fences every earlier producer with that id and aborts its open transaction.
-    :param markers: the task's markers (None for replays and backfills, which re-publish by design).
+    :param markers: the task's markers, or the run's own (replays and backfills); None: no markers.
+    :param holds: whether this worker still holds a batch's claim (renewing it), asked before its transaction
+        commits; None: batches are not claimed.
     """
 
     def __init__(
@@ -152,16 +169,20 @@ class TransactionalPublisher(KafkaPublisher):
         task_label: str,
         markers: MarkerLog | None,
         flush_timeout: float = 120.0,
+        holds: Callable[[Batch], bool] | None = None,
     ) -> None:
         super().__init__(producer, topic, task_label, flush_timeout)
         self.markers = markers
+        self.holds = holds
         self._open = False
         try:
             producer.init_transactions(flush_timeout)
         except KafkaException as exc:
             raise DeliveryError(
-                f"task {task_label}: cannot start Kafka transactions: {exc}. Exactly-once delivery needs brokers with "
-                "the transaction state log (Kafka 0.11+, transaction.state.log.replication.factor within the cluster)"
+                f"task {task_label}: cannot start Kafka transactions: {exc}. Nothing was claimed or published; the "
+                "batches stay pending. Exactly-once delivery needs brokers with the transaction state log (Kafka "
+                "0.11+, transaction.state.log.replication.factor within the cluster) and a transaction.timeout.ms "
+                "(connection extra) within the brokers' transaction.max.timeout.ms"
             ) from exc
 
     def delivered(self, batch: Batch) -> RunCounts | None:
@@ -186,6 +207,7 @@ class TransactionalPublisher(KafkaPublisher):
         self._open = False
         try:
             self.check_delivered(self.producer.flush(self.flush_timeout))
+            self.check_held()
             self.producer.commit_transaction(self.flush_timeout)
         except DeliveryError:
             self.abort()
@@ -199,6 +221,16 @@ class TransactionalPublisher(KafkaPublisher):
                 "producer means a newer attempt of this chunk took over)."
             ) from exc
         return self._to_topic
+
+    def check_held(self) -> None:
+        """Raise DeliveryError when the batch's claim was taken over (the transaction is then aborted)."""
+        if self.holds is None or self._batch is None or self.holds(self._batch):
+            return
+        raise DeliveryError(
+            f"task {self.task_label}: the batch at {self.where} is no longer claimed by this worker (its lease expired "
+            "and another worker took it); its Kafka transaction is aborted, so nothing of it is visible to "
+            "read_committed consumers"
+        )
 
     def abort(self) -> None:
         with suppress(KafkaException):
