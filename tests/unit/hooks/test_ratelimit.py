@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import itertools
 import threading
-import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -201,15 +200,22 @@ def test_a_slot_the_shared_bucket_refused_fails_the_request_and_reserves_nothing
 def test_requests_in_flight_never_exceed_max_in_flight_across_threads():
     limiter = SourceLimiter(SourceConfig(conn_id="src", requests_per_s=None, max_in_flight=3), bucket=None)
     busy, peak, lock = [0], [0], threading.Lock()
+    # Each request waits inside its slot until three are in flight at once: four rounds of three for 12 requests,
+    # and a limiter letting in fewer than three never fills a round (the barrier breaks at its deadline).
+    full = threading.Barrier(3, timeout=30)
+    errors: list[BaseException] = []
 
     def call() -> None:
-        with limiter.request():
-            with lock:
-                busy[0] += 1
-                peak[0] = max(peak[0], busy[0])
-            time.sleep(0.02)
-            with lock:
-                busy[0] -= 1
+        try:
+            with limiter.request():
+                with lock:
+                    busy[0] += 1
+                    peak[0] = max(peak[0], busy[0])
+                full.wait()
+                with lock:
+                    busy[0] -= 1
+        except BaseException as exc:  # noqa: BLE001 - reported by the test below
+            errors.append(exc)
 
     threads = [threading.Thread(target=call) for _ in range(12)]
     for thread in threads:
@@ -217,6 +223,7 @@ def test_requests_in_flight_never_exceed_max_in_flight_across_threads():
     for thread in threads:
         thread.join()
 
+    assert errors == [], "three requests were never in flight at once"
     assert peak[0] == 3
 
 
