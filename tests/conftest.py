@@ -72,7 +72,14 @@ def pytest_configure(config: pytest.Config) -> None:
     for name in [n for n in os.environ if n.startswith(STACK_VARIABLE_PREFIXES)]:
         del os.environ[name]
     _private_home = tempfile.mkdtemp(prefix="crawler-ops-airflow-home-")
-    os.environ.update({"AIRFLOW_HOME": _private_home, "AIRFLOW__CORE__LOAD_EXAMPLES": "False"})
+    # No DAG file parse timeout: a parse's time depends on the machine's load, what it builds is what is tested.
+    os.environ.update(
+        {
+            "AIRFLOW_HOME": _private_home,
+            "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+            "AIRFLOW__CORE__DAGBAG_IMPORT_TIMEOUT": "0",
+        }
+    )
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:

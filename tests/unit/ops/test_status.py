@@ -164,7 +164,7 @@ class HeldStored:
     def __call__(self, cfg: CrawlTaskConfig) -> dict[str, Any]:
         self.started.set()
         self.release.wait(60)
-        return dict(STORED)
+        return json.loads(json.dumps(STORED))  # a copy: the row is changed in place
 
 
 def test_a_part_that_has_not_answered_by_the_reports_deadline_is_an_error_on_its_row(monkeypatch):
