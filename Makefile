@@ -49,17 +49,13 @@ airflow-down:
 demo: stack-up
 	$(BIN)/python dev/demo.py
 
-# The service-free tests (unit, DAG and dev tests) on TEST_WORKERS processes (pytest-xdist), then the integration
-# tests on INTEGRATION_WORKERS (0: in this process), the ones on Airflow's services together on one worker (see
-# tests/integration/conftest.py). Both in random order (pytest-randomly); each prints its seed: rerun a failure's
-# order with PYTEST_ARGS="-p randomly -p no:cacheprovider --randomly-seed=<seed>". Every part runs; the first
-# failing part's exit code is make's.
+# The whole suite in one session on TEST_WORKERS pytest-xdist workers (0: in this process), in random order
+# (pytest-randomly; the seed is printed at the top: rerun an order with PYTEST_ARGS="--randomly-seed=<seed>", or
+# PYTEST_ARGS="-p no:randomly" for file order). Tests share the stack's services, each in the session's namespace;
+# the tests on Airflow's services run on one worker, as the xdist group "airflow" (tests/integration/conftest.py).
 TEST_WORKERS ?= 2
-INTEGRATION_WORKERS ?= 2
 test: stack-up
-	$(BIN)/python -m pytest tests/unit tests/dags tests/dev -n $(TEST_WORKERS) $(PYTEST_ARGS); fast=$$?; \
-	$(BIN)/python -m pytest tests/integration -n $(INTEGRATION_WORKERS) --dist loadgroup $(PYTEST_ARGS); slow=$$?; \
-	exit $$(( fast ? fast : slow ))
+	$(BIN)/python -m pytest tests -n $(TEST_WORKERS) --dist loadgroup $(PYTEST_ARGS)
 
 test-unit: $(STAMP)
 	$(BIN)/python -m pytest tests/unit
