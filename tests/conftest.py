@@ -19,12 +19,13 @@ import shutil
 import subprocess
 import sys
 import tempfile
-import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
+
+from tests import namespace
 
 if TYPE_CHECKING:
     from crawler_ops.config import CrawlTaskConfig, ExecutorTaskConfig
@@ -71,7 +72,14 @@ def pytest_configure(config: pytest.Config) -> None:
     for name in [n for n in os.environ if n.startswith(STACK_VARIABLE_PREFIXES)]:
         del os.environ[name]
     _private_home = tempfile.mkdtemp(prefix="crawler-ops-airflow-home-")
-    os.environ.update({"AIRFLOW_HOME": _private_home, "AIRFLOW__CORE__LOAD_EXAMPLES": "False"})
+    # No DAG file parse timeout: a parse's time depends on the machine's load, what it builds is what is tested.
+    os.environ.update(
+        {
+            "AIRFLOW_HOME": _private_home,
+            "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+            "AIRFLOW__CORE__DAGBAG_IMPORT_TIMEOUT": "0",
+        }
+    )
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
@@ -79,6 +87,15 @@ def pytest_unconfigure(config: pytest.Config) -> None:
     os.environ.update(_saved_environ)
     if _private_home is not None:
         shutil.rmtree(_private_home, ignore_errors=True)
+
+
+def say(request: pytest.FixtureRequest, message: str) -> None:
+    """A line on the terminal, also while output is captured."""
+    reporter = request.config.pluginmanager.get_plugin("terminalreporter")
+    capture = request.config.pluginmanager.get_plugin("capturemanager")
+    if reporter is not None and capture is not None:
+        with capture.global_and_fixture_disabled():
+            reporter.write_line("\n" + message)
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -94,21 +111,13 @@ def airflow_metadata_cleanup(
         return
     from tests import airflow_cleanup
 
-    reporter = request.config.pluginmanager.get_plugin("terminalreporter")
-    capture = request.config.pluginmanager.get_plugin("capturemanager")
-
-    def say(message: str) -> None:
-        if reporter is not None and capture is not None:
-            with capture.global_and_fixture_disabled():
-                reporter.write_line("\n" + message)
-
     temp_root = tmp_path_factory.getbasetemp()
     stack_config = os.environ.get("CRAWLER_OPS_CONFIG")
     protected = airflow_cleanup.configured_dag_ids([Path(stack_config)] if stack_config else [])
     try:
         runs_after: int | None = airflow_cleanup.last_run_id()
     except Exception as exc:  # noqa: BLE001 - the metadata DB may not be up yet; DAGs are still cleaned
-        say(f"Airflow cleanup: cannot read the metadata DB now ({exc}); test runs of configured DAGs stay")
+        say(request, f"Airflow cleanup: cannot read the metadata DB now ({exc}); test runs of configured DAGs stay")
         runs_after = None
     yield
     try:
@@ -116,13 +125,48 @@ def airflow_metadata_cleanup(
             airflow_cleanup.session_dag_ids(temp_root), protected, temp_root, runs_after
         )
     except Exception as exc:  # noqa: BLE001 - a cleanup problem must not hide the tests' own outcome
-        say(f"Airflow cleanup failed: {type(exc).__name__}: {exc}")
+        say(request, f"Airflow cleanup failed: {type(exc).__name__}: {exc}")
         return
     say(
+        request,
         f"Airflow cleanup: deleted {len(report.deleted)} test DAGs, {report.test_runs_deleted} test runs of "
         f"configured DAGs, {report.import_errors_deleted} import errors"
-        + (f"; failed: {'; '.join(report.failures)}" if report.failures else "")
+        + (f"; failed: {'; '.join(report.failures)}" if report.failures else ""),
     )
+
+
+@pytest.fixture(scope="session", autouse=True)
+def namespace_cleanup(request: pytest.FixtureRequest) -> Iterator[None]:
+    """At the end of a session on the stack, whatever its outcome: remove from PostgreSQL, Kafka and the demo
+    source whatever carries the session's tag (:mod:`tests.namespace`)."""
+    yield
+    if not _on_stack or not STATE_FILE.exists():
+        return
+    env = json.loads(STATE_FILE.read_text()).get("env", {})
+    cleaned = namespace.clean(
+        env.get("CRAWLER_OPS_PG_URI"), env.get("CRAWLER_OPS_KAFKA_BOOTSTRAP"), env.get("CRAWLER_OPS_SOURCE_URL")
+    )
+    say(request, f"Namespace {namespace.TAG} cleanup: {cleaned}")
+
+
+@pytest.fixture(autouse=True)
+def process_state() -> Iterator[None]:
+    """Each test leaves the process as the session set it up: the environment is restored after it, and the
+    process-wide caches that carry state from one call to the next (the sources' limiters, the status view's
+    answers) start empty for the next test, in the modules that are loaded."""
+    environ = dict(os.environ)
+    yield
+    for name in set(os.environ) - set(environ):
+        del os.environ[name]
+    for name, value in environ.items():
+        if os.environ.get(name) != value:
+            os.environ[name] = value
+    ratelimit = sys.modules.get("crawler_ops.hooks.ratelimit")
+    if ratelimit is not None:
+        ratelimit.reset_limiters()
+    web = sys.modules.get("crawler_ops.ops.web")
+    if web is not None:
+        web.REPORTS = web.ReportCache()
 
 
 @pytest.fixture(scope="session")
@@ -143,8 +187,9 @@ def stack_state(stack: dict[str, str]) -> dict[str, Any]:
 
 @pytest.fixture
 def unique_id() -> str:
-    """A name no other test uses: task ids, topics and tables are derived from it."""
-    return "t" + uuid.uuid4().hex[:10]
+    """A name no other test uses, in the session's namespace (:mod:`tests.namespace`): task ids, topics, tables
+    and demo data sets are derived from it, and the session removes them at its end."""
+    return namespace.unique_name()
 
 
 @pytest.fixture(scope="session")

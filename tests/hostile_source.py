@@ -12,12 +12,14 @@ from typing import Any
 
 class HostileSource:
     """Serves ``replies[kind] = (status, headers, body)``; with ``drips[kind] = seconds``, the body one byte at a
-    time, that many seconds apart. ``served`` lists the kinds asked, in order."""
+    time, that many seconds apart. ``served`` lists the kinds asked, in order; ``finished`` the kinds whose whole
+    body was sent."""
 
     def __init__(self) -> None:
         self.replies: dict[str, tuple[int, dict[str, str], bytes]] = {}
         self.drips: dict[str, float] = {}
         self.served: list[str] = []
+        self.finished: list[str] = []
         source = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -32,11 +34,13 @@ class HostileSource:
                 with contextlib.suppress(BrokenPipeError, ConnectionResetError):  # the client read enough and closed
                     if kind not in source.drips:
                         self.wfile.write(body)
+                        source.finished.append(kind)
                         return
                     for byte in body:
                         self.wfile.write(bytes([byte]))
                         self.wfile.flush()
                         time.sleep(source.drips[kind])
+                    source.finished.append(kind)
 
             def log_message(self, format: str, *args: Any) -> None:
                 return None

@@ -4,7 +4,7 @@ All state lives in memory in a :class:`DemoSource` instance. Routes:
 
 * ``GET /healthz``
 * ``GET /api/{task}/count`` and ``GET /api/{task}/list?offset=&limit=``
-* ``GET /admin/tasks`` and ``GET|PUT /admin/tasks/{task}``
+* ``GET /admin/tasks`` and ``GET|PUT|DELETE /admin/tasks/{task}``
 * ``POST /admin/tasks/{task}/append`` and ``POST /admin/tasks/{task}/truncate``
 * ``GET|PUT|DELETE /admin/tasks/{task}/faults``
 * ``GET|DELETE /admin/tasks/{task}/requests``
@@ -394,7 +394,7 @@ class DemoSource:
             ("api", "*", "count"): {"GET": self.count},
             ("api", "*", "list"): {"GET": self.list_records},
             ("admin", "tasks"): {"GET": self.list_tasks},
-            ("admin", "tasks", "*"): {"GET": self.get_task, "PUT": self.put_task},
+            ("admin", "tasks", "*"): {"GET": self.get_task, "PUT": self.put_task, "DELETE": self.delete_task},
             ("admin", "tasks", "*", "append"): {"POST": self.append},
             ("admin", "tasks", "*", "truncate"): {"POST": self.truncate},
             ("admin", "tasks", "*", "faults"): {
@@ -633,6 +633,14 @@ class DemoSource:
         created = TaskRuntime(request.task_id, TaskState(config))
         self.tasks[request.task_id] = created
         return json_response(created.describe())
+
+    async def delete_task(self, request: Request) -> Response:
+        """Forget a task: ``DELETE /admin/tasks/{task}`` (its data set, faults and request log; a later request
+        for it meets a new task with the defaults).
+
+        :return: ``{"deleted": true}``, or false when there was no such task.
+        """
+        return json_response({"deleted": self.tasks.pop(request.task_id, None) is not None})
 
     async def append(self, request: Request) -> Response:
         """Append records: ``POST /admin/tasks/{task}/append``.

@@ -46,6 +46,8 @@ def test_three_thousand_tasks_load_from_eight_files_each_building_its_share(monk
     config = tmp_path / "tasks.yaml"
     config.write_text(yaml.safe_dump({"tasks": tasks}), encoding="utf-8")
     monkeypatch.setenv("CRAWLER_OPS_CONFIG", str(config))
+    # No parse timeout: how long a file takes depends on the machine's load; what it builds is what is checked.
+    monkeypatch.setenv("AIRFLOW__CORE__DAGBAG_IMPORT_TIMEOUT", "0")
 
     built: dict[str, set[str]] = {}
     broken_tags: set[str] = set()

@@ -8,7 +8,6 @@ import json
 import os
 import subprocess
 import sys
-import uuid
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
@@ -21,6 +20,7 @@ import yaml
 from crawler_ops.config import CrawlTaskConfig
 from tests.conftest import STATE_FILE
 from tests.integration.airflow_api import AirflowApi
+from tests.namespace import unique_name
 from tests.support import DemoSource, Receiver, StatsdCollector, make_task
 
 REPO = Path(__file__).resolve().parents[2]
@@ -33,7 +33,7 @@ SHANGHAI = ZoneInfo("Asia/Shanghai")
 
 @pytest.fixture(scope="session")
 def task_ids() -> dict[str, str]:
-    suffix = uuid.uuid4().hex[:8]
+    suffix = unique_name()
     return {
         "rest": f"rest_{suffix}",
         "backfill": f"backfill_{suffix}",

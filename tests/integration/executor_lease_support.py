@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import os
 import subprocess
-import time
 from collections.abc import Callable
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +14,7 @@ import psycopg
 
 from crawler_ops.config import ExecutorTaskConfig
 from tests.support import query, runner_result, spawn_runner
+from tests.waiting import wait_until
 
 REPO = Path(__file__).resolve().parents[2]
 FUNCTIONS = "tests.integration.executor_lease_functions"
@@ -21,7 +22,8 @@ FUNCTIONS = "tests.integration.executor_lease_functions"
 
 def make_source(pg_uri: str, schema: str, categories: list[str]) -> None:
     """``<schema>.source_data_table`` with one row per entry of ``categories`` (ids from 1, in that order)
-    and the call log ``<schema>.calls``; the functions find the schema in CRAWLER_OPS_TEST_SCHEMA."""
+    and the call log ``<schema>.calls``; the functions find the schema in CRAWLER_OPS_TEST_SCHEMA (set here for
+    the workers this process starts; the suite restores the environment after each test)."""
     os.environ["CRAWLER_OPS_TEST_SCHEMA"] = schema
     with psycopg.connect(pg_uri, autocommit=True) as conn:
         conn.execute(
@@ -72,11 +74,22 @@ def run_together(cfg: ExecutorTaskConfig, run_id: str, workers: int, folder: Pat
 
 
 def wait_for(check: Callable[[], Any], timeout: float, what: str) -> Any:
-    deadline = time.monotonic() + timeout
-    while not (result := check()):
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.05)
-    return result
+    """:func:`tests.waiting.wait_until` under its earlier name."""
+    return wait_until(check, timeout, what)
+
+
+def lease_start(pg_uri: str, schema: str, task: str, row_id: int) -> datetime:
+    """When the row's lease was last taken or renewed (the database's clock)."""
+    ((started,),) = query(
+        pg_uri, f'SELECT start_time FROM "{schema}".status_table WHERE task_name = %s AND id = %s', task, row_id
+    )
+    return started
+
+
+def lapsed(pg_uri: str, since: datetime, period: float) -> bool:
+    """Whether a lease taken at ``since`` has run out by the database's clock."""
+    ((out,),) = query(pg_uri, "SELECT now() - make_interval(secs => %s) > %s", period, since)
+    return bool(out)
 
 
 def calls(pg_uri: str, schema: str) -> list[tuple[int, int, Any, Any]]:

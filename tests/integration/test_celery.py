@@ -11,7 +11,6 @@ import signal
 import subprocess
 import sys
 import time
-import uuid
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -24,6 +23,7 @@ import yaml
 
 from tests.conftest import STACK_DIR, STATE_FILE
 from tests.integration.airflow_api import RUN_TIMEOUT_S, AirflowApi
+from tests.namespace import unique_name
 from tests.support import DemoSource, duplicated_offsets, loopback, make_task, query, read_topic
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -55,7 +55,7 @@ EXECUTOR_ROWS = 400
 
 @pytest.fixture(scope="module")
 def task_ids() -> dict[str, str]:
-    suffix = uuid.uuid4().hex[:8]
+    suffix = unique_name()
     return {name: f"celery_{name}_{suffix}" for name in ("spread", "kill", "executor")}
 
 

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import os
 import signal
-import time
 from collections import Counter
+from datetime import timedelta
 
 import psycopg
 import pytest
@@ -20,6 +20,8 @@ from tests.integration.executor_lease_support import (
     call_counts,
     calls,
     executor,
+    lapsed,
+    lease_start,
     make_source,
     process_gone,
     rows,
@@ -58,11 +60,13 @@ def test_rows_waiting_behind_a_slow_call_are_given_back_and_run_by_another_worke
 
     held = wait_for(waiting, 3, "rows claimed, not started, behind the slow call")
 
-    others, deadline = set(range(1, 41)) - {10}, time.monotonic() + 8
-    while {i for i, (status, _) in rows(pg_uri, pg_schema, unique_id).items() if status == 2} != others:
-        assert time.monotonic() < deadline, "the held rows stayed locked away while the slow call ran"
+    others = set(range(1, 41)) - {10}
+
+    def all_but_the_slow_row_done() -> bool:
         run_worker(cfg, "run-B", 0)  # this process: no slow row
-        time.sleep(0.2)
+        return {i for i, (status, _) in rows(pg_uri, pg_schema, unique_id).items() if status == 2} == others
+
+    wait_for(all_but_the_slow_row_done, 120, "every row but the slow one done by another worker")
     slow_call = [c for c in calls(pg_uri, pg_schema) if c[0] == 10]
     assert slow_call[0][3] is None, "the held rows were done by another worker while the slow call still ran"
 
@@ -83,22 +87,28 @@ def test_a_killed_worker_keeps_its_row_until_the_lease_lapses_then_it_runs_again
     worker = spawn(cfg, "run-1", 0, EXECUTOR_TEST_SLEEPS="*=60")
     ((row_id, caller_pid, _, _),) = wait_for(lambda: calls(pg_uri, pg_schema), 120, "the first call")
     old_token = rows(pg_uri, pg_schema, unique_id)[row_id][1]
+    first_lease = lease_start(pg_uri, pg_schema, unique_id, row_id)
 
-    time.sleep(4)  # longer than the lease: only renewal keeps the row
+    # Past the lease the row was first claimed with, only renewal keeps it.
+    wait_for(lambda: lapsed(pg_uri, first_lease, cfg.period), 60, "the row's first lease to lapse")
     assert run_worker(cfg, "run-2", 0)["done"] == 2, "the other rows, not the one in progress"
     assert rows(pg_uri, pg_schema, unique_id)[row_id] == (1, old_token)
+    assert lease_start(pg_uri, pg_schema, unique_id, row_id) > first_lease, "renewed by its worker"
 
     worker.send_signal(signal.SIGKILL)
     worker.wait()
-    killed_at = time.monotonic()
-    wait_for(lambda: process_gone(caller_pid), 5, "the call to stop with its worker")
-    while rows(pg_uri, pg_schema, unique_id)[row_id][0] != 2:
-        assert time.monotonic() - killed_at < 15
+    wait_for(lambda: process_gone(caller_pid), 30, "the call to stop with its worker")
+    last_lease = lease_start(pg_uri, pg_schema, unique_id, row_id)
+
+    def run_again() -> bool:
         run_worker(cfg, "run-3", 0)
-        time.sleep(0.2)
-    assert time.monotonic() - killed_at >= 1.0, "not before the lease lapsed"
+        return rows(pg_uri, pg_schema, unique_id)[row_id][0] == 2
+
+    wait_for(run_again, 60, "the killed worker's row to run again")
 
     assert row_id == 1 and call_counts(pg_uri, pg_schema) == {1: 2, 2: 1, 3: 1}
+    second_call = [started for i, _, started, _ in calls(pg_uri, pg_schema) if i == row_id][1]
+    assert second_call >= last_lease + timedelta(seconds=cfg.period), "not before the lease lapsed"
     with psycopg.connect(pg_uri) as conn, conn.cursor() as cur:
         late = resolve_tables(cur, cfg).rows(unique_id)
         assert late.complete(cur, [row_id], old_token) == []

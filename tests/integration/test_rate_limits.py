@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import math
 import time
-import uuid
 from collections.abc import Iterator, Sequence
 from datetime import UTC, datetime
 from typing import Any
@@ -26,6 +25,7 @@ from crawler_ops.config import SourceConfig
 from crawler_ops.crawl.plan import plan_run
 from crawler_ops.crawl.run import RunContext, RunParams
 from crawler_ops.hooks.ratelimit import CUT_EVERY_S, HORIZON_S, STALE_S, SourceRateStore
+from tests.namespace import unique_name
 from tests.support import Forwarded, cli, done_batches, make_task, query, runner_result, spawn_chunk, watermark
 
 pytestmark = pytest.mark.integration
@@ -96,7 +96,7 @@ def test_the_shared_bucket_spaces_slots_by_the_rate_halves_on_429_and_grows_back
     stack, forget_rate_rows, ops, ceiling, recovery_s
 ):
     source = SourceConfig(
-        conn_id=f"rl_{uuid.uuid4().hex[:10]}",
+        conn_id=f"rl_{unique_name()}",
         requests_per_s=ceiling,
         min_requests_per_s=0.2,
         rate_recovery_s=recovery_s,
@@ -144,7 +144,7 @@ def check_operations(store: SourceRateStore, ops: list[Any], ceiling: float, rec
 
 
 def test_a_deleted_pacing_row_starts_again_at_the_configured_rate(stack, pg_uri, forget_rate_rows):
-    source = SourceConfig(conn_id=f"rl_{uuid.uuid4().hex[:10]}", requests_per_s=5)
+    source = SourceConfig(conn_id=f"rl_{unique_name()}", requests_per_s=5)
     forget_rate_rows.append(source.conn_id)
     store = SourceRateStore("crawler_db", source)
     try:
@@ -163,7 +163,7 @@ def test_a_deleted_pacing_row_starts_again_at_the_configured_rate(stack, pg_uri,
     "retry_after", [99_999_999_999.0, float("inf"), float("nan"), -5.0], ids=["absurd", "inf", "nan", "negative"]
 )
 def test_a_hostile_retry_after_cannot_poison_the_shared_row(stack, pg_uri, forget_rate_rows, retry_after):
-    source = SourceConfig(conn_id=f"rl_{uuid.uuid4().hex[:10]}", requests_per_s=5, max_retry_after_s=60)
+    source = SourceConfig(conn_id=f"rl_{unique_name()}", requests_per_s=5, max_retry_after_s=60)
     forget_rate_rows.append(source.conn_id)
     store = SourceRateStore("crawler_db", source)
     try:
@@ -184,7 +184,7 @@ def test_a_hostile_retry_after_cannot_poison_the_shared_row(stack, pg_uri, forge
 def test_a_row_poisoned_by_an_older_version_heals_instead_of_failing_every_task(stack, pg_uri, forget_rate_rows):
     """Before the cap, Retry-After: 99999999999 stored a next slot in the year 5195 and take.sql failed with
     'integer out of range' for every task on the connection until someone edited the row."""
-    source = SourceConfig(conn_id=f"rl_{uuid.uuid4().hex[:10]}", requests_per_s=5, max_retry_after_s=60, deadline_s=20)
+    source = SourceConfig(conn_id=f"rl_{unique_name()}", requests_per_s=5, max_retry_after_s=60, deadline_s=20)
     forget_rate_rows.append(source.conn_id)
     store = SourceRateStore("crawler_db", source)
     try:

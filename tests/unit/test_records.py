@@ -7,6 +7,7 @@ import json
 import re
 import subprocess
 import sys
+from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -278,9 +279,20 @@ def nested_record(depth: int, **fields: Any) -> bytes:
     return head + b', "deep": ' + b"[" * depth + b"]" * depth + b"}"
 
 
+def in_a_thread(call: Any) -> Any:
+    """``call()`` on a thread of its own: its stack starts empty, however deep the test runner's own is (deeper
+    under pytest-xdist, for one)."""
+    with ThreadPoolExecutor(1) as pool:
+        return pool.submit(call).result()
+
+
 def on_a_deep_stack(frames: int, call: Any) -> Any:
     """``call()`` from ``frames`` Python frames down, as filtering runs inside Airflow's task runner."""
-    return on_a_deep_stack(frames - 1, call) if frames else call()
+
+    def descend(left: int) -> Any:
+        return descend(left - 1) if left else call()
+
+    return in_a_thread(lambda: descend(frames))
 
 
 def page_as_fetched(*records: bytes) -> Page:
@@ -289,7 +301,7 @@ def page_as_fetched(*records: bytes) -> Page:
     from crawler_ops.hooks.source import SourceApiHook
 
     body = b'{"data": {"data": [' + b", ".join(records) + b"]}}"
-    return SourceApiHook(SourceConfig(), "t", "t", head_fields(RULE.fields, "id")).read_page(body)
+    return in_a_thread(lambda: SourceApiHook(SourceConfig(), "t", "t", head_fields(RULE.fields, "id")).read_page(body))
 
 
 @pytest.mark.parametrize(

@@ -341,3 +341,14 @@ def limiter_for(source: SourceConfig, postgres_conn_id: str | None) -> SourceLim
             bucket = SourceRateStore(postgres_conn_id, source) if source.requests_per_s is not None else None
             limiter = _limiters[key] = SourceLimiter(source, bucket)
         return limiter
+
+
+def reset_limiters() -> None:
+    """Forget this process's limiters (their slots, pace and throttling), closing their database connections: a
+    process that starts over, such as a test, meets fresh ones."""
+    with _limiters_lock:
+        limiters = list(_limiters.values())
+        _limiters.clear()
+    for limiter in limiters:
+        if limiter.bucket is not None:
+            limiter.bucket.close()

@@ -4,7 +4,6 @@ timeout."""
 from __future__ import annotations
 
 import threading
-import time
 from typing import Any
 
 import pytest
@@ -16,6 +15,7 @@ from crawler_ops.executor.calls import ThreadCaller, run_calls
 from crawler_ops.executor.leases import LeaseBook, LeaseTimes
 from crawler_ops.executor.udf import judge
 from crawler_ops.status_table import ClaimedRow
+from tests.waiting import wait_until
 
 RELEASE = threading.Event()
 
@@ -69,24 +69,23 @@ def raises_then_refuses(row: dict[str, Any]) -> Any:
 
 def test_a_call_that_outlives_timeout_s_is_a_failure_and_the_next_call_gets_a_fresh_thread():
     RELEASE.clear()
-    book = LeaseBook(LeaseTimes.for_period(600), claim_batch=10)
-    book.add([ClaimedRow(i, True, (i,)) for i in (1, 2, 3)], time.monotonic())
+    now = [1000.0]
+    book = LeaseBook(LeaseTimes.for_period(600), claim_batch=10, clock=lambda: now[0])
+    book.add([ClaimedRow(i, True, (i,)) for i in (1, 2, 3)], now[0])
     stuck = threading.Thread(
         target=run_calls, args=(book, 0, ThreadCaller(blocks_until_released, "dict", ("id",))), daemon=True
     )
     stuck.start()
     try:
-        while book.running is None:
-            time.sleep(0.01)
-        time.sleep(0.2)
+        wait_until(lambda: book.running is not None, 30, "the first call to start")
+        now[0] += 0.1
+        assert book.overdue(0.2) is None, "not overdue before timeout_s"
+        now[0] += 0.1
         assert book.overdue(0.2) == ClaimedRow(1, True, (1,))
 
         fresh = ThreadCaller(raises_then_refuses, "dict", ("id",))
         threading.Thread(target=run_calls, args=(book, book.generation, fresh), daemon=True).start()
-        deadline = time.monotonic() + 10
-        while len(book.outcomes) < 3:
-            assert time.monotonic() < deadline, "not queued behind the stuck call"
-            time.sleep(0.01)
+        wait_until(lambda: len(book.outcomes) >= 3, 30, "the other rows' calls, not queued behind the stuck one")
     finally:
         RELEASE.set()
     stuck.join(10)

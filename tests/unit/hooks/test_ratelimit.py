@@ -6,8 +6,8 @@ tests/integration/test_rate_limits.py."""
 from __future__ import annotations
 
 import itertools
+import sys
 import threading
-import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -19,6 +19,7 @@ from crawler_ops.config import SourceConfig
 from crawler_ops.errors import SourcePausedError
 from crawler_ops.hooks import ratelimit
 from crawler_ops.hooks.ratelimit import STALE_S, Grant, SourceLimiter, limiter_for
+from tests.waiting import wait_until
 
 finite = st.floats(min_value=0, max_value=1e4, allow_nan=False)
 
@@ -198,26 +199,42 @@ def test_a_slot_the_shared_bucket_refused_fails_the_request_and_reserves_nothing
     assert clock.slept == [] and not limiter.slots
 
 
+def waiting_for_a_permit(thread: threading.Thread) -> bool:
+    """Whether ``thread`` is blocked in a semaphore's ``acquire`` (waiting on its condition)."""
+    frame = sys._current_frames().get(thread.ident or -1)
+    names = []
+    while frame is not None:
+        if frame.f_code.co_filename == threading.__file__:
+            names.append(frame.f_code.co_name)
+        frame = frame.f_back
+    return names[:2] == ["wait", "acquire"]
+
+
 def test_requests_in_flight_never_exceed_max_in_flight_across_threads():
     limiter = SourceLimiter(SourceConfig(conn_id="src", requests_per_s=None, max_in_flight=3), bucket=None)
-    busy, peak, lock = [0], [0], threading.Lock()
+    inside: list[int] = []
+    release = threading.Event()
 
-    def call() -> None:
+    def call(i: int) -> None:
         with limiter.request():
-            with lock:
-                busy[0] += 1
-                peak[0] = max(peak[0], busy[0])
-            time.sleep(0.02)
-            with lock:
-                busy[0] -= 1
+            inside.append(i)
+            release.wait(60)
 
-    threads = [threading.Thread(target=call) for _ in range(12)]
+    threads = [threading.Thread(target=call, args=(i,), daemon=True) for i in range(12)]
     for thread in threads:
         thread.start()
+    try:
+        wait_until(
+            lambda: len(inside) + sum(map(waiting_for_a_permit, threads)) == 12,
+            30,
+            "every request in flight or waiting for a permit",
+        )
+        assert len(inside) == 3, f"{len(inside)} requests in flight at once"
+    finally:
+        release.set()
     for thread in threads:
-        thread.join()
-
-    assert peak[0] == 3
+        thread.join(30)
+    assert sorted(inside) == list(range(12)), "each request had its turn"
 
 
 @pytest.mark.parametrize(

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import gzip
 import re
-import time
 import tracemalloc
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -76,16 +75,14 @@ def test_a_page_trickling_a_byte_at_a_time_fails_by_its_deadline_as_a_retriable_
     hostile.drips["list"] = 0.5
     cfg = SourceConfig(conn_id="src", max_retries=0, timeout_s=30, deadline_s=2)
 
-    started = time.monotonic()
     with pytest.raises(SourceError) as err:
         SourceApiHook(cfg, "jobs", "remote_jobs").get_page(300, 100)
-    elapsed = time.monotonic() - started
 
     assert err.value.retriable is True
     assert str(err.value).startswith(
         "task jobs: GET /api/remote_jobs/list offsets [300, 400) did not finish within its deadline of 2s"
     )
-    assert 2 <= elapsed < 2.5, f"{elapsed:.2f}s for a deadline of 2 s (the body would take 47 s)"
+    assert hostile.served == ["list"] and hostile.finished == [], "given up before the 47 s body was sent"
 
 
 def test_a_source_behind_the_environments_http_proxy_is_reached_through_it_within_the_deadline(
@@ -101,10 +98,9 @@ def test_a_source_behind_the_environments_http_proxy_is_reached_through_it_withi
 
     hostile.drips["count"] = 0.5
     cfg = SourceConfig(conn_id="src", max_retries=0, deadline_s=1)
-    started = time.monotonic()
     with pytest.raises(SourceError, match="did not finish within its deadline of 1s"):
         SourceApiHook(cfg, "jobs", "remote_jobs").get_total()
-    assert time.monotonic() - started < 1.5
+    assert hostile.served == ["count", "count"] and hostile.finished == ["count"], "the trickled answer was cut"
 
 
 # --------------------------------------------------------------------------- memory (issue 27 item 4)

@@ -4,7 +4,9 @@ list, PostgreSQL's stored status and Kafka's admin API (and a PostgreSQL and a s
 from __future__ import annotations
 
 import json
+import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from types import SimpleNamespace
 from typing import Any
@@ -14,6 +16,7 @@ from confluent_kafka import KafkaError, KafkaException, TopicPartition
 
 from crawler_ops.config import CrawlTaskConfig, parse_config
 from crawler_ops.ops import status
+from tests.waiting import wait_until
 
 STORED = {
     "status": "incomplete",
@@ -151,31 +154,46 @@ def test_the_report_names_an_unknown_task_and_lists_invalid_ones(monkeypatch, st
     assert "field 'batch_size'" in report["invalid_tasks"][0]["error"]
 
 
-def slow_stored(seconds: float) -> Any:
-    def stored_status(cfg: CrawlTaskConfig) -> dict[str, Any]:
-        time.sleep(seconds)
-        return dict(STORED)
+class HeldStored:
+    """A stored_status that answers only once released (or after a minute, so that a failed test ends)."""
 
-    return stored_status
+    def __init__(self) -> None:
+        self.started = threading.Event()
+        self.release = threading.Event()
+
+    def __call__(self, cfg: CrawlTaskConfig) -> dict[str, Any]:
+        self.started.set()
+        self.release.wait(60)
+        return json.loads(json.dumps(STORED))  # a copy: the row is changed in place
 
 
 def test_a_part_that_has_not_answered_by_the_reports_deadline_is_an_error_on_its_row(monkeypatch):
+    held = HeldStored()
     monkeypatch.setattr(status, "active_runs", lambda dag_ids: ({}, None))
-    monkeypatch.setattr(status, "stored_status", slow_stored(2))
+    monkeypatch.setattr(status, "stored_status", held)
     loaded = parse_config({"tasks": [{"id": "jobs", "kafka": {"topic": "jobs"}}]})
 
-    started = time.monotonic()
-    (row,) = status.collect(loaded, live=False, end=time.monotonic() + 0.3)["tasks"]
-
-    assert time.monotonic() - started < 1
+    try:
+        (row,) = status.collect(loaded, live=False, end=time.monotonic() + 0.3)["tasks"]
+        assert held.started.is_set() and not held.release.is_set(), "answered while the part was still held"
+    finally:
+        held.release.set()
     assert row["status"] == "unknown" and row["db_error"] == "no answer within the status deadline of 5s"
 
 
 def test_a_report_without_a_deadline_waits_for_every_part(monkeypatch):
+    held = HeldStored()
     monkeypatch.setattr(status, "active_runs", lambda dag_ids: ({}, None))
-    monkeypatch.setattr(status, "stored_status", slow_stored(0.5))
+    monkeypatch.setattr(status, "stored_status", held)
     loaded = parse_config({"tasks": [{"id": "jobs", "kafka": {"topic": "jobs"}}]})
 
-    (row,) = status.collect(loaded, live=False)["tasks"]
+    with ThreadPoolExecutor(1) as pool:
+        report = pool.submit(status.collect, loaded, live=False)
+        try:
+            wait_until(held.started.is_set, 30, "the stored-progress part to start")
+            assert not report.done(), "the report did not wait for its held part"
+        finally:
+            held.release.set()
+        (row,) = report.result(timeout=60)["tasks"]
 
     assert row["status"] == "incomplete" and row["watermark"] == 300

@@ -21,6 +21,7 @@ from fastapi.testclient import TestClient
 from crawler_ops.config import parse_config
 from crawler_ops.ops import status, web
 from tests.unit.ops.test_web import CONFIG, FakeAuthManager
+from tests.waiting import wait_until
 
 
 class SilentPostgres:
@@ -67,15 +68,6 @@ def status_threads() -> list[threading.Thread]:
     return [t for t in threading.enumerate() if t.name.startswith("status")]
 
 
-def wait_until(check: Any, seconds: float) -> bool:
-    stop = time.monotonic() + seconds
-    while not check():
-        if time.monotonic() > stop:
-            return False
-        time.sleep(0.05)
-    return True
-
-
 def test_parts_abandoned_at_the_deadline_end_with_their_connections(monkeypatch, airflow_connection):
     silent = SilentPostgres()
     airflow_connection("silent_pg", conn_type="postgres", host="127.0.0.1", port=silent.port, login="u", schema="d")
@@ -83,14 +75,15 @@ def test_parts_abandoned_at_the_deadline_end_with_their_connections(monkeypatch,
     loaded = parse_config({"tasks": [{"id": "jobs", "postgres_conn_id": "silent_pg", "kafka": {"topic": "jobs"}}]})
     before = set(status_threads())
 
-    started = time.monotonic()
     report = status.collect(loaded, live=False, history=True, end=time.monotonic() + 0.5)
 
-    assert time.monotonic() - started < 1.5
+    assert set(status_threads()) - before, "the report came back while its database part was still connecting"
     (row,) = report["tasks"]
     assert row["db_error"] == "no answer within the status deadline of 5s"
-    assert wait_until(lambda: not set(status_threads()) - before, status.STATUS_CONNECT_TIMEOUT_S + 3), (
-        "a part abandoned at the deadline is still running"
+    wait_until(
+        lambda: not set(status_threads()) - before,
+        status.STATUS_CONNECT_TIMEOUT_S + 30,
+        "the part abandoned at the deadline to end (its connect timeout)",
     )
     # psycopg leaves a timed-out attempt's socket in a reference cycle; the view collects it when the part ends, and
     # whatever else the test session keeps (log records with tracebacks) holds nothing past this collection.
@@ -121,11 +114,12 @@ def client(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[TestClie
 def test_parallel_non_live_requests_share_one_build_each_filtered_for_its_user(client, monkeypatch):
     builds: list[str] = []
     most_threads = [0]
+    asked = [0]
 
     def stored_status(cfg: Any) -> dict[str, Any]:
         builds.append(cfg.id)
         most_threads[0] = max(most_threads[0], len(status_threads()))
-        time.sleep(0.5)
+        wait_until(lambda: asked[0] == 42, 60, "all 42 requests sent while the report is being built")
         return {"watermark": 40, "status": "incomplete"}
 
     monkeypatch.setattr(status, "stored_status", stored_status)
@@ -135,6 +129,7 @@ def test_parallel_non_live_requests_share_one_build_each_filtered_for_its_user(c
     def ask(_: int) -> tuple[str, Any]:
         with lock:
             name = next(users)
+            asked[0] += 1
         response = client.get("/api/status", params={"live": "false"}, headers={"X-User": name})
         return name, response
 
@@ -171,16 +166,20 @@ def test_non_live_builds_beyond_the_cap_wait_for_a_slot_until_the_deadline_then_
 
     def slow() -> dict[str, Any]:
         building.set()
-        release.wait(5)
+        release.wait(60)
         return {"tasks": []}
 
-    with ThreadPoolExecutor(1) as pool:
-        first = pool.submit(cache.report, "a", False, slow, time.monotonic() + 5)
-        building.wait(5)
-        started = time.monotonic()
+    with ThreadPoolExecutor(2) as pool:
+        first = pool.submit(cache.report, "a", False, slow, time.monotonic() + 60)
+        wait_until(building.is_set, 30, "the first build to take the only slot")
         with pytest.raises(web.BusyError, match="1 status reports are being gathered"):
             cache.report("b", False, lambda: {"tasks": ["never built"]}, time.monotonic() + 0.3)
-        assert 0.25 < time.monotonic() - started < 1, "waited for a slot until its deadline, no longer"
+        assert not release.is_set() and not first.done(), "busy by its own deadline, while the slot was still held"
+
+        waiting = pool.submit(cache.report, "c", False, lambda: {"tasks": ["c"]}, time.monotonic() + 60)
+        wait_until(lambda: "c" in cache.flights, 30, "the request for c to wait for a build slot")
+        assert not waiting.done(), "no slot, no answer yet"
         release.set()
-        assert first.result() == {"tasks": []}
+        assert first.result(timeout=30) == {"tasks": []}
+        assert waiting.result(timeout=30) == {"tasks": ["c"]}, "built once the slot was free, within its deadline"
     assert cache.report("b", False, lambda: {"tasks": ["b"]}, time.monotonic() + 1) == {"tasks": ["b"]}

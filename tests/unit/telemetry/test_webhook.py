@@ -12,6 +12,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from types import SimpleNamespace
 from typing import Any
 
 import httpx
@@ -191,22 +192,31 @@ def test_a_delivery_is_verified_and_processed_once_and_a_replay_is_refused(loopb
     assert (tampered.status_code, tampered.text) == (401, "bad signature")
 
 
-def test_a_delivery_retried_after_a_5xx_is_processed_once(loopback, captured):
+@pytest.fixture
+def pauses(monkeypatch: pytest.MonkeyPatch) -> list[float]:
+    """The waits between tries, recorded instead of slept."""
+    slept: list[float] = []
+    clock = SimpleNamespace(time=time.time, monotonic=time.monotonic, sleep=slept.append)
+    monkeypatch.setattr(notify, "time", clock)
+    return slept
+
+
+def test_a_delivery_retried_after_a_5xx_is_processed_once(loopback, captured, pauses):
     loopback.answers = [(503, {"Retry-After": "1"})]
 
     assert notify_run(NotifyConfig(conn_id="hook"), "jobs", "failure", SUMMARY) is True
 
     assert len(captured) == 2 and len(loopback.processed) == 1
     assert captured[0][0]["X-Crawler-Ops-Delivery"] == captured[1][0]["X-Crawler-Ops-Delivery"]
+    assert pauses == [1.0], "the receiver's Retry-After was waited before the second try"
 
 
-def test_a_receiver_asking_to_retry_in_an_hour_does_not_stall_the_commit(loopback, captured):
+def test_a_receiver_asking_to_retry_in_an_hour_does_not_stall_the_commit(loopback, captured, pauses):
     loopback.answers = [(429, {"Retry-After": "3600"})] * 3
-    started = time.monotonic()
 
     delivered = notify_run(NotifyConfig(conn_id="hook", max_wait_s=30), "jobs", "failure", SUMMARY)
 
-    assert delivered is False and time.monotonic() - started < 5
+    assert delivered is False and pauses == [], "no wait at all"
     assert len(captured) == 1, "a wait longer than max_wait_s gives the delivery up at once"
     assert loopback.processed == []
 
