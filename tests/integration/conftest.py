@@ -19,7 +19,7 @@ __all__ = ["airflow", "statsd", "task_ids", "webhook"]
 
 AIRFLOW_GROUP = "airflow"
 # Modules that stop Airflow's services and start their own on the same port.
-RESTARTS_AIRFLOW = ("test_celery",)
+RESTARTS_AIRFLOW = ("test_celery", "test_pools_on_airflow")
 
 
 def uses_airflow(item: pytest.Item) -> bool:
