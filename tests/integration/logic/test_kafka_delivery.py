@@ -171,3 +171,16 @@ def test_a_producer_without_the_transaction_state_log_fails_with_the_reason(hook
     broken = Producer({"bootstrap.servers": "127.0.0.1:9", "transactional.id": "mut.none"})
     with pytest.raises(DeliveryError, match="cannot start Kafka transactions"):
         TransactionalPublisher(broken, "x", "t", None, flush_timeout=1)
+
+
+def test_a_batch_not_confirmed_in_time_is_aborted_and_the_next_one_commits(hook, topics):
+    topic = new_topic(hook, topics, "records")
+    sender = publisher(hook, topic, None)
+    sender.flush_timeout = 0  # the delivery reports cannot be in yet
+    sender.send(Batch(0, 10), [Message(b"late", b"1", [], None)], COUNTS)
+    with pytest.raises(DeliveryError, match="Kafka confirmed 0 of 1 messages"):
+        sender.confirm()
+    sender.flush_timeout = 30
+    sender.send(Batch(0, 10), [Message(b"again", b"1", [], None)], COUNTS)
+    assert sender.confirm() == 1, "the first transaction was aborted, so a new one could begin"
+    assert read_all(hook, topic) == [(b"again", b"1")]

@@ -12,7 +12,7 @@ import pytest
 from crawler_ops.config import SourceConfig
 from crawler_ops.errors import StatusTableError
 from crawler_ops.hooks import ratelimit
-from crawler_ops.hooks.ratelimit import HORIZON_S, SourceLimiter, SourceRateStore, limiter_for
+from crawler_ops.hooks.ratelimit import SourceLimiter, SourceRateStore, limiter_for
 from tests.integration.logic.conftest import DB_CONN
 
 pytestmark = pytest.mark.integration
@@ -47,7 +47,7 @@ def row(pg: psycopg.Connection[Any], source: SourceConfig) -> tuple[Any, ...]:
 def test_a_take_hands_out_the_slots_of_the_horizon_at_the_configured_rate(pg, store, source):
     grant = store.take(10)
     assert (grant.rate, grant.interval) == (20, pytest.approx(0.05))
-    assert grant.count == int(HORIZON_S * 20) + 1, "now and every 0.05 s up to 0.25 s ahead"
+    assert grant.count == 6, "now and every 0.05 s up to 0.25 s ahead"
     assert grant.now - 1e-3 <= grant.first <= grant.now + 1e-3
     assert row(pg, source)[:3] == (20, 20, 0)
     assert store.take(1).count == 1
@@ -59,7 +59,9 @@ def test_a_429_halves_the_rate_once_per_cut_interval_down_to_the_floor_and_pause
     assert row(pg, source)[2] == 2
     grant = store.take(5)
     assert grant.first - grant.now == pytest.approx(2.0, abs=0.1), "no slot before the Retry-After passed"
-    pg.execute("UPDATE crawler_ops.source_rate SET cut_at = cut_at - 10, rate = 5 WHERE source = %s", (source.conn_id,))
+    pg.execute(
+        "UPDATE crawler_ops.source_rate SET cut_at = cut_at - 1.05, rate = 5 WHERE source = %s", (source.conn_id,)
+    )
     assert store.throttle(None) == (4, True), "never below min_requests_per_s"
 
 
@@ -130,3 +132,24 @@ def test_limiters_are_shared_per_connection_and_limits(source, monkeypatch):
     bounded = limiter_for(unlimited, DB_CONN)
     assert bounded is not None and bounded.bucket is None
     assert limiter_for(unlimited.model_copy(update={"max_in_flight": None}), DB_CONN) is None
+
+
+def test_the_rate_grows_back_by_requests_per_s_over_rate_recovery_s_each_second(pg, store, source):
+    store.take(1)
+    pg.execute(
+        "UPDATE crawler_ops.source_rate SET rate = 10, rate_at = extract(epoch from clock_timestamp()) - 2 "
+        "WHERE source = %s",
+        (source.conn_id,),
+    )
+    assert store.take(1).rate == pytest.approx(14, abs=0.1), "20 / 10 s more each second"
+
+
+def test_a_row_holding_a_slot_beyond_any_pause_is_pulled_back(pg, store, source):
+    store.take(1)
+    pg.execute(
+        "UPDATE crawler_ops.source_rate SET next_slot = next_slot + 1e9, rate_at = rate_at + 1e9 WHERE source = %s",
+        (source.conn_id,),
+    )
+    grant = store.take(1)
+    assert grant.count == 0
+    assert grant.first - grant.now == pytest.approx(53, abs=0.5), "max_retry_after_s + deadline_s ahead at most"
