@@ -89,6 +89,13 @@ def test_a_dry_run_plans_and_writes_nothing_and_apply_writes_each_task_and_its_r
 
     applied = import_progress(path, loaded(task, second), apply=True)
     assert applied.applied
+    lines: list[str] = []
+    render(applied, path, apply=True, echo=lines.append)
+    assert lines[1:] == [
+        f"  {applied.steps[0].describe()}",
+        f"  {applied.steps[1].describe()}",
+        "applied: 2 tasks' progress written (recorded as 'import' runs in crawler_ops.crawl_run)",
+    ]
     assert progress(pg, task) == (500, 1000, 850, 849, "imported")
     assert progress(pg, second) == (300, 1000, 850, 849, "imported")
     [(old, new, status, [note])] = imports(pg, task)

@@ -11,7 +11,8 @@ import psycopg
 import pytest
 
 from crawler_ops.crawl import ledger as ledger_module
-from crawler_ops.crawl.ledger import DryRunLedger, RunRecordLedger, StatusTableLedger, parked_message
+from crawler_ops.crawl.ledger import DryRunLedger, RunRecordLedger, StatusTableLedger, ledger_for, parked_message
+from crawler_ops.crawl.run import RunContext, RunParams
 from crawler_ops.hooks.batches import BatchRows, ParkedBatch, StatusRow
 from crawler_ops.hooks.store import CrawlStoreHook
 from crawler_ops.planning import Batch
@@ -19,6 +20,7 @@ from crawler_ops.records import DeadLetter
 from crawler_ops.results import BatchOutcome, RunCounts
 from crawler_ops.status_table import CLAIMED, DONE, PARKED, PENDING
 from tests.integration.logic.conftest import DB_CONN
+from tests.support import make_task
 
 pytestmark = pytest.mark.integration
 
@@ -140,7 +142,7 @@ def test_a_batch_skipped_as_expired_is_done_and_marked_expired(pg, store, task):
         mine.close()
 
 
-def test_a_failure_gives_the_batches_back_parks_at_max_attempts_and_records_the_error(pg, store, task):
+def test_a_failure_gives_the_batches_back_parks_at_max_attempts_and_records_the_error(pg, store, task, caplog):
     with store.transaction() as cur:
         store.batches.insert(cur, [Batch(0, 10), Batch(10, 20), Batch(20, 30)], RUN)
         cur.execute(
@@ -152,6 +154,7 @@ def test_a_failure_gives_the_batches_back_parks_at_max_attempts_and_records_the_
     try:
         for lo in (0, 10, 20):
             assert mine.claim(Batch(lo, lo + 10))
+        caplog.set_level("ERROR", logger=ledger_module.__name__)
         mine.fail([Batch(0, 10), Batch(10, 20)], "boom")
     finally:
         mine.close()
@@ -163,6 +166,7 @@ def test_a_failure_gives_the_batches_back_parks_at_max_attempts_and_records_the_
         "SELECT kind, source_offset, offset_end, reason FROM crawler_ops.crawl_error WHERE task_id = %s ORDER BY id",
         (task,),
     ).fetchall()
+    assert [r.getMessage() for r in caplog.records] == [parked_message(task, Batch(10, 20), 2, "boom")]
     assert errors == [
         ("batch", 10, 20, parked_message(task, Batch(10, 20), 2, "boom")),
         ("batch", 0, 20, "boom"),
@@ -172,7 +176,9 @@ def test_a_failure_gives_the_batches_back_parks_at_max_attempts_and_records_the_
         assert store.batches.skip_parked(cur, lo=0) == []
         assert store.batches.skip_parked(cur) == [ParkedBatch(Batch(10, 20), 2, "boom")]
         assert store.batches.parked(cur) == []
-    assert batch_rows(pg, task)[10][1] == DONE
+        cur.execute("UPDATE crawler_ops.batch_status SET status = 3, last_error = NULL WHERE task_name = %s", (task,))
+        assert store.batches.parked(cur)[0].error == "", "a parked row without an error"
+    assert batch_rows(pg, task)[10][1] == PARKED
 
 
 def test_a_failure_that_cannot_be_recorded_does_not_raise(store, monkeypatch):
@@ -198,7 +204,9 @@ def test_a_finished_run_s_claims_go_back_and_a_run_releases_only_its_own(pg, sto
     assert batch_rows(pg, task)[20][1] == CLAIMED, "run_a2 is another run"
 
 
-def test_a_run_record_ledger_claims_nothing_and_adds_counts_and_dead_letters(pg, store, task):
+def test_a_run_record_ledger_claims_nothing_and_adds_counts_and_dead_letters(pg, store, task, monkeypatch):
+    counted: list[tuple[str, str, int]] = []
+    monkeypatch.setattr(ledger_module.metrics, "count", lambda *args: counted.append(args))
     replay = RunRecordLedger(store, RUN)
     letter = DeadLetter(3, "bad", {"id": 3})
     assert replay.claim(Batch(0, 10)) and replay.renew(Batch(0, 10))
@@ -208,6 +216,7 @@ def test_a_run_record_ledger_claims_nothing_and_adds_counts_and_dead_letters(pg,
     with store.transaction() as cur:
         record = store.read_run(cur, RUN)
     assert record is not None and record.counts.kept == 4 and "plan broke" in record.errors
+    assert (task, "kept", 4) in counted, "a replay's batches are its own to count"
     kinds = pg.execute(
         "SELECT kind, source_offset, offset_end FROM crawler_ops.crawl_error WHERE task_id = %s ORDER BY id", (task,)
     ).fetchall()
@@ -222,3 +231,21 @@ def test_a_dry_run_ledger_writes_nothing():
     assert dry.generations([Batch(0, 1)]) == {}
     dry.fail([Batch(0, 1)], "x")
     dry.close()
+
+
+def test_each_kind_of_run_gets_its_ledger(task):
+    cfg = make_task(task, claim_lease_s=77, max_attempts=4)
+    assert isinstance(
+        ledger_for(RunContext(cfg=cfg, run_id=RUN, ref=REF, params=RunParams(dry_run=True)), "o", "t"), DryRunLedger
+    )
+    replay = ledger_for(
+        RunContext(cfg=cfg, run_id=RUN, ref=REF, params=RunParams(replay_from=0, replay_to=5)), "o", "t"
+    )
+    assert type(replay) is RunRecordLedger and replay.run_id == RUN and replay.store.task_id == task
+    crawl = ledger_for(RunContext(cfg=cfg, run_id=RUN, ref=REF, params=RunParams()), "o|1", "o|1|t")
+    assert isinstance(crawl, StatusTableLedger)
+    assert (crawl.run_id, crawl.owner, crawl.token, crawl.lease_s, crawl.max_attempts) == (RUN, "o|1", "o|1|t", 77, 4)
+    assert crawl.store.task_id == task and crawl.claims.task_id == task and crawl.claims is not crawl.store
+    assert crawl.store.postgres_conn_id == crawl.claims.postgres_conn_id == cfg.postgres_conn_id
+    for ledger_ in (replay, crawl):
+        ledger_.close()

@@ -125,6 +125,7 @@ def test_limiters_are_shared_per_connection_and_limits(source, monkeypatch):
     monkeypatch.setattr(ratelimit, "_limiters", {})
     limiter = limiter_for(source, DB_CONN)
     assert isinstance(limiter, SourceLimiter) and isinstance(limiter.bucket, SourceRateStore)
+    assert limiter.bucket.hook.postgres_conn_id == DB_CONN
     assert limiter_for(source, DB_CONN) is limiter
     assert limiter_for(source.model_copy(update={"deadline_s": 4}), DB_CONN) is not limiter
     assert limiter_for(source, None) is None

@@ -125,11 +125,16 @@ def test_a_missing_field_and_a_repeated_task_id_are_row_problems():
     assert [r.row for r in rows] == [1]
     assert [(p.row, p.field) for p in problems] == [(2, "produced_count"), (3, "task_id"), (4, "(row)")]
     assert "missing" in problems[0].problem and "also on row 1" in problems[1].problem
+    assert problems[1].describe().startswith("row 3 (task_id 'jobs_beijing'): field 'task_id': also on row 1")
+    assert problems[2].describe().startswith("row 4: field '(row)': must be an object with task_id, total,")
 
 
 def test_a_csv_without_the_status_columns_is_refused_naming_them():
     with pytest.raises(ImportFileError, match="the CSV header lacks last_start_offset, produced_count"):
         parse_csv("task_id,total,status,filtered_count\njobs,1,completed,0\n", "old.csv")
+    columns = "task_id, total, last_start_offset, status, filtered_count, produced_count"
+    with pytest.raises(ImportFileError, match=f"^<csv>: the CSV header lacks .*must name the columns {columns}$"):
+        parse_csv("task_id\njobs\n")
 
 
 @pytest.mark.parametrize(
