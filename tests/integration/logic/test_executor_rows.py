@@ -135,3 +135,32 @@ def test_unpark_takes_the_given_rows_only(pg, schema, task):
         cur.execute(sql.SQL("UPDATE {} SET status = 3 WHERE id IN (1, 2)").format(t.status.ident))
         assert rows.unpark(cur, [2, 3]) == [2]
         assert rows.statuses(cur, [1, 2]) == {1: PARKED, 2: PENDING}
+
+
+@pytest.mark.parametrize("epoch", [False, True], ids=["timestamptz", "epoch"])
+def test_given_back_rows_are_claimable_at_once_and_old_done_rows_of_deleted_sources_are_pruned(pg, schema, task, epoch):
+    if epoch:
+        pg.execute(
+            f'CREATE TABLE "{schema}".status (id bigint, status int, start_time bigint, end_time bigint, '
+            "task_name varchar(100), UNIQUE (id, task_name))"
+        )
+    t = tables(pg, schema, category=None)
+    assert t.status.epoch_times is epoch
+    rows = t.rows(task)
+    with pg.cursor() as cur:
+        rows.sync(cur, t.parts(), None)
+        rows.rank(cur, t.parts(), None)
+        rows.open_run(cur, "run1", 10)
+    assert [r.id for r in claim(pg, t, rows, "run1", "run1|0|a", 3)] == [5, 4, 3], "by name: v, w, x"
+    with pg.cursor() as cur:
+        assert rows.give_back(cur, "run1", [5], "run1|0|a", LEASE[1]) == [5]
+        assert rows.complete(cur, [4, 3], "run1|0|a") == [4, 3]
+    assert [r.id for r in claim(pg, t, rows, "run1", "run1|0|b", 1)] == [5], "given back: past its retry delay"
+    pg.execute(f'DELETE FROM "{schema}".src WHERE id = 4')
+    older = sql.SQL("end_time - 200" if epoch else "end_time - interval '200 seconds'")
+    pg.execute(sql.SQL("UPDATE {} SET end_time = ").format(t.status.ident) + older + sql.SQL(" WHERE status = 2"))
+    prune = t.status.statement("prune_done", source=t.parts().source, source_id=t.parts().source_id)
+    with pg.cursor() as cur:
+        assert cur.execute(prune, {"task": task, "age_s": 300, "limit": 10}).rowcount == 0, "not old enough"
+        assert cur.execute(prune, {"task": task, "age_s": 100, "limit": 10}).rowcount == 1
+        assert rows.statuses(cur, [3, 4]) == {3: DONE}, "a done row whose source row exists stays"
