@@ -4,13 +4,14 @@ for the batch row it was written for, so a reset publishes again."""
 
 from __future__ import annotations
 
+import json
 import logging
 import uuid
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import ConfigResource, ResourceType
 
 from crawler_ops.errors import DeliveryError
@@ -97,6 +98,8 @@ def test_a_publisher_returns_how_many_messages_went_to_the_task_topic(hook, topi
     messages = [Message(b"a", b"1", [], None), Message(b"b", b"2", [], None), Message(b"c", b"x", [], dead)]
     publisher.send(Batch(0, 3), messages, COUNTS)
     assert publisher.confirm() == 2
+    publisher.send(Batch(3, 4), [], COUNTS)
+    assert publisher.confirm() == 0, "an empty batch: nothing to wait for"
     assert [k for k, _ in read_all(hook, topic)] == [b"a", b"b"]
     assert [k for k, _ in read_all(hook, dead)] == [b"c"]
 
@@ -134,6 +137,14 @@ def test_a_committed_batch_has_a_marker_for_its_row_and_an_aborted_one_has_none(
 def test_a_marker_tombstone_and_keyless_messages_are_not_markers(hook, topics):
     marker_topic = new_topic(hook, topics, "markers")  # not compacted: a compacted topic refuses keyless messages
     log = markers(hook, marker_topic, {0: "run_1", 10: "run_1"})
+    assert json.loads(log.message(Batch(10, 20), COUNTS).value) == {
+        "task": "t",
+        "lo": 10,
+        "hi": 20,
+        "generation": "run_1",
+        "run_id": "run_1",
+        "counts": COUNTS.to_dict(),
+    }
     raw = Producer(hook.client_config())
     for message in (log.message(Batch(0, 10), COUNTS), log.message(Batch(10, 20), COUNTS)):
         raw.produce(marker_topic, key=message.key, value=message.value)
@@ -158,6 +169,8 @@ def test_a_newer_attempt_of_the_chunk_fences_the_earlier_one(hook, topics):
     TransactionalPublisher(hook.transactional_producer(chunk_id), topic, "t", None, flush_timeout=30)
     with pytest.raises(DeliveryError, match="did not commit"):
         old.confirm()
+    old.abort()  # a fenced producer cannot abort either; that is no error
+    assert old.delivered(Batch(0, 10)) is None, "without markers nothing counts as delivered"
     assert read_all(hook, topic) == []
 
 
@@ -184,3 +197,9 @@ def test_a_batch_not_confirmed_in_time_is_aborted_and_the_next_one_commits(hook,
     sender.send(Batch(0, 10), [Message(b"again", b"1", [], None)], COUNTS)
     assert sender.confirm() == 1, "the first transaction was aborted, so a new one could begin"
     assert read_all(hook, topic) == [(b"again", b"1")]
+
+
+def test_a_marker_read_from_an_unreachable_broker_gives_up_within_its_timeout():
+    log = MarkerLog({"bootstrap.servers": "127.0.0.1:9"}, "t.markers", "t", "run_1", {}, timeout=1)
+    with pytest.raises(KafkaException):
+        log.delivered(Batch(0, 10))

@@ -154,3 +154,15 @@ def test_a_row_holding_a_slot_beyond_any_pause_is_pulled_back(pg, store, source)
     grant = store.take(1)
     assert grant.count == 0
     assert grant.first - grant.now == pytest.approx(53, abs=0.5), "max_retry_after_s + deadline_s ahead at most"
+
+
+def test_a_take_reserves_no_more_than_wanted(store):
+    assert store.take(2).count == 2
+    assert store.hook.task_id == f"source {store.source.conn_id}", "errors name the source connection"
+
+
+def test_a_pacing_row_that_cannot_be_read_even_on_a_new_connection_fails_naming_it(store, monkeypatch):
+    store.take(1)
+    monkeypatch.setattr(ratelimit, "read_sql", lambda name: "SELECT 1 WHERE false")
+    with pytest.raises(StatusTableError, match=f"no row of source '{store.source.conn_id}' in crawler_ops.source_rate"):
+        store.take(1)

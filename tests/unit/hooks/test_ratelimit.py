@@ -193,8 +193,10 @@ def test_a_slot_the_shared_bucket_refused_fails_the_request_and_reserves_nothing
     bucket = Bucket(clock, next=clock() + 600, count=0)  # PostgreSQL refused: the first slot is beyond the deadline
     limiter = limited(clock, bucket, deadline_s=20)
 
-    with pytest.raises(SourcePausedError, match=r"longer than source.deadline_s \(20s\)"), limiter.request():
+    with pytest.raises(SourcePausedError, match=r"longer than source.deadline_s \(20s\)") as err, limiter.request():
         pass
+
+    assert err.value.retry_after == pytest.approx(600), "how far the first slot is"
 
     assert clock.slept == [] and not limiter.slots
 
@@ -300,3 +302,29 @@ def test_a_slot_reserved_before_any_of_several_429s_during_the_wait_is_not_used(
         pass
 
     assert len(bucket.takes) == 2, "the slot taken before the 429 was dropped and another one reserved"
+
+
+def test_the_rate_coming_back_to_the_ceiling_is_said_once(caplog):
+    clock = Clock()
+    bucket = Bucket(clock)
+    limiter = limited(clock, bucket)
+    caplog.set_level("INFO", logger=ratelimit.__name__)
+    assert limiter.rate == 20
+    with limiter.request():
+        pass
+    assert caplog.records == [], "at the ceiling from the start: nothing to say"
+    limiter.throttle(None)
+    caplog.clear()
+    for _ in range(12):
+        with limiter.request():
+            pass
+
+    assert [r.getMessage() for r in caplog.records] == ["source src: shared rate back at 20 requests/s"]
+    assert limiter.rate == 20
+
+
+def test_a_limiter_without_a_rate_never_asks_a_bucket():
+    clock = Clock()
+    limiter = limited(clock, Bucket(clock), requests_per_s=None, max_in_flight=2)
+
+    assert limiter.bucket is None
