@@ -76,7 +76,9 @@ def loaded(*tasks: str, errors: dict[str, str] | None = None) -> LoadedConfig:
     return LoadedConfig(tasks=tuple(make_task(t) for t in tasks), errors=errors or {})
 
 
-def test_a_dry_run_plans_and_writes_nothing_and_apply_writes_each_task_and_its_record(pg, task, second, tmp_path):
+def test_a_dry_run_plans_and_writes_nothing_and_apply_writes_each_task_and_its_record(
+    pg, task, second, tmp_path, caplog
+):
     store = CrawlStoreHook(DB_CONN, task)
     with store.transaction() as cur:
         store.batches.insert(cur, [Batch(0, 500), Batch(500, 1000)], "old_run")
@@ -87,6 +89,7 @@ def test_a_dry_run_plans_and_writes_nothing_and_apply_writes_each_task_and_its_r
     assert [(s.old.task_id, s.action, s.new_watermark) for s in dry.steps] == [(task, "set", 500), (second, "set", 300)]
     assert progress(pg, task) is None and imports(pg, task) == []
 
+    caplog.set_level("INFO", logger=importing.__name__)
     applied = import_progress(path, loaded(task, second), apply=True)
     assert applied.applied
     lines: list[str] = []
@@ -99,6 +102,7 @@ def test_a_dry_run_plans_and_writes_nothing_and_apply_writes_each_task_and_its_r
     assert progress(pg, task) == (500, 1000, 850, 849, "imported")
     assert progress(pg, second) == (300, 1000, 850, 849, "imported")
     [(old, new, status, [note])] = imports(pg, task)
+    assert note in [r.getMessage() for r in caplog.records if r.name == importing.__name__]
     assert (old, new, status) == (None, 500, "success")
     assert (
         "old.json, row 1, old status stopped" in note
@@ -134,7 +138,7 @@ def test_a_task_the_old_service_never_crawled_is_skipped(pg, task, tmp_path):
     assert progress(pg, task) is None and imports(pg, task) == []
 
 
-def test_an_open_run_record_blocks_the_import_while_airflow_runs_it(pg, task, tmp_path, monkeypatch):
+def test_an_open_run_record_blocks_the_import_while_airflow_runs_it(pg, task, tmp_path, monkeypatch, caplog):
     store = CrawlStoreHook(DB_CONN, task)
     with store.transaction() as cur:
         store.start_run(cur, "manual__live", "incremental", REF)
@@ -143,15 +147,18 @@ def test_an_open_run_record_blocks_the_import_while_airflow_runs_it(pg, task, tm
     dag_id = make_task(task).dag_id
     import crawler_ops.ops.status as status
 
-    monkeypatch.setattr(status, "active_runs", lambda dags: ({dag_id: ["manual__live"]}, None))
+    asked: list[list[str]] = []
+    monkeypatch.setattr(status, "active_runs", lambda dags: (asked.append(dags), ({dag_id: ["manual__live"]}, None))[1])
     report = import_progress(export(tmp_path, (task, 600)), loaded(task), apply=True)
     assert not report.applied
     assert report.steps[0].action == "refuse" and report.steps[0].reason.startswith("run manual__live of this task")
+    assert asked == [[dag_id]]
     monkeypatch.setattr(status, "active_runs", lambda dags: ({}, None))
     assert import_progress(export(tmp_path, (task, 600)), loaded(task), apply=True).applied
     monkeypatch.setattr(status, "active_runs", lambda dags: (None, "metadata DB down"))
     report = import_progress(export(tmp_path, (task, 700)), loaded(task), apply=True)
     assert not report.applied and "manual__gone" in report.steps[0].reason
+    assert "import-progress: metadata DB down; every open run record counts as running" in caplog.messages
 
 
 def test_the_report_says_what_happened(tmp_path):

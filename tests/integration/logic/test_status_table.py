@@ -177,7 +177,11 @@ def test_ensure_creates_upgrades_and_checks_a_table(pg, schema):
     index = pg.execute("SELECT indexname FROM pg_indexes WHERE schemaname = %s", (schema,)).fetchall()
     assert ("old_open_idx",) in index
     pg.execute(f'CREATE TABLE "{schema}".bad (id int, status int, task_name text)')
-    with pytest.raises(StatusTableError, match=r"lacks the columns \['end_time', 'start_time'\]"):
+    with pytest.raises(
+        StatusTableError,
+        match=r"lacks the columns \['end_time', 'start_time'\] of the "
+        r"\(id, status, start_time, end_time, task_name\) layout$",
+    ):
         ensure(pg, schema, "bad")
     created = ensure(pg, schema, "new")
     assert not created.epoch_times
