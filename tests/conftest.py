@@ -35,12 +35,14 @@ REPO = Path(__file__).resolve().parent.parent
 STACK_DIR = Path(os.environ.get("CRAWLER_OPS_STACK_DIR", REPO / ".stack")).resolve()
 STATE_FILE = STACK_DIR / "stack.json"
 SERVICE_FREE = ("unit", "dev", "dags")
+# Tests on PostgreSQL and Kafka only (the mutation run's): they create nothing in Airflow.
+AIRFLOW_FREE = (*SERVICE_FREE, "integration/logic")
 # What a developer's shell may carry over from the stack's env.sh; service-free sessions drop it.
 STACK_VARIABLE_PREFIXES = ("AIRFLOW_CONN_", "AIRFLOW__", "CRAWLER_OPS_")
 
 _saved_environ: dict[str, str] = {}
 _private_home: str | None = None
-_on_stack = False
+_cleans_airflow = False
 
 
 def load_stack_env() -> bool:
@@ -52,21 +54,21 @@ def load_stack_env() -> bool:
     return True
 
 
-def needs_stack(args: list[str]) -> bool:
-    """Whether any test path of the session lies outside the service-free folders."""
-    service_free = [REPO / "tests" / name for name in SERVICE_FREE]
+def needs_stack(args: list[str], free: tuple[str, ...] = SERVICE_FREE) -> bool:
+    """Whether any test path of the session lies outside the ``free`` folders (by default the service-free ones)."""
+    roots = [REPO / "tests" / name for name in free]
     for arg in args or ["tests"]:
         path = Path(arg.split("::")[0]).resolve()
-        if not any(path == root or root in path.parents for root in service_free):
+        if not any(path == root or root in path.parents for root in roots):
             return True
     return False
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    global _private_home, _on_stack
+    global _private_home, _cleans_airflow
     _saved_environ.update(os.environ)
     if needs_stack(list(config.args)):
-        _on_stack = True
+        _cleans_airflow = needs_stack(list(config.args), AIRFLOW_FREE)
         load_stack_env()
         return
     for name in [n for n in os.environ if n.startswith(STACK_VARIABLE_PREFIXES)]:
@@ -106,7 +108,7 @@ def airflow_metadata_cleanup(
     the configs the tests wrote (all below the session's temp folder), never a configured one, and the runs
     ``dag.test()`` made of configured DAGs. Set first, so it runs after every other session fixture (the scheduler
     tests' Airflow is stopped by then)."""
-    if not _on_stack:
+    if not _cleans_airflow:
         yield
         return
     from tests import airflow_cleanup

@@ -185,6 +185,7 @@ def test_a_slot_further_away_than_the_deadline_fails_the_request_instead_of_wait
         pass
 
     assert err.value.retriable is True
+    assert err.value.retry_after == pytest.approx(3_600), "the caller retries when the slot comes"
     assert clock.slept == [], "nothing slept: the wait would outlive the request's deadline"
 
 
@@ -193,8 +194,10 @@ def test_a_slot_the_shared_bucket_refused_fails_the_request_and_reserves_nothing
     bucket = Bucket(clock, next=clock() + 600, count=0)  # PostgreSQL refused: the first slot is beyond the deadline
     limiter = limited(clock, bucket, deadline_s=20)
 
-    with pytest.raises(SourcePausedError, match=r"longer than source.deadline_s \(20s\)"), limiter.request():
+    with pytest.raises(SourcePausedError, match=r"longer than source.deadline_s \(20s\)") as err, limiter.request():
         pass
+
+    assert err.value.retry_after == pytest.approx(600), "how far the first slot is"
 
     assert clock.slept == [] and not limiter.slots
 
@@ -276,3 +279,69 @@ def test_the_last_hook_done_with_a_limiter_closes_its_connection_and_the_next_on
     with limiter.request():
         pass
     assert len(bucket.takes) == 1, "a later request takes slots again (the store reconnects)"
+
+
+@pytest.mark.parametrize(
+    ("cut", "retry_after", "level", "said"),
+    [
+        (True, 2.0, "WARNING", "source src: 429 / Retry-After, shared rate halved to 10 requests/s; no request for 2s"),
+        (False, None, "INFO", "source src: 429 / Retry-After, shared rate stays at 10 requests/s"),
+    ],
+    ids=["halved", "kept"],
+)
+def test_a_429_says_what_became_of_the_shared_rate(caplog, cut, retry_after, level, said):
+    clock = Clock()
+    bucket = Bucket(clock)
+    bucket.throttle = lambda after: (10.0, cut)  # type: ignore[method-assign]
+    caplog.set_level("INFO", logger=ratelimit.__name__)
+
+    limited(clock, bucket).throttle(retry_after)
+
+    assert [(r.levelname, r.getMessage()) for r in caplog.records] == [(level, said)]
+
+
+def test_a_slot_reserved_before_any_of_several_429s_during_the_wait_is_not_used():
+    clock = Clock()
+    bucket = Bucket(clock)
+    limiter = limited(clock, bucket)
+    limiter.throttles = 1
+    throttled_at: list[float] = []
+
+    def sleep(seconds: float) -> None:
+        clock.sleep(seconds)
+        if len(throttled_at) < 1:
+            throttled_at.append(clock())
+            limiter.throttle(None)  # a second 429 while this request waits for its slot
+
+    limiter.sleep = sleep
+    bucket.next = clock() + 0.5
+    with limiter.request():
+        pass
+
+    assert len(bucket.takes) == 2, "the slot taken before the 429 was dropped and another one reserved"
+
+
+def test_the_rate_coming_back_to_the_ceiling_is_said_once(caplog):
+    clock = Clock()
+    bucket = Bucket(clock)
+    limiter = limited(clock, bucket)
+    caplog.set_level("INFO", logger=ratelimit.__name__)
+    assert limiter.rate == 20
+    with limiter.request():
+        pass
+    assert caplog.records == [], "at the ceiling from the start: nothing to say"
+    limiter.throttle(None)
+    caplog.clear()
+    for _ in range(12):
+        with limiter.request():
+            pass
+
+    assert [r.getMessage() for r in caplog.records] == ["source src: shared rate back at 20 requests/s"]
+    assert limiter.rate == 20
+
+
+def test_a_limiter_without_a_rate_never_asks_a_bucket():
+    clock = Clock()
+    limiter = limited(clock, Bucket(clock), requests_per_s=None, max_in_flight=2)
+
+    assert limiter.bucket is None

@@ -125,11 +125,16 @@ def test_a_missing_field_and_a_repeated_task_id_are_row_problems():
     assert [r.row for r in rows] == [1]
     assert [(p.row, p.field) for p in problems] == [(2, "produced_count"), (3, "task_id"), (4, "(row)")]
     assert "missing" in problems[0].problem and "also on row 1" in problems[1].problem
+    assert problems[1].describe().startswith("row 3 (task_id 'jobs_beijing'): field 'task_id': also on row 1")
+    assert problems[2].describe().startswith("row 4: field '(row)': must be an object with task_id, total,")
 
 
 def test_a_csv_without_the_status_columns_is_refused_naming_them():
     with pytest.raises(ImportFileError, match="the CSV header lacks last_start_offset, produced_count"):
         parse_csv("task_id,total,status,filtered_count\njobs,1,completed,0\n", "old.csv")
+    columns = "task_id, total, last_start_offset, status, filtered_count, produced_count"
+    with pytest.raises(ImportFileError, match=f"^<csv>: the CSV header lacks .*must name the columns {columns}$"):
+        parse_csv("task_id\njobs\n")
 
 
 @pytest.mark.parametrize(
@@ -192,3 +197,58 @@ def test_the_plan_refuses_a_task_whose_run_has_not_committed():
     [step] = plan_import([old("jobs")], {}, {"jobs": ["manual__2026-12-01"]}, force=True)
 
     assert step.action == "refuse" and "run manual__2026-12-01" in step.reason and step.new_watermark is None
+
+
+def test_importing_the_stored_watermark_again_is_no_move_back():
+    [step] = plan_import([old("jobs", 1500)], {"jobs": CurrentProgress(1500)}, {})
+
+    assert (step.action, step.new_watermark) == ("set", 1500)
+
+
+def test_each_refusal_and_skip_says_why_and_what_to_do():
+    never, running = plan_import(
+        [old("never", None), old("busy", row=2)], {}, {"busy": ["manual__1", "scheduled__2"]}, force=True
+    )
+    assert never.reason == "the old service has no position for this task (it never crawled it); nothing to import"
+    assert never.describe() == f"never: watermark - -> - (skipped: {never.reason})"
+    assert running.reason == (
+        "run manual__1, scheduled__2 of this task planned from the current watermark and has not committed; wait "
+        "until it finishes (or mark it failed in the Airflow UI), then import again"
+    )
+    [back] = plan_import([old("jobs", 1200)], {"jobs": CurrentProgress(1500)}, {})
+    assert back.reason.endswith("would be crawled and published again; pass --force to do it")
+
+
+@pytest.mark.parametrize(
+    ("total", "offset", "refused"),
+    [(1300, 1300, False), (1300, 1301, True), (0, 5, False), (1, 5, True)],
+    ids=["at-total", "above-total", "no-total", "total-1"],
+)
+def test_a_start_offset_above_a_known_total_is_refused(total, offset, refused):
+    entry = {**OLD_TASK, "total": total, "last_start_offset": offset}
+
+    _, problems = parse_json(json.dumps([entry]))
+
+    assert bool(problems) is refused
+    if refused:
+        assert problems[0].describe() == (
+            f"row 1 (task_id 'jobs_beijing'): field 'last_start_offset': {offset} is above the task's total {total}; "
+            "check the export (the old service never saved a start offset above its total)"
+        )
+
+
+def test_a_running_or_failed_task_states_its_problem_in_full():
+    running = {**OLD_TASK, "status": "running"}
+    failed = {**OLD_TASK, "task_id": "failed", "status": "error", "last_start_offset": 0}
+
+    _, problems = parse_json(json.dumps([running, failed]))
+
+    assert [p.describe() for p in problems] == [
+        "row 1 (task_id 'jobs_beijing'): field 'status': the old service was still crawling this task when the "
+        "status was exported; stop it there (its stop endpoint), wait until it reports 'stopped' or 'completed', "
+        "and export the status again",
+        "row 2 (task_id 'failed'): field 'last_start_offset': status 'error': the old service overwrote this task's "
+        "position with 0 when it failed, so its real position is lost; leave the row out (the first crawl then "
+        "searches the date window) or put the offset up to which the old service had published and status "
+        "'stopped'",
+    ]

@@ -1,0 +1,205 @@
+"""Kafka delivery on the stack's broker: topics made as configured (crawler_ops.hooks.producer), batches produced
+in transactions with their markers, and the markers read back (crawler_ops.hooks.exactly_once): a marker counts only
+for the batch row it was written for, so a reset publishes again."""
+
+from __future__ import annotations
+
+import json
+import logging
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
+from confluent_kafka.admin import ConfigResource, ResourceType
+
+from crawler_ops.errors import DeliveryError
+from crawler_ops.hooks.exactly_once import MARKER_TOPIC_CONFIG, MarkerLog, TransactionalPublisher, transactional_id
+from crawler_ops.hooks.producer import IdempotentProducerHook, KafkaPublisher, ensure_topic
+from crawler_ops.planning import Batch
+from crawler_ops.records import Message
+from crawler_ops.results import RunCounts
+from tests.integration.logic.conftest import KAFKA_CONN, stack_value
+
+pytestmark = pytest.mark.integration
+
+COUNTS = RunCounts(pages=1, fetched=2, kept=2, published=2, batches_done=1)
+
+
+@pytest.fixture
+def hook() -> IdempotentProducerHook:
+    stack_value("CRAWLER_OPS_KAFKA_BOOTSTRAP")
+    return IdempotentProducerHook(KAFKA_CONN)
+
+
+@pytest.fixture
+def topics(hook: IdempotentProducerHook, name: str) -> Iterator[list[str]]:
+    """Topic names of this test's own (``<name>.<suffix>``), deleted afterwards."""
+    made: list[str] = []
+    yield made
+    admin = hook.admin()
+    existing = [t for t in made if t in admin.list_topics(timeout=10).topics]
+    if existing:
+        for future in admin.delete_topics(existing, operation_timeout=10).values():
+            future.result(timeout=10)
+
+
+def new_topic(hook: IdempotentProducerHook, topics: list[str], suffix: str, **config: str) -> str:
+    topic = f"{uuid.uuid4().hex[:10]}.{suffix}"
+    topics.append(topic)
+    assert ensure_topic(hook.admin(), topic, 1, None, True, "t", config=config or None)
+    return topic
+
+
+def read_all(hook: IdempotentProducerHook, topic: str, isolation: str = "read_committed") -> list[Any]:
+    consumer = Consumer(
+        {
+            **hook.client_config(),
+            "group.id": uuid.uuid4().hex,
+            "auto.offset.reset": "earliest",
+            "isolation.level": isolation,
+            "enable.partition.eof": True,
+        }
+    )
+    try:
+        consumer.assign([TopicPartition(topic, 0, 0)])
+        found: list[tuple[bytes | None, bytes | None]] = []
+        while True:
+            message = consumer.poll(10)
+            assert message is not None, f"no end of partition of {topic} within 10 s"
+            if message.error():
+                return found
+            found.append((message.key(), message.value()))
+    finally:
+        consumer.close()
+
+
+def test_a_topic_is_created_once_with_its_config_and_a_missing_one_fails_when_creation_is_off(hook, topics, caplog):
+    admin = hook.admin()
+    caplog.set_level(logging.WARNING)
+    topic = new_topic(hook, topics, "made", **MARKER_TOPIC_CONFIG)
+    assert "has a single replica" in caplog.text
+    assert not ensure_topic(admin, topic, 1, None, True, "t")
+    resource = ConfigResource(ResourceType.TOPIC, topic)
+    config = admin.describe_configs([resource])[resource].result(timeout=10)
+    assert config["cleanup.policy"].value == "compact"
+    assert config["min.insync.replicas"].value == "1"
+    with pytest.raises(DeliveryError, match=r"does not exist and kafka\.create_topic is false"):
+        ensure_topic(admin, f"{topic}.absent", 1, None, False, "t")
+    with pytest.raises(DeliveryError, match="could not be created \\(1 partitions, replication 3\\)"):
+        ensure_topic(admin, f"{topic}.too_many_replicas", 1, 3, True, "t")
+    assert ensure_topic(admin, topic, 1, None, True, "t") is False
+
+
+def test_a_publisher_returns_how_many_messages_went_to_the_task_topic(hook, topics):
+    topic, dead = new_topic(hook, topics, "records"), new_topic(hook, topics, "dead")
+    publisher = KafkaPublisher(hook.get_producer(), topic, "t", flush_timeout=30)
+    messages = [Message(b"a", b"1", [], None), Message(b"b", b"2", [], None), Message(b"c", b"x", [], dead)]
+    publisher.send(Batch(0, 3), messages, COUNTS)
+    assert publisher.confirm() == 2
+    publisher.send(Batch(3, 4), [], COUNTS)
+    assert publisher.confirm() == 0, "an empty batch: nothing to wait for"
+    assert [k for k, _ in read_all(hook, topic)] == [b"a", b"b"]
+    assert [k for k, _ in read_all(hook, dead)] == [b"c"]
+
+
+def markers(hook: IdempotentProducerHook, topic: str, generations: dict[int, str], run: str = "run_1") -> MarkerLog:
+    return MarkerLog(hook.client_config(), topic, "t", run, generations, timeout=20)
+
+
+def publisher(hook: IdempotentProducerHook, topic: str, log: MarkerLog | None, chunk: str = "0-20"):
+    producer = hook.transactional_producer(f"mut.{uuid.uuid4().hex}.{chunk}")
+    return TransactionalPublisher(producer, topic, "t", log, flush_timeout=30)
+
+
+def test_a_committed_batch_has_a_marker_for_its_row_and_an_aborted_one_has_none(hook, topics):
+    topic, marker_topic = new_topic(hook, topics, "records"), new_topic(hook, topics, "markers", **MARKER_TOPIC_CONFIG)
+    log = markers(hook, marker_topic, {0: "run_1", 10: "run_1"})
+    sender = publisher(hook, topic, log)
+    sender.send(Batch(0, 10), [Message(b"a", b"1", [], None)], COUNTS)
+    assert sender.confirm() == 1
+    sender.send(Batch(10, 20), [], COUNTS)
+    assert sender.confirm() == 0, "an empty batch produces nothing"
+    sender.close()
+    assert sender.delivered(Batch(0, 10)) == COUNTS
+    aborted = publisher(hook, topic, log)
+    aborted.send(Batch(10, 20), [Message(b"b", b"2", [], None)], COUNTS)
+    aborted.close()  # the open transaction is aborted
+    assert read_all(hook, topic) == [(b"a", b"1")]
+    assert log.delivered(Batch(10, 20)) is None, "aborted: invisible to read_committed"
+    assert log.delivered(Batch(0, 10)) == COUNTS
+    assert log.delivered(Batch(0, 11)) is None, "a marker of other bounds"
+    assert markers(hook, marker_topic, {0: "run_2"}).delivered(Batch(0, 10)) is None, "a reset row: not delivered"
+    assert markers(hook, marker_topic, {}).delivered(Batch(0, 10)) is None
+
+
+def test_a_marker_tombstone_and_keyless_messages_are_not_markers(hook, topics):
+    marker_topic = new_topic(hook, topics, "markers")  # not compacted: a compacted topic refuses keyless messages
+    log = markers(hook, marker_topic, {0: "run_1", 10: "run_1"})
+    assert json.loads(log.message(Batch(10, 20), COUNTS).value) == {
+        "task": "t",
+        "lo": 10,
+        "hi": 20,
+        "generation": "run_1",
+        "run_id": "run_1",
+        "counts": COUNTS.to_dict(),
+    }
+    raw = Producer(hook.client_config())
+    for message in (log.message(Batch(0, 10), COUNTS), log.message(Batch(10, 20), COUNTS)):
+        raw.produce(marker_topic, key=message.key, value=message.value)
+    raw.produce(marker_topic, key=b"t:0", value=None)
+    raw.produce(marker_topic, key=None, value=b"{}")
+    assert raw.flush(10) == 0
+    assert log.delivered(Batch(0, 10)) is None
+    assert log.delivered(Batch(10, 20)) == COUNTS
+
+
+def test_reading_a_missing_marker_topic_fails_the_batch_before_anything_is_produced(hook, name):
+    log = markers(hook, f"{name}.absent", {})
+    with pytest.raises(DeliveryError, match="cannot read the marker topic"):
+        log.delivered(Batch(0, 10))
+
+
+def test_a_newer_attempt_of_the_chunk_fences_the_earlier_one(hook, topics):
+    topic = new_topic(hook, topics, "records")
+    chunk_id = f"mut.{uuid.uuid4().hex}.0-20"
+    old = TransactionalPublisher(hook.transactional_producer(chunk_id), topic, "t", None, flush_timeout=30)
+    old.send(Batch(0, 10), [Message(b"old", b"1", [], None)], COUNTS)
+    TransactionalPublisher(hook.transactional_producer(chunk_id), topic, "t", None, flush_timeout=30)
+    with pytest.raises(DeliveryError, match="did not commit"):
+        old.confirm()
+    old.abort()  # a fenced producer cannot abort either; that is no error
+    assert old.delivered(Batch(0, 10)) is None, "without markers nothing counts as delivered"
+    assert read_all(hook, topic) == []
+
+
+def test_transactional_ids_are_stable_per_chunk_and_per_run_for_replays():
+    batches = [Batch(20, 30), Batch(0, 10)]
+    assert transactional_id("t", batches) == "crawler_ops.t.0-30"
+    assert transactional_id("t", batches, "manual__1") == "crawler_ops.t.manual__1.0-30"
+
+
+def test_a_producer_without_the_transaction_state_log_fails_with_the_reason(hook):
+    broken = Producer({"bootstrap.servers": "127.0.0.1:9", "transactional.id": "mut.none"})
+    with pytest.raises(DeliveryError, match="cannot start Kafka transactions"):
+        TransactionalPublisher(broken, "x", "t", None, flush_timeout=1)
+
+
+def test_a_batch_not_confirmed_in_time_is_aborted_and_the_next_one_commits(hook, topics):
+    topic = new_topic(hook, topics, "records")
+    sender = publisher(hook, topic, None)
+    sender.flush_timeout = 0  # the delivery reports cannot be in yet
+    sender.send(Batch(0, 10), [Message(b"late", b"1", [], None)], COUNTS)
+    with pytest.raises(DeliveryError, match="Kafka confirmed 0 of 1 messages"):
+        sender.confirm()
+    sender.flush_timeout = 30
+    sender.send(Batch(0, 10), [Message(b"again", b"1", [], None)], COUNTS)
+    assert sender.confirm() == 1, "the first transaction was aborted, so a new one could begin"
+    assert read_all(hook, topic) == [(b"again", b"1")]
+
+
+def test_a_marker_read_from_an_unreachable_broker_gives_up_within_its_timeout():
+    log = MarkerLog({"bootstrap.servers": "127.0.0.1:9"}, "t.markers", "t", "run_1", {}, timeout=1)
+    with pytest.raises(KafkaException):
+        log.delivered(Batch(0, 10))
