@@ -244,10 +244,12 @@ def test_adjacent_backfill_intervals_keep_every_instant_exactly_once(
 
 
 def test_windows_reject_naive_times() -> None:
-    with pytest.raises(ValueError, match=r"timezone-aware"):
+    with pytest.raises(ValueError, match=r"^the reference time and the wall clock must be timezone-aware$"):
         Window.since(datetime(2026, 11, 20, 12), days=7, now=REF)
-    with pytest.raises(ValueError, match=r"timezone-aware"):
+    with pytest.raises(ValueError, match=r"^a data interval must be timezone-aware$"):
         Window.interval(datetime(2026, 11, 19), REF)
+    with pytest.raises(ValueError, match=r"^a data interval must be timezone-aware$"):
+        Window.interval(REF, datetime(2026, 11, 21))
 
 
 # --- classify -----------------------------------------------------------------------------------------------------

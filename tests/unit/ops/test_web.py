@@ -507,3 +507,89 @@ def test_a_user_whose_permissions_cannot_be_determined_sees_nothing(client, mult
 
     assert response.status_code == 200
     assert (response.json()["tasks"], response.json()["invalid_tasks"]) == ([], [])
+
+
+# --- the page's links and title, the DAG tab's target, and failing closed ------------------------------------------
+
+ONE_TASK = {"generated_at": "2026-12-01T00:00:00+00:00", "tasks": [{"task_id": "t 1"}], "invalid_tasks": []}
+TWO_TASKS = {**ONE_TASK, "tasks": [{"task_id": "t 1"}, {"task_id": "t2"}]}
+
+
+def json_link(page: str) -> str:
+    return re.search(r'JSON: <a href="([^"]*)">', page).group(1)  # type: ignore[union-attr]
+
+
+def test_the_page_of_every_task_links_to_the_json_of_every_task_and_to_no_other_page():
+    page = web.render_html(ONE_TASK)
+    assert json_link(page) == "api/status" and "all tasks" not in page
+    assert "<h2>crawler_ops status</h2>" in page and "2026-12-01T00:00:00+00:00" in page
+    assert all(f"<th>{name}</th>" in page for name in web.COLUMNS)
+
+
+def test_the_page_of_one_task_links_to_its_json_and_back_to_every_task():
+    page = web.render_html(ONE_TASK, filtered=True)
+    assert json_link(page) == "api/status?task=t%201" and '<a href="./">all tasks</a>' in page
+    assert json_link(web.render_html(TWO_TASKS, filtered=True)) == "api/status"
+
+
+def test_the_dag_tab_is_titled_by_its_dag_and_links_back_to_every_task():
+    page = web.render_html(ONE_TASK, dag_id="crawl_t1")
+    assert "<h2>crawler_ops status: crawl_t1</h2>" in page and '<a href="./">all tasks</a>' in page
+
+
+@pytest.mark.parametrize(
+    ("dag_id", "target"),
+    [
+        ("crawl_jobs", ("jobs", None)),
+        ("exec_pool", (None, "pool")),
+        ("crawl_", (None, None)),
+        ("exec_", (None, None)),
+        ("jobs_exec_", (None, None)),
+        ("other", (None, None)),
+    ],
+)
+def test_a_dag_id_stands_for_the_crawl_task_or_executor_its_prefix_names(dag_id, target):
+    assert web.dag_target(dag_id) == target
+
+
+def test_an_empty_report_has_the_shape_of_a_report_and_says_when_it_was_made():
+    from datetime import UTC, datetime
+
+    report = web.empty_report()
+    assert (
+        report.keys() == {"generated_at", "tasks", "invalid_tasks"} and report["tasks"] == report["invalid_tasks"] == []
+    )
+    assert datetime.fromisoformat(report["generated_at"]).tzinfo == UTC
+
+
+class RaisingAuthManager(FakeAuthManager):
+    def is_authorized_dag(self, **kwargs: Any) -> bool:
+        raise RuntimeError("auth backend down")
+
+
+def test_a_user_whose_right_to_every_dag_cannot_be_determined_gets_the_generic_config_error(monkeypatch, caplog):
+    import airflow.api_fastapi.app as api_app
+
+    monkeypatch.setattr(api_app, "get_auth_manager", lambda: RaisingAuthManager({}))
+    user = SimpleNamespace(name="carol")
+    with caplog.at_level("WARNING", logger="crawler_ops.ops.web"):
+        assert web.may_read_every_dag(user) is False
+    assert [r.getMessage() for r in caplog.records] == [
+        f"status: the auth manager cannot tell whether {user} may read every DAG: auth backend down"
+    ]
+
+
+def test_the_login_is_resolved_from_the_bearer_token_as_the_rest_api_does(monkeypatch):
+    import asyncio
+
+    from airflow.api_fastapi.core_api import security
+
+    async def bearer_scheme(request: Any) -> str:
+        return f"credentials of {request}"
+
+    async def get_user(request: Any, oauth_token: Any, bearer: Any) -> tuple[Any, Any, Any]:
+        return request, oauth_token, bearer
+
+    monkeypatch.setattr(security, "bearer_scheme", bearer_scheme)
+    monkeypatch.setattr(security, "get_user", get_user)
+    assert asyncio.run(web.current_user("request")) == ("request", None, "credentials of request")  # type: ignore[arg-type]
