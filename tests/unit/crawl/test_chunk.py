@@ -662,3 +662,18 @@ def test_the_progress_is_logged_every_ten_batches_and_once_the_chunk_is_done(chu
 
 def crawl_chunk_of(cfg: CrawlTaskConfig, payload: Any) -> dict[str, Any]:
     return chunk_module().crawl_chunk(run_of(cfg), payload)
+
+
+def test_what_a_chunk_skips_records_without_reading_and_why_it_failed_are_logged(events, caplog):
+    delivered = {800: RunCounts(pages=1, fetched=100, kept=69, published=69, expired=31, batches_done=1)}
+    publisher = RecordingPublisher(events, delivered_before=delivered)
+    with caplog.at_level("INFO", logger="crawler_ops.crawl.chunk"), pytest.raises(SourceError):
+        make_crawler(Source(short={600}), MemoryLedger(events, taken={700}), publisher).crawl()
+
+    messages = [r.getMessage() for r in caplog.records if "batches (" not in r.getMessage()]
+    assert messages == [
+        "task unit: batch [800, 900) was delivered by an earlier attempt; recorded done",
+        "task unit: batch [700, 800) is done or held by another worker; skipped",
+        "task unit chunk offsets 0-1000 failed: SourceError: task unit: page [600, 700) returned 99 records, expected "
+        "100 (short page or shrinking source); not marked done",
+    ]

@@ -593,3 +593,25 @@ def test_the_login_is_resolved_from_the_bearer_token_as_the_rest_api_does(monkey
     monkeypatch.setattr(security, "bearer_scheme", bearer_scheme)
     monkeypatch.setattr(security, "get_user", get_user)
     assert asyncio.run(web.current_user("request")) == ("request", None, "credentials of request")  # type: ignore[arg-type]
+
+
+def test_the_dags_some_bundle_parsed_are_those_with_a_row_in_the_metadata_db(monkeypatch):
+    from contextlib import contextmanager
+
+    import airflow.utils.session
+    from sqlalchemy import create_engine, text
+    from sqlalchemy.orm import Session
+
+    # The dag table of Airflow's metadata DB, its id column only: what the query reads.
+    engine = create_engine("sqlite://")
+    with engine.begin() as connection:
+        connection.execute(text("CREATE TABLE dag (dag_id TEXT PRIMARY KEY)"))
+        connection.execute(text("INSERT INTO dag VALUES ('crawl_a'), ('crawl_b'), ('exec_pool')"))
+
+    @contextmanager
+    def create_session() -> Iterator[Session]:
+        with Session(engine) as session:
+            yield session
+
+    monkeypatch.setattr(airflow.utils.session, "create_session", create_session)
+    assert web.parsed_dags(["crawl_a", "crawl_x", "exec_pool"]) == {"crawl_a", "exec_pool"}
