@@ -426,7 +426,7 @@ def test_few_batches_make_a_single_chunk() -> None:
     ids=["no-chunks", "no-batches-per-chunk"],
 )
 def test_chunk_limits_below_one_are_rejected(max_chunks: int, min_batches: int) -> None:
-    with pytest.raises(ValueError, match=r"must be >= 1"):
+    with pytest.raises(ValueError, match=r"^max_chunks and min_batches_per_chunk must be >= 1$"):
         chunk_batches([Batch(0, 1)], max_chunks=max_chunks, min_batches_per_chunk=min_batches)
 
 
