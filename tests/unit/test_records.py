@@ -634,3 +634,14 @@ def test_record_head_reads_the_given_fields_of_a_raw_or_decoded_record():
     assert record_head({"a": 1, "b": "x"}, ("b", "z")) == {"b": "x", "z": None}
     with pytest.raises(ValueError, match=r"^not a JSON object: Expected `object`, got `array`$"):
         record_head(msgspec.Raw(b"[1, 2]"), ("a",))
+
+
+@pytest.mark.parametrize("key_json", [b'"id": "", ', b'"id": null, ', b""], ids=["empty", "null", "absent"])
+def test_a_raw_record_without_a_key_value_is_keyed_by_its_content_not_published_under_an_empty_key(key_json):
+    raw = b"{" + key_json + b'"aae397": "2026-11-19 08:00:00",  "n": 1}'
+    result = build_messages([msgspec.Raw(raw)], 5, RULE, WINDOW, "id", HEADERS)
+
+    [message] = result.messages
+    decoded = msgspec.json.decode(raw)
+    assert message.key == hashlib.sha256(msgspec.json.encode(decoded, order="sorted")).hexdigest().encode()
+    assert message.value == msgspec.json.encode(decoded)

@@ -129,13 +129,13 @@ def test_a_message_larger_than_kafka_accepts_is_a_dead_letter_and_not_published(
 def test_a_page_of_another_length_than_its_batch_is_a_retriable_error(count):
     with pytest.raises(SourceError, match=rf"page \[0, 2\) returned {count} records, expected 2") as caught:
         make_filter().filter(Batch(0, 2), page(0, *[KEPT] * count))
-    assert caught.value.retriable
+    assert caught.value.retriable is True
 
 
 def test_a_page_entry_that_is_not_a_record_is_a_permanent_error():
     with pytest.raises(SourceError, match="not a record") as caught:
         make_filter().filter(Batch(0, 2), [msgspec.Raw(b"[1]"), msgspec.Raw(b"{}")])
-    assert not caught.value.retriable
+    assert caught.value.retriable is False
 
 
 def test_an_outcome_counts_the_page_and_what_kafka_confirmed():
