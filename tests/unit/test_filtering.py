@@ -379,8 +379,9 @@ def test_a_window_in_a_zone_has_both_bounds_in_that_very_zone_object() -> None:
 RULE_ONE = DateRule(("aae397",), "Asia/Shanghai")
 
 
+@pytest.mark.parametrize("half_open", [False, True], ids=["closed", "half-open"])
 @pytest.mark.parametrize("zones", [("rule", "utc"), ("utc", "rule"), ("utc", "utc"), ("rule", "rule")])
-def test_the_page_test_gives_classifys_verdicts_whatever_zones_the_window_bounds_are_in(zones) -> None:
+def test_the_page_test_gives_classifys_verdicts_whatever_zones_the_window_bounds_are_in(zones, half_open) -> None:
     # Naive dates are Shanghai wall times; the bounds are compared as wall times only when both are in that zone.
     start, end = datetime(2026, 11, 13, 12, tzinfo=UTC), datetime(2026, 11, 20, 12, tzinfo=UTC)
     window = Window(

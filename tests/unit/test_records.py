@@ -645,3 +645,35 @@ def test_a_raw_record_without_a_key_value_is_keyed_by_its_content_not_published_
     decoded = msgspec.json.decode(raw)
     assert message.key == hashlib.sha256(msgspec.json.encode(decoded, order="sorted")).hexdigest().encode()
     assert message.value == msgspec.json.encode(decoded)
+
+
+def test_the_fields_read_are_the_date_fields_then_the_key_field_once():
+    assert head_fields(("a", "b"), None) == ("a", "b")
+    assert head_fields(("a", "b"), "b") == ("a", "b")
+    assert head_fields(("a", "b"), "id") == ("a", "b", "id")
+
+
+def test_a_kept_raw_record_with_its_key_is_published_byte_for_byte_as_sent():
+    raw = b'{"n": 1,   "id": "a", "aae397": "2026-11-19 08:00:00"}'
+    [message] = build_messages([msgspec.Raw(raw)], 0, RULE, WINDOW, "id", HEADERS).messages
+    assert (message.key, bytes(message.value)) == (b"a", raw)
+
+
+def test_with_one_date_field_and_no_key_field_a_kept_record_is_keyed_by_its_content():
+    rule = DateRule(("aae397",), "Asia/Shanghai")
+    record = {"aae397": "2026-11-19 08:00:00", "n": 1}
+    [message] = build_messages([msgspec.Raw(msgspec.json.encode(record))], 0, rule, WINDOW, None, HEADERS).messages
+    assert message.key == record_key(record, None)
+
+
+@pytest.mark.parametrize(
+    "page",
+    [
+        Page([msgspec.Raw(GOOD)]),
+        Page([msgspec.Raw(GOOD)], ("other",), [("2026-11-19 08:00:00",)]),
+    ],
+    ids=["heads-not-read", "heads-of-other-fields"],
+)
+def test_a_page_whose_decode_did_not_read_these_fields_is_read_again(page):
+    reread = build_messages(page, 0, RULE, WINDOW, "id", HEADERS)
+    assert [m.key for m in reread.messages] == [b"job-0"]

@@ -165,10 +165,20 @@ def tag(record: dict[str, Any]) -> dict[str, Any]:
     return {"tagged": record["id"]}
 
 
+def tag_with_task(record: dict[str, Any], *, task_id: str) -> dict[str, Any]:
+    return {"tagged": record["id"], "by": task_id}
+
+
 def test_the_configured_transform_reshapes_each_kept_record():
     batch_filter = make_filter(early_stop=False, transform=f"{__name__}.tag")
     filtered = batch_filter.filter(Batch(0, 2), page(0, KEPT, OLD))
     assert [msgspec.json.decode(m.value) for m in filtered.messages] == [{"tagged": "r0"}]
+
+
+def test_a_transform_asking_for_the_task_id_gets_it():
+    batch_filter = make_filter(early_stop=False, transform=f"{__name__}.tag_with_task")
+    filtered = batch_filter.filter(Batch(0, 2), page(0, KEPT, OLD))
+    assert [msgspec.json.decode(m.value) for m in filtered.messages] == [{"tagged": "r0", "by": "unit"}]
 
 
 def test_the_window_is_expressed_in_the_zone_object_of_the_date_rule_so_naive_dates_compare_as_wall_times():

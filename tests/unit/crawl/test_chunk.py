@@ -487,7 +487,7 @@ def chunk_parts(monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
     parts: dict[str, Any] = {"ledger": MemoryLedger(Events())}
 
     def ledger_for(run: RunContext, owner: str, token: str) -> MemoryLedger:
-        parts["owner"], parts["token"] = owner, token
+        parts["run"], parts["owner"], parts["token"] = run, owner, token
         return parts["ledger"]
 
     def source(run: RunContext) -> SourceApiHook:
@@ -507,9 +507,10 @@ def test_a_chunk_crawls_its_planned_batches_as_its_claims_owner_and_returns_its_
     from crawler_ops.planning import ChunkPlan
 
     batches = tuple(Batch(lo, lo + BATCH) for lo in range(TOTAL - BATCH, -1, -BATCH))
-    result = crawl_chunk(run_of(make_cfg(), dry_run=True), ChunkPlan("offsets 0-1000", batches, early_stop))
+    run = run_of(make_cfg(), dry_run=True)
+    result = crawl_chunk(run, ChunkPlan("offsets 0-1000", batches, early_stop))
 
-    assert chunk_parts["owner"] == "manual__unit|3"
+    assert chunk_parts["run"] is run and chunk_parts["owner"] == "manual__unit|3"
     assert re.fullmatch(r"manual__unit\|3\|2\|[0-9a-f]{12}", chunk_parts["token"])
     assert result["label"] == "offsets 0-1000"
     ledger = chunk_parts["ledger"]
@@ -521,7 +522,7 @@ def test_a_chunk_crawls_its_planned_batches_as_its_claims_owner_and_returns_its_
     assert result["kept"] == sum(in_window(i) for i in range(TOTAL))
 
 
-def test_a_chunk_that_cannot_start_names_why_on_the_run_and_closes_its_ledger(chunk_parts):
+def test_a_chunk_that_cannot_start_names_why_on_the_run_and_closes_its_ledger(chunk_parts, caplog):
     from crawler_ops.crawl.chunk import crawl_chunk
     from crawler_ops.errors import ConfigError
     from crawler_ops.planning import ChunkPlan
@@ -530,11 +531,15 @@ def test_a_chunk_that_cannot_start_names_why_on_the_run_and_closes_its_ledger(ch
     chunk_parts["ledger"].close = lambda: closed.append(True)
     cfg = make_cfg(transform="crawler_ops.no_such_module.transform")
 
-    with pytest.raises(ConfigError, match="cannot be imported"):
+    with (
+        caplog.at_level("ERROR", logger="crawler_ops.crawl.chunk"),
+        pytest.raises(ConfigError, match="cannot be imported"),
+    ):
         crawl_chunk(run_of(cfg, dry_run=True), ChunkPlan("offsets 0-100", (Batch(0, 100),)))
 
     [(in_flight, error)] = chunk_parts["ledger"].failed
     assert in_flight == [] and error.startswith("ConfigError: task unit: transform ")
+    assert [r.getMessage() for r in caplog.records] == [f"task unit chunk offsets 0-100 could not start: {error}"]
     assert closed == [True] and chunk_parts["ledger"].claimed == set()
 
 
@@ -573,17 +578,18 @@ def test_a_failed_fetch_fails_the_chunk_after_the_batch_before_it_is_finished(ev
 
 
 def test_batches_delivered_by_an_earlier_attempt_count_in_a_first_crawls_empty_streak_by_their_kept_records(events):
-    # 900 keeps records; 800 was delivered with records, 700 delivered empty, 600 is read empty: the streak of two
-    # empty pages ends at 600, as it would had every page been read.
+    # 900 keeps records; 800 was delivered with records, 700 and 600 delivered empty: the streak of two empty pages
+    # ends at 600, as it would had every page been read.
     delivered = {
         800: RunCounts(pages=1, fetched=100, kept=69, published=69, expired=31, batches_done=1),
         700: RunCounts(pages=1, fetched=100, expired=100, batches_done=1),
+        600: RunCounts(pages=1, fetched=100, expired=100, batches_done=1),
     }
     ledger = MemoryLedger(events)
     make_crawler(Source(), ledger, RecordingPublisher(events, delivered_before=delivered), early_stop=True).crawl()
 
     assert max(o.cutoff for o in ledger.finished) == 600
-    assert [o.cutoff for o in ledger.finished if o.batch.lo in (800, 700)] == [0, 0]
+    assert [o.cutoff for o in ledger.finished if o.batch.lo in (800, 700, 600)] == [0, 0, 600]
 
 
 def test_a_batch_ending_at_the_cutoff_is_not_read_and_one_reaching_above_it_is(events):
@@ -642,12 +648,19 @@ def test_the_progress_is_logged_every_ten_batches_and_once_the_chunk_is_done(chu
 
     # A clock that stands still: no time elapses, and the rate divides by the floor of a microsecond.
     monkeypatch.setattr(chunk_module(), "time", SimpleNamespace(monotonic=lambda: 1000.0))
-    monkeypatch.setattr(chunk_module(), "publisher_for", lambda run, batches, ledger: RecordingPublisher(Events()))
     batches = tuple(Batch(lo, lo + 40) for lo in range(TOTAL - 40, -1, -40))
+    asked: list[tuple[Any, Any]] = []
+
+    def publisher_for(run: RunContext, chunk: Sequence[Batch], ledger: Any) -> RecordingPublisher:
+        asked.append((list(chunk), ledger))
+        return RecordingPublisher(Events())
+
+    monkeypatch.setattr(chunk_module(), "publisher_for", publisher_for)
     with caplog.at_level("INFO", logger="crawler_ops.crawl.chunk"):
         result = crawl_chunk_of(make_cfg(batch_size=40), ChunkPlan("offsets 0-1000", batches))
 
     assert (result["label"], result["elapsed_s"]) == ("offsets 0-1000", 0.0)
+    assert asked == [(list(batches), chunk_parts["ledger"])]
     progress = [r.getMessage() for r in caplog.records if "batches (" in r.getMessage()]
     expected = []
     for done, lo in ((0, 960), (10, 560), (20, 160), (25, 0)):
@@ -660,8 +673,8 @@ def test_the_progress_is_logged_every_ten_batches_and_once_the_chunk_is_done(chu
     assert progress == expected
 
 
-def crawl_chunk_of(cfg: CrawlTaskConfig, payload: Any) -> dict[str, Any]:
-    return chunk_module().crawl_chunk(run_of(cfg), payload)
+def crawl_chunk_of(cfg: CrawlTaskConfig, payload: Any, **params: Any) -> dict[str, Any]:
+    return chunk_module().crawl_chunk(run_of(cfg, **params), payload)
 
 
 def test_what_a_chunk_skips_records_without_reading_and_why_it_failed_are_logged(events, caplog):
@@ -677,3 +690,20 @@ def test_what_a_chunk_skips_records_without_reading_and_why_it_failed_are_logged
         "task unit chunk offsets 0-1000 failed: SourceError: task unit: page [600, 700) returned 99 records, expected "
         "100 (short page or shrinking source); not marked done",
     ]
+
+
+@pytest.mark.parametrize(
+    ("batches", "line"),
+    [
+        ((Batch(900, 1000),), "1/1 batches (100%), at offset 900; fetched=100 kept=100"),
+        ((), "0/0 batches (0%), at offset 0; fetched=0 kept=0"),
+    ],
+    ids=["one-batch", "no-batch"],
+)
+def test_the_line_of_a_chunk_done_gives_its_share_and_lowest_offset(chunk_parts, caplog, batches, line):
+    from crawler_ops.planning import ChunkPlan
+
+    with caplog.at_level("INFO", logger="crawler_ops.crawl.chunk"):
+        crawl_chunk_of(make_cfg(), ChunkPlan("the chunk", batches), dry_run=True)
+
+    assert f"task unit the chunk: {line}" in caplog.records[-1].getMessage()

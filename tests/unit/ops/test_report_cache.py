@@ -128,7 +128,9 @@ def test_requests_asking_a_stored_question_meanwhile_share_one_build():
         first = pool.submit(cache.report, "q", False, builds.blocked("shared"), deadline())
         assert builds.started.wait(WAIT_S)
         flight = cache.flights["q"]
-        others = [pool.submit(cache.report, "q", False, builds.answer("own"), deadline()) for _ in range(3)]
+        # Two ask with a deadline, one without.
+        ends = [deadline(), deadline(), None]
+        others = [pool.submit(cache.report, "q", False, builds.answer("own"), end) for end in ends]
         # Each waits on the flight's condition (CPython's Future keeps its waiting threads there).
         wait_until(lambda: len(flight._condition._waiters) == 3, "the other requests to wait for the build")  # type: ignore[attr-defined]
         builds.go.set()

@@ -615,3 +615,50 @@ def test_the_dags_some_bundle_parsed_are_those_with_a_row_in_the_metadata_db(mon
 
     monkeypatch.setattr(airflow.utils.session, "create_session", create_session)
     assert web.parsed_dags(["crawl_a", "crawl_x", "exec_pool"]) == {"crawl_a", "exec_pool"}
+
+
+FULL_REPORT = {
+    "generated_at": "2026-12-01T00:00:00+00:00",
+    "tasks": [{"task_id": "a"}, {"task_id": "b"}],
+    "invalid_tasks": [{"task_id": "bad_a"}, {"task_id": "bad_b"}],
+    "executors": [{"name": "x"}, {"name": "y"}],
+    "invalid_executors": [{"name": "bad_x"}, {"name": "bad_y"}],
+}
+
+
+def test_a_report_built_for_everyone_is_cut_to_exactly_the_rows_the_user_may_see():
+    visible = {
+        "tasks": frozenset({"a"}),
+        "errors": frozenset({"bad_b"}),
+        "executors": frozenset({"y"}),
+        "executor_errors": frozenset({"bad_x"}),
+    }
+    assert web.restrict(FULL_REPORT, visible, None, None) == {
+        "generated_at": "2026-12-01T00:00:00+00:00",
+        "tasks": [{"task_id": "a"}],
+        "invalid_tasks": [{"task_id": "bad_b"}],
+        "executors": [{"name": "y"}],
+        "invalid_executors": [{"name": "bad_x"}],
+    }
+    assert FULL_REPORT["executors"] == [{"name": "x"}, {"name": "y"}], "the shared report is left as it was"
+
+
+@pytest.mark.parametrize(
+    ("visible", "task", "executor", "missing"),
+    [
+        ({}, "a", None, "a"),
+        ({}, None, "x", "x"),
+        ({"errors": {"bad_a"}}, "bad_a", None, None),
+        ({"executor_errors": {"bad_x"}}, None, "bad_x", None),
+    ],
+    ids=["task", "executor", "task-with-a-config-error", "executor-with-a-config-error"],
+)
+def test_asking_for_an_entry_one_may_see_nothing_of_is_a_key_error_naming_it(visible, task, executor, missing):
+    sets = {name: frozenset(visible.get(name, ())) for name in ("tasks", "errors", "executors", "executor_errors")}
+    report = {**FULL_REPORT, "tasks": [], "executors": []}
+    if missing is None:
+        web.restrict(report, sets, task, executor)
+        return
+    with pytest.raises(KeyError) as caught:
+        web.restrict(report, sets, task, executor)
+    assert caught.value.args == (missing,)
