@@ -670,9 +670,10 @@ def test_with_one_date_field_and_no_key_field_a_kept_record_is_keyed_by_its_cont
     "page",
     [
         Page([msgspec.Raw(GOOD)]),
+        Page([msgspec.Raw(GOOD)], ("aae397", "Collect_time", "id"), None),
         Page([msgspec.Raw(GOOD)], ("other",), [("2026-11-19 08:00:00",)]),
     ],
-    ids=["heads-not-read", "heads-of-other-fields"],
+    ids=["no-heads", "these-fields-not-read", "heads-of-other-fields"],
 )
 def test_a_page_whose_decode_did_not_read_these_fields_is_read_again(page):
     reread = build_messages(page, 0, RULE, WINDOW, "id", HEADERS)

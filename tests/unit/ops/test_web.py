@@ -662,3 +662,45 @@ def test_asking_for_an_entry_one_may_see_nothing_of_is_a_key_error_naming_it(vis
     with pytest.raises(KeyError) as caught:
         web.restrict(report, sets, task, executor)
     assert caught.value.args == (missing,)
+
+
+EXECUTORS_CONFIG = """
+tasks:
+  - {id: open_task, kafka: {topic: open}}
+  - {id: secret_task, kafka: {topic: secret}}
+executors:
+  - {name: open_exec, function: m.f, source_table: s.t, status_table: s.st1, output_fields: [id]}
+  - {name: secret_exec, function: m.f, source_table: s.t, status_table: s.st2, output_fields: [id]}
+  - {name: broken_open_exec, source_table: s.t}
+  - {name: broken_secret_exec, source_table: s.t}
+"""
+
+
+def test_a_user_may_see_the_executors_and_executor_config_errors_of_the_dags_they_may_read(monkeypatch, tmp_path):
+    import airflow.api_fastapi.app as api_app
+    from airflow.api_fastapi.auth.managers.models.resource_details import DagAccessEntity
+
+    from crawler_ops.config import load_config
+
+    (tmp_path / "tasks.yaml").write_text(EXECUTORS_CONFIG, encoding="utf-8")
+    monkeypatch.setenv("CRAWLER_OPS_CONFIG", str(tmp_path / "tasks.yaml"))
+    readers = FakeAuthManager({"eve": {"crawl_open_task", "exec_open_exec", "exec_broken_open_exec"}})
+    monkeypatch.setattr(api_app, "get_auth_manager", lambda: readers)
+
+    visible = web.visible_entries(SimpleNamespace(name="eve"), load_config(check_imports=False))
+
+    assert visible == {
+        "tasks": frozenset({"open_task"}),
+        "errors": frozenset(),
+        "executors": frozenset({"open_exec"}),
+        "executor_errors": frozenset({"broken_open_exec"}),
+    }
+    asked = {call["details"].id: call["access_entity"] for call in readers.calls}
+    assert asked == {
+        "crawl_open_task": DagAccessEntity.RUN,
+        "crawl_secret_task": DagAccessEntity.RUN,
+        "exec_open_exec": DagAccessEntity.RUN,
+        "exec_secret_exec": DagAccessEntity.RUN,
+        "exec_broken_open_exec": None,
+        "exec_broken_secret_exec": None,
+    }, "a valid entry's runs, an invalid entry's DAG"
