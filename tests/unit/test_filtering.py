@@ -388,7 +388,8 @@ def test_the_page_test_gives_classifys_verdicts_whatever_zones_the_window_bounds
         *(
             moment.astimezone(SHANGHAI if zone == "rule" else UTC)
             for moment, zone in zip((start, end), zones, strict=True)
-        )
+        ),
+        half_open,
     )
     values = [
         (bound.astimezone(SHANGHAI) + timedelta(hours=shift)).strftime("%Y-%m-%d %H:%M:%S")
