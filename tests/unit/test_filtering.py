@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from crawler_ops.filtering import DateRule, Verdict, Window, classify, parse_date, record_date
+from crawler_ops.filtering import DateRule, Verdict, Window, WindowTest, classify, parse_date, record_date
 
 SHANGHAI = ZoneInfo("Asia/Shanghai")
 FIELDS = ("aae397", "Collect_time")
@@ -244,10 +244,12 @@ def test_adjacent_backfill_intervals_keep_every_instant_exactly_once(
 
 
 def test_windows_reject_naive_times() -> None:
-    with pytest.raises(ValueError, match=r"timezone-aware"):
+    with pytest.raises(ValueError, match=r"^the reference time and the wall clock must be timezone-aware$"):
         Window.since(datetime(2026, 11, 20, 12), days=7, now=REF)
-    with pytest.raises(ValueError, match=r"timezone-aware"):
+    with pytest.raises(ValueError, match=r"^a data interval must be timezone-aware$"):
         Window.interval(datetime(2026, 11, 19), REF)
+    with pytest.raises(ValueError, match=r"^a data interval must be timezone-aware$"):
+        Window.interval(REF, datetime(2026, 11, 21))
 
 
 # --- classify -----------------------------------------------------------------------------------------------------
@@ -347,3 +349,70 @@ def test_boundary_instants_are_kept_and_one_microsecond_beyond_is_not(
     assert verdict(newest) is Verdict.KEEP
     assert verdict(oldest - tick) is Verdict.EXPIRED
     assert verdict(newest + tick) is Verdict.BAD_DATE
+
+
+# --- exact reasons, and WindowTest's fast path ---------------------------------------------------------------------
+
+
+def test_a_reason_lists_each_fields_problem_in_order() -> None:
+    reason = record_date({"aae397": "x" * 50, "Collect_time": None}, FIELDS, SHANGHAI)[1]
+    assert reason == f"no usable date: aae397='{'x' * 40}' unparseable, Collect_time missing"
+
+
+def test_a_date_after_the_end_of_a_closed_window_is_garbage_quoting_the_start_of_its_value() -> None:
+    window = Window.since(REF, days=7, now=REF)
+    value = "2099-01-01 00:00:00" + " " * 30  # parsed stripped, quoted cut at 40 characters
+    verdict, reason = classify({"aae397": value}, DateRule(("aae397",), "UTC"), window, UTC)
+    assert verdict is Verdict.BAD_DATE
+    assert reason == (
+        f"aae397={value[:40]!r} is after {window.end.isoformat()}, the wall clock plus filter.future_tolerance_hours: "
+        "not a real date"
+    )
+
+
+def test_a_window_in_a_zone_has_both_bounds_in_that_very_zone_object() -> None:
+    window = Window.since(REF, days=7, now=REF).in_zone(SHANGHAI)
+    assert window.start.tzinfo is SHANGHAI and window.end.tzinfo is SHANGHAI
+    assert window == Window.since(REF, days=7, now=REF), "the same instants"
+
+
+RULE_ONE = DateRule(("aae397",), "Asia/Shanghai")
+
+
+@pytest.mark.parametrize("half_open", [False, True], ids=["closed", "half-open"])
+@pytest.mark.parametrize("zones", [("rule", "utc"), ("utc", "rule"), ("utc", "utc"), ("rule", "rule")])
+def test_the_page_test_gives_classifys_verdicts_whatever_zones_the_window_bounds_are_in(zones, half_open) -> None:
+    # Naive dates are Shanghai wall times; the bounds are compared as wall times only when both are in that zone.
+    start, end = datetime(2026, 11, 13, 12, tzinfo=UTC), datetime(2026, 11, 20, 12, tzinfo=UTC)
+    window = Window(
+        *(
+            moment.astimezone(SHANGHAI if zone == "rule" else UTC)
+            for moment, zone in zip((start, end), zones, strict=True)
+        ),
+        half_open,
+    )
+    values = [
+        (bound.astimezone(SHANGHAI) + timedelta(hours=shift)).strftime("%Y-%m-%d %H:%M:%S")
+        for bound in (start, end)
+        for shift in (-9, -8, -1, 0, 1, 8, 9)
+    ]
+    expected = [classify({"aae397": value}, RULE_ONE, window, SHANGHAI) for value in values]
+    assert WindowTest(RULE_ONE, window, SHANGHAI).verdicts([(value,) for value in values]) == expected
+
+
+@pytest.mark.parametrize(
+    "value",
+    ["2026-11-19 08:00:00", "2026-11-19T08:00:00+08:00", "2026/11/19 08:00:00", " 2026-11-19 08:00:00 "],
+    ids=["iso", "iso-offset", "slashes", "padded"],
+)
+@pytest.mark.parametrize("half_open", [False, True], ids=["closed", "half-open"])
+def test_iso_dates_inside_the_window_or_outside_a_half_open_one_are_decided_without_classify(
+    value, half_open, monkeypatch
+) -> None:
+    window = Window(datetime(2026, 11, 13, tzinfo=SHANGHAI), datetime(2026, 11, 20, tzinfo=SHANGHAI), half_open)
+    test = WindowTest(RULE_ONE, window, SHANGHAI)
+    monkeypatch.setattr(test, "slow", lambda values: pytest.fail(f"{values} went to classify"))
+    assert test.verdicts([(value,)]) == [(Verdict.KEEP, "aae397")]
+    if half_open:
+        after = value.replace("2026", "2027")
+        assert test.verdicts([(after,)]) == [(Verdict.EXPIRED, "aae397")], "outside a backfill's interval"

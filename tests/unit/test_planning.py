@@ -424,7 +424,7 @@ def test_few_batches_make_a_single_chunk() -> None:
     ids=["no-chunks", "no-batches-per-chunk"],
 )
 def test_chunk_limits_below_one_are_rejected(max_chunks: int, min_batches: int) -> None:
-    with pytest.raises(ValueError, match=r"must be >= 1"):
+    with pytest.raises(ValueError, match=r"^max_chunks and min_batches_per_chunk must be >= 1$"):
         chunk_batches([Batch(0, 1)], max_chunks=max_chunks, min_batches_per_chunk=min_batches)
 
 
@@ -450,3 +450,39 @@ def test_a_chunk_plan_goes_through_xcom_as_json_and_comes_back_equal() -> None:
 
     assert form == {"label": "offsets 0-200", "batches": [[100, 200], [0, 100]], "early_stop": True}
     assert ChunkPlan.from_xcom(form) == plan
+
+
+# --- the window search's rounds ----------------------------------------------------------------------------------
+
+
+def test_narrowing_needs_one_answer_per_point_read() -> None:
+    from crawler_ops.planning import narrow
+
+    with pytest.raises(ValueError):
+        narrow(0, 100, [20, 40], [True])
+    with pytest.raises(ValueError):
+        narrow(0, 100, [20], [True, False])
+
+
+@PROPERTY
+@given(st.integers(0, 10**6), st.integers(1, 10**6), st.integers(1, 16), st.data())
+def test_a_round_reads_distinct_points_inside_the_range_and_narrows_to_the_part_holding_the_first_newer_offset(
+    lo: int, span: int, width: int, data: st.DataObject
+) -> None:
+    from crawler_ops.planning import narrow, probe_points
+
+    hi = lo + span
+    boundary = data.draw(st.integers(lo, hi))
+    points = probe_points(lo, hi, width)
+    assert points == sorted(set(points)) and all(lo <= p < hi for p in points)
+    assert len(points) == min(width, span)
+    if span <= width:
+        assert points == list(range(lo, hi)), "a range of width or fewer offsets is read whole"
+    new_lo, new_hi = narrow(lo, hi, points, [p < boundary for p in points])
+    assert lo <= new_lo <= boundary <= new_hi <= hi
+    assert new_hi - new_lo <= span // (width + 1) + 1 if span > width else new_lo == new_hi == boundary
+
+
+def test_a_chunk_plan_without_a_label_comes_back_with_an_empty_one() -> None:
+    plan = ChunkPlan.from_xcom({"batches": [[0, 10]]})
+    assert plan == ChunkPlan("", (Batch(0, 10),), False)

@@ -494,3 +494,199 @@ def test_with_one_date_field_and_no_key_a_record_too_deep_and_one_not_utf8_are_t
     reasons = [reason for _, reason, _ in result.dead_letters]
     assert reasons[0] == "nested too deeply to read its date fields"
     assert reasons[1].startswith("invalid UTF-8 in field 'aae397'")
+
+
+# --- the raw-record paths and the dead letters' exact form --------------------------------------------------------
+
+
+def test_a_kept_raw_record_with_its_key_is_published_as_the_source_sent_it():
+    from crawler_ops.records import kept_message
+
+    raw = msgspec.Raw(b'{"id": "a",   "aae397": "2026-11-19"}')
+    message = kept_message(raw, "a", "id", None, HEADERS, 7)
+
+    assert isinstance(message, Message) and message.key == b"a" and message.value is raw
+    assert message.headers == [*HEADERS, ("source_offset", b"7")]
+
+
+@pytest.mark.parametrize(
+    ("key_value", "key_field"), [("", "id"), (None, "id"), ("a", None)], ids=["empty-key", "no-key", "no-key-field"]
+)
+def test_a_kept_raw_record_without_a_key_value_is_decoded_and_keyed_by_its_content(key_value, key_field):
+    from crawler_ops.records import kept_message
+
+    raw = msgspec.Raw(b'{"id": "",   "aae397": "2026-11-19"}')
+    message = kept_message(raw, key_value, key_field, None, HEADERS, 7)
+
+    decoded = {"id": "", "aae397": "2026-11-19"}
+    assert isinstance(message, Message) and message.value == msgspec.json.encode(decoded)
+    assert message.key == hashlib.sha256(msgspec.json.encode(decoded, order="sorted")).hexdigest().encode()
+
+
+def test_a_kept_record_whose_transform_recurses_too_deeply_is_dead_lettered_as_it_came():
+    from crawler_ops.records import kept_message
+
+    def too_deep(record: dict[str, Any]) -> Any:
+        raise RecursionError("maximum recursion depth exceeded")
+
+    record = {"id": "a", "aae397": "2026-11-19"}
+    assert kept_message(record, "a", "id", too_deep, HEADERS, 9) == (9, "nested too deeply to decode or encode", record)
+
+
+def test_a_raw_record_whose_fields_do_not_decode_is_dead_lettered_with_the_start_of_its_text():
+    bad = b'{"id": "x", "aae397": "2026-11-19 08:00:00", }'
+    result = build_messages([msgspec.Raw(GOOD), msgspec.Raw(bad)], 40, RULE, WINDOW, "id", HEADERS)
+
+    assert [m.key for m in result.messages] == [b"job-0"]
+    [(offset, reason, stored)] = result.dead_letters
+    assert (offset, reason) == (41, "its date or key fields do not decode")
+    assert stored == {"unreadable": stored["unreadable"], "text": bad.decode()}
+    assert stored["unreadable"].startswith("does not decode: ")
+
+
+def test_a_dead_letter_of_raw_text_that_is_not_utf8_keeps_it_with_replacement_characters():
+    from crawler_ops.records import dead_letter_record
+
+    stored = dead_letter_record(msgspec.Raw(b'{"a": "x\xffy", }'))
+    assert stored["text"] == '{"a": "x\ufffdy", }' and stored["unreadable"].startswith("does not decode: ")
+
+
+def nest(depth: int, container: str) -> Any:
+    value: Any = "leaf"
+    for _ in range(depth):
+        value = [value] if container == "list" else {"k": value}
+    return value
+
+
+@pytest.mark.parametrize("container", ["list", "dict"])
+def test_a_value_nests_deeper_than_the_limit_only_past_it(container):
+    from crawler_ops.records import nests_deeper
+
+    for limit in (0, 1, 3, 10):
+        assert not nests_deeper(nest(limit, container), limit)
+        assert nests_deeper(nest(limit + 1, container), limit)
+    assert not nests_deeper({"a": [1, {"b": 2}], "c": "x"}, 3) and nests_deeper({"a": [1, {"b": [2]}]}, 3)
+
+
+@pytest.mark.parametrize("container", ["list", "dict"])
+def test_a_dead_letter_record_nested_past_the_limit_is_kept_as_text_and_at_the_limit_whole(container):
+    from crawler_ops.records import DEAD_LETTER_MAX_DEPTH, dead_letter_record
+
+    at_limit, past = nest(DEAD_LETTER_MAX_DEPTH, container), nest(DEAD_LETTER_MAX_DEPTH + 1, container)
+    assert dead_letter_record(at_limit) == at_limit
+    why = f"nested more than {DEAD_LETTER_MAX_DEPTH} levels deep"
+    assert dead_letter_record(past) == {"unreadable": why, "text": None}, "a decoded record has no text to keep"
+    raw = msgspec.json.encode(past)
+    assert dead_letter_record(msgspec.Raw(raw)) == {"unreadable": why, "text": raw.decode()}
+
+
+@pytest.mark.parametrize(
+    ("data", "where"),
+    [
+        (b'{"a": "x\x80"}', "field 'a'"),
+        (b'{"a": ["ok", {"b": "\xdf"}]}', "field 'a[1].b'"),
+        (b'{"\xff": 1}', "field '(record)' (a field name)"),
+        (b'{"a": {"\xff": 1}}', "field 'a' (a field name)"),
+        (b'{"a": \xff', "the record"),
+        (b'{"a": 1}', "the record"),
+    ],
+    ids=["lowest-invalid-byte", "nested", "top-level-name", "nested-name", "not-json", "nothing-invalid"],
+)
+def test_the_first_invalid_utf8_is_located_by_its_field_path(data, where):
+    from crawler_ops.records import utf8_field
+
+    assert utf8_field(data) == where
+
+
+def test_the_dead_letter_topic_gets_the_reason_cut_to_1000_bytes_in_a_header():
+    reason = "r" * 1500
+    (message,) = dead_letter_messages([(3, reason, {"id": "a"})], "d", "task", "run", "id", [("h", b"v")])
+
+    assert message.headers == [("h", b"v"), ("source_offset", b"3"), ("reason", b"r" * 1000)]
+    assert json.loads(message.value)["reason"] == reason
+
+
+def test_a_message_of_exactly_the_limit_is_published_and_one_byte_more_is_a_dead_letter():
+    records = [{"id": "k"}, {"id": "kk"}]
+    messages = [
+        Message(b"k", b"v" * 9, [("source_offset", b"0")]),  # key and value: 10 bytes
+        Message(b"kk", b"v" * 9, [("source_offset", b"1")]),  # 11 bytes, 7 bytes more value than key
+    ]
+
+    kept, dead = too_large(messages, records, 0, limit=10)
+
+    assert kept == messages[:1] and [d.offset for d in dead] == [1]
+    assert dead[0].reason == "message of 11 bytes is larger than kafka.max_message_bytes (10); not published"
+    assert too_large(messages[:1], records, 0, limit=10) == (messages[:1], [])
+
+
+def test_a_capped_record_fills_the_cap_exactly_when_its_text_fits_it():
+    # The wrapper {"truncated": true, "text": ""} is 31 bytes; the text is the first DEAD_LETTER_MAX_BYTES - 64
+    # bytes of the record's JSON, whose quotes and backslashes take one byte more each when stored: with 33 of
+    # them the capped record is exactly DEAD_LETTER_MAX_BYTES long, and is kept as it is.
+    record = {"a": '"' * 15 + "x" * DEAD_LETTER_MAX_BYTES}
+    capped = cap_record(record)
+
+    assert len(capped["text"]) == DEAD_LETTER_MAX_BYTES - 64
+    assert len(json.dumps(capped, ensure_ascii=False).encode()) == DEAD_LETTER_MAX_BYTES
+
+
+def test_a_capped_record_of_quotes_shrinks_its_text_in_proportion_until_it_fits():
+    capped = cap_record({"a": '"' * DEAD_LETTER_MAX_BYTES})
+    # Each quote is stored as \\\" (4 bytes): the text shrinks from DEAD_LETTER_MAX_BYTES - 64 in proportion.
+    assert len(capped["text"]) == 32_729
+    assert len(json.dumps(capped, ensure_ascii=False).encode()) <= DEAD_LETTER_MAX_BYTES
+
+
+def test_record_head_reads_the_given_fields_of_a_raw_or_decoded_record():
+    from crawler_ops.records import record_head
+
+    raw = msgspec.Raw(b'{"a": 1, "b": "x", "c": [3]}')
+    assert record_head(raw, ("b", "c", "z")) == {"b": "x", "c": [3], "z": None}
+    assert record_head({"a": 1, "b": "x"}, ("b", "z")) == {"b": "x", "z": None}
+    with pytest.raises(ValueError, match=r"^not a JSON object: Expected `object`, got `array`$"):
+        record_head(msgspec.Raw(b"[1, 2]"), ("a",))
+
+
+@pytest.mark.parametrize("key_json", [b'"id": "", ', b'"id": null, ', b""], ids=["empty", "null", "absent"])
+def test_a_raw_record_without_a_key_value_is_keyed_by_its_content_not_published_under_an_empty_key(key_json):
+    raw = b"{" + key_json + b'"aae397": "2026-11-19 08:00:00",  "n": 1}'
+    result = build_messages([msgspec.Raw(raw)], 5, RULE, WINDOW, "id", HEADERS)
+
+    [message] = result.messages
+    decoded = msgspec.json.decode(raw)
+    assert message.key == hashlib.sha256(msgspec.json.encode(decoded, order="sorted")).hexdigest().encode()
+    assert message.value == msgspec.json.encode(decoded)
+
+
+def test_the_fields_read_are_the_date_fields_then_the_key_field_once():
+    assert head_fields(("a", "b"), None) == ("a", "b")
+    assert head_fields(("a", "b"), "b") == ("a", "b")
+    assert head_fields(("a", "b"), "id") == ("a", "b", "id")
+
+
+def test_a_kept_raw_record_with_its_key_is_published_byte_for_byte_as_sent():
+    raw = b'{"n": 1,   "id": "a", "aae397": "2026-11-19 08:00:00"}'
+    [message] = build_messages([msgspec.Raw(raw)], 0, RULE, WINDOW, "id", HEADERS).messages
+    assert (message.key, bytes(message.value)) == (b"a", raw)
+
+
+def test_with_one_date_field_and_no_key_field_a_kept_record_is_keyed_by_its_content():
+    rule = DateRule(("aae397",), "Asia/Shanghai")
+    record = {"aae397": "2026-11-19 08:00:00", "n": 1}
+    [message] = build_messages([msgspec.Raw(msgspec.json.encode(record))], 0, rule, WINDOW, None, HEADERS).messages
+    assert message.key == record_key(record, None)
+
+
+@pytest.mark.parametrize(
+    "page",
+    [
+        Page([msgspec.Raw(GOOD)]),
+        Page([msgspec.Raw(GOOD)], ("aae397", "Collect_time", "id"), None),
+        Page([msgspec.Raw(GOOD)], ("other",), [("2026-11-19 08:00:00",)]),
+    ],
+    ids=["no-heads", "these-fields-not-read", "heads-of-other-fields"],
+)
+def test_a_page_whose_decode_did_not_read_these_fields_is_read_again(page):
+    reread = build_messages(page, 0, RULE, WINDOW, "id", HEADERS)
+    assert [m.key for m in reread.messages] == [b"job-0"]

@@ -261,7 +261,7 @@ class ChunkCrawler:
                     ready, held = self.filtered_while_checkpointing(checkpointed, ahead)
                     if ready is not None:
                         self.publish(ready, held)
-                        log_progress(self, ahead.batch, started)
+                        log_progress(self, ahead.batch.lo, time.monotonic() - started)
                 checkpoint.submit(self.in_flight.sent).result()
                 self.in_flight.sent = None
                 self.release_sent()
@@ -361,8 +361,9 @@ class ChunkCrawler:
         self.ledger.close()
 
 
-def log_progress(crawler: ChunkCrawler, batch: Batch, started: float) -> None:
-    """Every 10 batches and at the end: task, chunk, batches done and percent, offset, counts, records/s."""
+def log_progress(crawler: ChunkCrawler, offset: int, elapsed_s: float) -> None:
+    """Every 10 batches and once every batch is done: task, chunk, batches done and percent, the offset reached, counts,
+    records/s (over ``elapsed_s``)."""
     counts, planned = crawler.shared.counts(), len(crawler.batches)
     done = counts.batches_done
     if done % 10 and done != planned:
@@ -375,13 +376,13 @@ def log_progress(crawler: ChunkCrawler, batch: Batch, started: float) -> None:
         done,
         planned,
         100.0 * done / max(planned, 1),
-        batch.lo,
+        offset,
         counts.fetched,
         counts.kept,
         counts.published,
         counts.expired,
         counts.dead_lettered,
-        counts.fetched / max(time.monotonic() - started, 1e-6),
+        counts.fetched / max(elapsed_s, 1e-6),
     )
 
 
@@ -404,7 +405,10 @@ def crawl_chunk(run: RunContext, payload: ChunkPlan) -> dict[str, Any]:
         ledger.close()
         raise
     crawler = ChunkCrawler(run.cfg, batches, label, run.source(), batch_filter, ledger, publisher)
-    return crawler.crawl().to_dict()
+    result = crawler.crawl()
+    # The last batch is recorded done after the loop's last progress line: the line of the chunk done.
+    log_progress(crawler, min((b.lo for b in batches), default=0), result.elapsed_s)
+    return result.to_dict()
 
 
 def publisher_for(run: RunContext, batches: Sequence[Batch], ledger: Ledger) -> Publisher:

@@ -59,12 +59,18 @@ class ReportCache:
     :param max_live: live reports gathered at once; a request beyond it never waits.
     :param max_builds: reports without live calls gathered at once; one such question is gathered once at a time,
         whoever asks it meanwhile waits for that answer.
+    :param clock: the monotonic clock answers are aged by.
     """
 
     def __init__(
-        self, ttl_s: float = REPORT_TTL_S, max_live: int = MAX_LIVE_REPORTS, max_builds: int = MAX_REPORTS
+        self,
+        ttl_s: float = REPORT_TTL_S,
+        max_live: int = MAX_LIVE_REPORTS,
+        max_builds: int = MAX_REPORTS,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.ttl_s = ttl_s
+        self.clock = clock
         self.slots = threading.BoundedSemaphore(max_live)
         self.max_live = max_live
         self.builds = threading.BoundedSemaphore(max_builds)
@@ -83,7 +89,7 @@ class ReportCache:
         """
         with self.lock:
             known = self.answers.get(key)
-        if known is not None and time.monotonic() - known[0] < self.ttl_s:
+        if known is not None and self.clock() - known[0] < self.ttl_s:
             return known[1]
         if not live:
             return self.shared(key, known, build, end)
@@ -141,7 +147,7 @@ class ReportCache:
         return known[1]
 
     def keep(self, key: Hashable, answer: dict[str, Any]) -> dict[str, Any]:
-        now = time.monotonic()
+        now = self.clock()
         with self.lock:
             self.answers = {k: v for k, v in self.answers.items() if now - v[0] < STALE_AFTER_S}
             self.answers[key] = (now, answer)

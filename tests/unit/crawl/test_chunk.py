@@ -7,6 +7,7 @@ finished), its counts and its early stop, in milliseconds.
 
 from __future__ import annotations
 
+import re
 import threading
 import time
 from collections.abc import Sequence
@@ -93,6 +94,7 @@ class RecordingPublisher:
     def send(self, batch: Batch, messages: Sequence[Message], counts: RunCounts) -> None:
         self.batches.append(batch)
         self.sent.append(messages)
+        assert counts.published == counts.kept, "a batch is sent counting every kept record as published"
         if messages:
             assert first_offset(messages) >= batch.lo and counts.kept == len(messages)
             self.events.add("send", batch.lo)
@@ -302,9 +304,13 @@ def test_a_batch_held_by_another_worker_is_skipped_and_not_fetched(events):
 def test_a_lost_claim_stops_the_chunk_before_publishing_that_batch(events):
     ledger, publisher = MemoryLedger(events, lost={800}), RecordingPublisher(events)
 
-    with pytest.raises(StatusTableError, match=r"batch \[800, 900\) is no longer claimed by this worker"):
+    with pytest.raises(StatusTableError) as caught:
         make_crawler(Source(), ledger, publisher).crawl()
 
+    assert str(caught.value) == (
+        "task unit: batch [800, 900) is no longer claimed by this worker (the run was cancelled, or its lease "
+        "expired and another worker took it); stopping before publishing it"
+    )
     assert [lo for what, lo in events.log if what == "send"] == [900]
     assert [o.batch.lo for o in ledger.finished] == [900]
     assert [[b.lo for b in batches] for batches, _ in ledger.failed] == [[800]]
@@ -328,7 +334,7 @@ def test_a_failed_delivery_gives_back_the_batch_and_the_one_filtered_after_it(ev
 
     assert [o.batch.lo for o in ledger.finished] == [900]
     [(in_flight, error)] = ledger.failed
-    assert [b.lo for b in in_flight] == [800, 700] and "broker said no" in error
+    assert [b.lo for b in in_flight] == [800, 700] and error == "DeliveryError: broker said no (offsets [800, 900))"
 
 
 def test_a_dry_run_filters_everything_and_publishes_nothing():
@@ -349,3 +355,355 @@ def test_a_batch_an_earlier_attempt_delivered_is_recorded_done_with_its_counts_a
     [outcome] = [o for o in ledger.finished if o.batch.lo == 800]
     assert outcome.counts == before
     assert result.counts.kept == sum(in_window(i) for i in range(TOTAL) if not 800 <= i < 900) + 69
+
+
+# --- crawl_chunk and publisher_for: what a chunk is built from ---------------------------------------------------
+
+
+@dataclass
+class FakeHook:
+    """The Kafka hook: records which producer the chunk asked for."""
+
+    conn_id: str
+    asked: list[tuple[str, ...]] = field(default_factory=list)
+
+    def get_producer(self) -> str:
+        self.asked.append(("idempotent",))
+        return "idempotent producer"
+
+    def transactional_producer(self, tid: str) -> str:
+        self.asked.append(("transactional", tid))
+        return f"transactional producer {tid}"
+
+    def client_config(self) -> dict[str, str]:
+        return {"bootstrap.servers": f"broker of {self.conn_id}"}
+
+
+@dataclass
+class Built:
+    """What a publisher or marker log was built with."""
+
+    kind: str
+    args: tuple[Any, ...]
+
+
+@pytest.fixture
+def kafka_parts(monkeypatch: pytest.MonkeyPatch) -> list[Any]:
+    """The chunk module's Kafka classes replaced by recorders: ``made[0]`` is the hook, then what was built."""
+    from crawler_ops.crawl import chunk as chunk_module
+
+    made: list[Any] = []
+
+    def hook(conn_id: str) -> FakeHook:
+        made.append(FakeHook(conn_id))
+        return made[-1]
+
+    def recorder(kind: str) -> Any:
+        def build(*args: Any) -> Built:
+            made.append(Built(kind, args))
+            return made[-1]
+
+        return build
+
+    monkeypatch.setattr(chunk_module, "IdempotentProducerHook", hook)
+    monkeypatch.setattr(chunk_module, "KafkaPublisher", recorder("at least once"))
+    monkeypatch.setattr(chunk_module, "TransactionalPublisher", recorder("exactly once"))
+    monkeypatch.setattr(chunk_module, "MarkerLog", recorder("markers"))
+    return made
+
+
+@dataclass
+class GenerationsLedger(MemoryLedger):
+    def generations(self, batches: Sequence[Batch]) -> dict[int, str]:
+        return {b.lo: f"run of {b.lo}" for b in batches}
+
+
+def run_of(cfg: CrawlTaskConfig, **params: Any) -> RunContext:
+    return RunContext(cfg=cfg, run_id="manual__unit", ref=REF, params=RunParams(**params), map_index=3, try_number=2)
+
+
+CHUNK = [Batch(300, 400), Batch(200, 300)]
+
+
+def test_a_dry_run_publishes_through_nothing(kafka_parts):
+    from crawler_ops.crawl.chunk import publisher_for
+
+    assert isinstance(publisher_for(run_of(make_cfg(), dry_run=True), CHUNK, DryRunLedger()), DryRunPublisher)
+    assert kafka_parts == []
+
+
+def test_at_least_once_delivery_publishes_through_the_idempotent_producer_of_the_tasks_connection(kafka_parts):
+    from crawler_ops.crawl.chunk import publisher_for
+
+    cfg = make_cfg(kafka={"topic": "t.unit", "key_field": "id", "conn_id": "kafka_unit"})
+    publisher = publisher_for(run_of(cfg), CHUNK, MemoryLedger(Events()))
+
+    hook, built = kafka_parts
+    assert (hook.conn_id, hook.asked) == ("kafka_unit", [("idempotent",)])
+    assert publisher is built and built == Built("at least once", ("idempotent producer", "t.unit", "unit"))
+
+
+def test_exactly_once_delivery_fences_per_chunk_and_marks_batches_with_the_generations_of_their_rows(kafka_parts):
+    from crawler_ops.crawl.chunk import publisher_for
+
+    cfg = make_cfg(kafka={"topic": "t.unit", "key_field": "id", "delivery": "exactly_once"})
+    publisher = publisher_for(run_of(cfg), CHUNK, GenerationsLedger(Events()))
+
+    hook, markers, built = kafka_parts
+    tid = "crawler_ops.unit.200-400"
+    assert hook.asked == [("transactional", tid)]
+    assert markers == Built(
+        "markers",
+        (
+            {"bootstrap.servers": f"broker of {cfg.kafka.conn_id}"},
+            cfg.marker_topic,
+            "unit",
+            "manual__unit",
+            {300: "run of 300", 200: "run of 200"},
+        ),
+    )
+    assert publisher is built and built == Built(
+        "exactly once", (f"transactional producer {tid}", "t.unit", "unit", markers)
+    )
+
+
+def test_exactly_once_replays_fence_per_run_and_chunk_and_keep_no_markers(kafka_parts):
+    from crawler_ops.crawl.chunk import publisher_for
+
+    cfg = make_cfg(kafka={"topic": "t.unit", "key_field": "id", "delivery": "exactly_once"})
+    publisher_for(run_of(cfg, replay_from=0, replay_to=400), CHUNK, GenerationsLedger(Events()))
+
+    hook, built = kafka_parts
+    tid = "crawler_ops.unit.manual__unit.200-400"
+    assert hook.asked == [("transactional", tid)]
+    assert built == Built("exactly once", (f"transactional producer {tid}", "t.unit", "unit", None))
+
+
+@pytest.fixture
+def chunk_parts(monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
+    """crawl_chunk's ledger (recording the owner and token it was made for) and source (the mock transport)."""
+    from crawler_ops.crawl import chunk as chunk_module
+
+    parts: dict[str, Any] = {"ledger": MemoryLedger(Events())}
+
+    def ledger_for(run: RunContext, owner: str, token: str) -> MemoryLedger:
+        parts["run"], parts["owner"], parts["token"] = run, owner, token
+        return parts["ledger"]
+
+    def source(run: RunContext) -> SourceApiHook:
+        hook = SourceApiHook(run.cfg.source, run.cfg.id, run.cfg.source_task)
+        transport = httpx.MockTransport(Source().handle)
+        hook.__dict__["client"] = httpx.Client(base_url="http://source.test", transport=transport)
+        return hook
+
+    monkeypatch.setattr(chunk_module, "ledger_for", ledger_for)
+    monkeypatch.setattr(RunContext, "source", source)
+    return parts
+
+
+@pytest.mark.parametrize("early_stop", [False, True])
+def test_a_chunk_crawls_its_planned_batches_as_its_claims_owner_and_returns_its_result(chunk_parts, early_stop):
+    from crawler_ops.crawl.chunk import crawl_chunk
+    from crawler_ops.planning import ChunkPlan
+
+    batches = tuple(Batch(lo, lo + BATCH) for lo in range(TOTAL - BATCH, -1, -BATCH))
+    run = run_of(make_cfg(), dry_run=True)
+    result = crawl_chunk(run, ChunkPlan("offsets 0-1000", batches, early_stop))
+
+    assert chunk_parts["run"] is run and chunk_parts["owner"] == "manual__unit|3"
+    assert re.fullmatch(r"manual__unit\|3\|2\|[0-9a-f]{12}", chunk_parts["token"])
+    assert result["label"] == "offsets 0-1000"
+    ledger = chunk_parts["ledger"]
+    assert ledger.claimed == {b.lo for b in batches} and not ledger.failed
+    # The first crawl stops after the two empty pages below the window (700 and 600; a page fetched ahead may add
+    # a lower cutoff); the other reads every page.
+    cutoff = max(o.cutoff for o in ledger.finished)
+    assert cutoff == (600 if early_stop else 0)
+    assert result["kept"] == sum(in_window(i) for i in range(TOTAL))
+
+
+def test_a_chunk_that_cannot_start_names_why_on_the_run_and_closes_its_ledger(chunk_parts, caplog):
+    from crawler_ops.crawl.chunk import crawl_chunk
+    from crawler_ops.errors import ConfigError
+    from crawler_ops.planning import ChunkPlan
+
+    closed: list[bool] = []
+    chunk_parts["ledger"].close = lambda: closed.append(True)
+    cfg = make_cfg(transform="crawler_ops.no_such_module.transform")
+
+    with (
+        caplog.at_level("ERROR", logger="crawler_ops.crawl.chunk"),
+        pytest.raises(ConfigError, match="cannot be imported"),
+    ):
+        crawl_chunk(run_of(cfg, dry_run=True), ChunkPlan("offsets 0-100", (Batch(0, 100),)))
+
+    [(in_flight, error)] = chunk_parts["ledger"].failed
+    assert in_flight == [] and error.startswith("ConfigError: task unit: transform ")
+    assert [r.getMessage() for r in caplog.records] == [f"task unit chunk offsets 0-100 could not start: {error}"]
+    assert closed == [True] and chunk_parts["ledger"].claimed == set()
+
+
+# --- the claims, the cutoff and the counts the chunk's threads share ----------------------------------------------
+
+
+def test_a_lost_claim_on_the_first_batch_stops_the_chunk_before_publishing_anything(events):
+    ledger, publisher = MemoryLedger(events, lost={900}), RecordingPublisher(events)
+
+    with pytest.raises(StatusTableError, match=r"batch \[900, 1000\) is no longer claimed"):
+        make_crawler(Source(), ledger, publisher).crawl()
+
+    assert publisher.sent == [] and ledger.finished == []
+
+
+@dataclass
+class FailingSource(Source):
+    """The source answers 500 for the pages at ``failing`` offsets."""
+
+    failing: set[int] = field(default_factory=set)
+
+    def handle(self, request: httpx.Request) -> httpx.Response:
+        if int(request.url.params["offset"]) in self.failing:
+            return httpx.Response(500, json={"error": "down"})
+        return super().handle(request)
+
+
+def test_a_failed_fetch_fails_the_chunk_after_the_batch_before_it_is_finished(events):
+    ledger = MemoryLedger(events)
+
+    with pytest.raises(SourceError):
+        make_crawler(FailingSource(failing={800}), ledger, RecordingPublisher(events)).crawl()
+
+    assert [o.batch.lo for o in ledger.finished] == [900]
+    assert [[b.lo for b in batches] for batches, _ in ledger.failed] == [[800]]
+
+
+def test_batches_delivered_by_an_earlier_attempt_count_in_a_first_crawls_empty_streak_by_their_kept_records(events):
+    # 900 keeps records; 800 was delivered with records, 700 and 600 delivered empty: the streak of two empty pages
+    # ends at 600, as it would had every page been read.
+    delivered = {
+        800: RunCounts(pages=1, fetched=100, kept=69, published=69, expired=31, batches_done=1),
+        700: RunCounts(pages=1, fetched=100, expired=100, batches_done=1),
+        600: RunCounts(pages=1, fetched=100, expired=100, batches_done=1),
+    }
+    ledger = MemoryLedger(events)
+    make_crawler(Source(), ledger, RecordingPublisher(events, delivered_before=delivered), early_stop=True).crawl()
+
+    assert max(o.cutoff for o in ledger.finished) == 600
+    assert [o.cutoff for o in ledger.finished if o.batch.lo in (800, 700, 600)] == [0, 0, 600]
+
+
+def test_a_batch_ending_at_the_cutoff_is_not_read_and_one_reaching_above_it_is(events):
+    crawler = make_crawler(Source(), MemoryLedger(events), RecordingPublisher(events))
+    crawler.shared.add_done(BatchOutcome(Batch(600, 700), RunCounts(batches_done=1), (), 600), 0)
+
+    assert isinstance(crawler.fetch(Batch(500, 600), crawler.memory.account()), chunk_module().BelowCutoff)
+    assert isinstance(crawler.fetch(Batch(550, 650), crawler.memory.account()), chunk_module().PageRead)
+
+
+def chunk_module() -> Any:
+    from crawler_ops.crawl import chunk
+
+    return chunk
+
+
+def test_shared_counts_start_at_nothing_and_keep_the_highest_cutoff_seen():
+    shared = chunk_module().SharedCounts()
+    assert shared.cutoff() == 0 and shared.counts() == RunCounts()
+
+    shared.add_done(BatchOutcome(Batch(900, 1000), RunCounts(kept=3, batches_done=1), (), 0), 400)
+    assert shared.cutoff() == 400, "the run's cutoff read in the batch's transaction"
+    shared.add_done(BatchOutcome(Batch(800, 900), RunCounts(kept=2, batches_done=1), (), 300), 0)
+    assert shared.cutoff() == 400, "a lower cutoff never lowers it"
+    shared.add_skipped()
+    shared.add_skipped()
+    assert shared.counts() == RunCounts(kept=5, batches_done=2, batches_skipped=2)
+
+
+@pytest.mark.parametrize("concurrency", [1, 3])
+def test_fetches_run_ahead_of_the_chunks_thread_exactly_concurrency_deep(events, concurrency):
+    crawler = make_crawler(
+        Source(), MemoryLedger(events), RecordingPublisher(events), cfg=make_cfg(source={"concurrency": concurrency})
+    )
+    accounts = crawler.memory.account
+    submitted: list[int] = []
+    crawler.memory.account = lambda: (submitted.append(1), accounts())[1]  # type: ignore[method-assign]
+    filter_page = crawler.filter.filter
+    seen: list[tuple[int, int]] = []
+
+    def counting(batch: Batch, records: Sequence[Any]) -> Any:
+        seen.append((batch.lo, len(submitted)))
+        return filter_page(batch, records)
+
+    crawler.filter.filter = counting  # type: ignore[method-assign]
+    crawler.crawl()
+
+    # While the chunk's thread filters batch k (0-based, newest first), batches 0 .. k + concurrency - 1 are fetched.
+    assert seen == [(TOTAL - BATCH * (k + 1), min(k + concurrency, 10)) for k in range(10)]
+
+
+def test_the_progress_is_logged_every_ten_batches_and_once_the_chunk_is_done(chunk_parts, monkeypatch, caplog):
+    from types import SimpleNamespace
+
+    from crawler_ops.planning import ChunkPlan
+
+    # A clock that stands still: no time elapses, and the rate divides by the floor of a microsecond.
+    monkeypatch.setattr(chunk_module(), "time", SimpleNamespace(monotonic=lambda: 1000.0))
+    batches = tuple(Batch(lo, lo + 40) for lo in range(TOTAL - 40, -1, -40))
+    asked: list[tuple[Any, Any]] = []
+
+    def publisher_for(run: RunContext, chunk: Sequence[Batch], ledger: Any) -> RecordingPublisher:
+        asked.append((list(chunk), ledger))
+        return RecordingPublisher(Events())
+
+    monkeypatch.setattr(chunk_module(), "publisher_for", publisher_for)
+    with caplog.at_level("INFO", logger="crawler_ops.crawl.chunk"):
+        result = crawl_chunk_of(make_cfg(batch_size=40), ChunkPlan("offsets 0-1000", batches))
+
+    assert (result["label"], result["elapsed_s"]) == ("offsets 0-1000", 0.0)
+    assert asked == [(list(batches), chunk_parts["ledger"])]
+    progress = [r.getMessage() for r in caplog.records if "batches (" in r.getMessage()]
+    expected = []
+    for done, lo in ((0, 960), (10, 560), (20, 160), (25, 0)):
+        fetched = 40 * done  # the batches recorded done so far: the newest ``done``
+        kept = sum(in_window(i) for i in range(TOTAL - fetched, TOTAL))
+        expected.append(
+            f"task unit offsets 0-1000: {done}/25 batches ({100 * done / 25:.0f}%), at offset {lo}; fetched={fetched} "
+            f"kept={kept} published={kept} expired={fetched - kept} dead=0 ({fetched / 1e-6:.0f} records/s)"
+        )
+    assert progress == expected
+
+
+def crawl_chunk_of(cfg: CrawlTaskConfig, payload: Any, **params: Any) -> dict[str, Any]:
+    return chunk_module().crawl_chunk(run_of(cfg, **params), payload)
+
+
+def test_what_a_chunk_skips_records_without_reading_and_why_it_failed_are_logged(events, caplog):
+    delivered = {800: RunCounts(pages=1, fetched=100, kept=69, published=69, expired=31, batches_done=1)}
+    publisher = RecordingPublisher(events, delivered_before=delivered)
+    with caplog.at_level("INFO", logger="crawler_ops.crawl.chunk"), pytest.raises(SourceError):
+        make_crawler(Source(short={600}), MemoryLedger(events, taken={700}), publisher).crawl()
+
+    messages = [r.getMessage() for r in caplog.records if "batches (" not in r.getMessage()]
+    assert messages == [
+        "task unit: batch [800, 900) was delivered by an earlier attempt; recorded done",
+        "task unit: batch [700, 800) is done or held by another worker; skipped",
+        "task unit chunk offsets 0-1000 failed: SourceError: task unit: page [600, 700) returned 99 records, expected "
+        "100 (short page or shrinking source); not marked done",
+    ]
+
+
+@pytest.mark.parametrize(
+    ("batches", "line"),
+    [
+        ((Batch(900, 1000),), "1/1 batches (100%), at offset 900; fetched=100 kept=100"),
+        ((), "0/0 batches (0%), at offset 0; fetched=0 kept=0"),
+    ],
+    ids=["one-batch", "no-batch"],
+)
+def test_the_line_of_a_chunk_done_gives_its_share_and_lowest_offset(chunk_parts, caplog, batches, line):
+    from crawler_ops.planning import ChunkPlan
+
+    with caplog.at_level("INFO", logger="crawler_ops.crawl.chunk"):
+        crawl_chunk_of(make_cfg(), ChunkPlan("the chunk", batches), dry_run=True)
+
+    assert f"task unit the chunk: {line}" in caplog.records[-1].getMessage()

@@ -76,3 +76,14 @@ def test_a_gzip_bomb_on_every_page_stays_within_the_budget_and_fails_at_the_cap(
 
     assert isinstance(result, SourceError) and "response exceeds source.max_response_mb" in str(result)
     assert peak < 10 * MiB, f"{peak / MiB:.1f} MiB for a budget of 8 MiB (before: 684 MiB)"
+
+
+def test_every_page_body_counted_against_the_budget_is_given_back_once_the_chunk_is_over(hostile):
+    hostile.replies["list"] = (200, {"Content-Type": "application/json"}, PAGE)
+    chunk = crawler(hostile, batches=6, max_response_mb=2, chunk_memory_mb=8)
+
+    result = chunk.crawl()
+
+    assert result.counts.fetched == 600
+    assert chunk.memory.peak >= len(PAGE), "the pages were counted"
+    assert chunk.memory.used == 0, "a page the chunk is done with still holds its bytes"

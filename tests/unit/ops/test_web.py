@@ -507,3 +507,200 @@ def test_a_user_whose_permissions_cannot_be_determined_sees_nothing(client, mult
 
     assert response.status_code == 200
     assert (response.json()["tasks"], response.json()["invalid_tasks"]) == ([], [])
+
+
+# --- the page's links and title, the DAG tab's target, and failing closed ------------------------------------------
+
+ONE_TASK = {"generated_at": "2026-12-01T00:00:00+00:00", "tasks": [{"task_id": "t 1"}], "invalid_tasks": []}
+TWO_TASKS = {**ONE_TASK, "tasks": [{"task_id": "t 1"}, {"task_id": "t2"}]}
+
+
+def json_link(page: str) -> str:
+    return re.search(r'JSON: <a href="([^"]*)">', page).group(1)  # type: ignore[union-attr]
+
+
+def test_the_page_of_every_task_links_to_the_json_of_every_task_and_to_no_other_page():
+    page = web.render_html(ONE_TASK)
+    assert json_link(page) == "api/status" and "all tasks" not in page
+    assert "<h2>crawler_ops status</h2>" in page and "2026-12-01T00:00:00+00:00" in page
+    assert all(f"<th>{name}</th>" in page for name in web.COLUMNS)
+
+
+def test_the_page_of_one_task_links_to_its_json_and_back_to_every_task():
+    page = web.render_html(ONE_TASK, filtered=True)
+    assert json_link(page) == "api/status?task=t%201" and '<a href="./">all tasks</a>' in page
+    assert json_link(web.render_html(TWO_TASKS, filtered=True)) == "api/status"
+
+
+def test_the_dag_tab_is_titled_by_its_dag_and_links_back_to_every_task():
+    page = web.render_html(ONE_TASK, dag_id="crawl_t1")
+    assert "<h2>crawler_ops status: crawl_t1</h2>" in page and '<a href="./">all tasks</a>' in page
+
+
+@pytest.mark.parametrize(
+    ("dag_id", "target"),
+    [
+        ("crawl_jobs", ("jobs", None)),
+        ("exec_pool", (None, "pool")),
+        ("crawl_", (None, None)),
+        ("exec_", (None, None)),
+        ("jobs_exec_", (None, None)),
+        ("other", (None, None)),
+    ],
+)
+def test_a_dag_id_stands_for_the_crawl_task_or_executor_its_prefix_names(dag_id, target):
+    assert web.dag_target(dag_id) == target
+
+
+def test_an_empty_report_has_the_shape_of_a_report_and_says_when_it_was_made():
+    from datetime import UTC, datetime
+
+    report = web.empty_report()
+    assert (
+        report.keys() == {"generated_at", "tasks", "invalid_tasks"} and report["tasks"] == report["invalid_tasks"] == []
+    )
+    assert datetime.fromisoformat(report["generated_at"]).tzinfo == UTC
+
+
+class RaisingAuthManager(FakeAuthManager):
+    def is_authorized_dag(self, **kwargs: Any) -> bool:
+        raise RuntimeError("auth backend down")
+
+
+def test_a_user_whose_right_to_every_dag_cannot_be_determined_gets_the_generic_config_error(monkeypatch, caplog):
+    import airflow.api_fastapi.app as api_app
+
+    monkeypatch.setattr(api_app, "get_auth_manager", lambda: RaisingAuthManager({}))
+    user = SimpleNamespace(name="carol")
+    with caplog.at_level("WARNING", logger="crawler_ops.ops.web"):
+        assert web.may_read_every_dag(user) is False
+    assert [r.getMessage() for r in caplog.records] == [
+        f"status: the auth manager cannot tell whether {user} may read every DAG: auth backend down"
+    ]
+
+
+def test_the_login_is_resolved_from_the_bearer_token_as_the_rest_api_does(monkeypatch):
+    import asyncio
+
+    from airflow.api_fastapi.core_api import security
+
+    async def bearer_scheme(request: Any) -> str:
+        return f"credentials of {request}"
+
+    async def get_user(request: Any, oauth_token: Any, bearer: Any) -> tuple[Any, Any, Any]:
+        return request, oauth_token, bearer
+
+    monkeypatch.setattr(security, "bearer_scheme", bearer_scheme)
+    monkeypatch.setattr(security, "get_user", get_user)
+    assert asyncio.run(web.current_user("request")) == ("request", None, "credentials of request")  # type: ignore[arg-type]
+
+
+def test_the_dags_some_bundle_parsed_are_those_with_a_row_in_the_metadata_db(monkeypatch):
+    from contextlib import contextmanager
+
+    import airflow.utils.session
+    from sqlalchemy import create_engine, text
+    from sqlalchemy.orm import Session
+
+    # The dag table of Airflow's metadata DB, its id column only: what the query reads.
+    engine = create_engine("sqlite://")
+    with engine.begin() as connection:
+        connection.execute(text("CREATE TABLE dag (dag_id TEXT PRIMARY KEY)"))
+        connection.execute(text("INSERT INTO dag VALUES ('crawl_a'), ('crawl_b'), ('exec_pool')"))
+
+    @contextmanager
+    def create_session() -> Iterator[Session]:
+        with Session(engine) as session:
+            yield session
+
+    monkeypatch.setattr(airflow.utils.session, "create_session", create_session)
+    assert web.parsed_dags(["crawl_a", "crawl_x", "exec_pool"]) == {"crawl_a", "exec_pool"}
+
+
+FULL_REPORT = {
+    "generated_at": "2026-12-01T00:00:00+00:00",
+    "tasks": [{"task_id": "a"}, {"task_id": "b"}],
+    "invalid_tasks": [{"task_id": "bad_a"}, {"task_id": "bad_b"}],
+    "executors": [{"name": "x"}, {"name": "y"}],
+    "invalid_executors": [{"name": "bad_x"}, {"name": "bad_y"}],
+}
+
+
+def test_a_report_built_for_everyone_is_cut_to_exactly_the_rows_the_user_may_see():
+    visible = {
+        "tasks": frozenset({"a"}),
+        "errors": frozenset({"bad_b"}),
+        "executors": frozenset({"y"}),
+        "executor_errors": frozenset({"bad_x"}),
+    }
+    assert web.restrict(FULL_REPORT, visible, None, None) == {
+        "generated_at": "2026-12-01T00:00:00+00:00",
+        "tasks": [{"task_id": "a"}],
+        "invalid_tasks": [{"task_id": "bad_b"}],
+        "executors": [{"name": "y"}],
+        "invalid_executors": [{"name": "bad_x"}],
+    }
+    assert FULL_REPORT["executors"] == [{"name": "x"}, {"name": "y"}], "the shared report is left as it was"
+
+
+@pytest.mark.parametrize(
+    ("visible", "task", "executor", "missing"),
+    [
+        ({}, "a", None, "a"),
+        ({}, None, "x", "x"),
+        ({"errors": {"bad_a"}}, "bad_a", None, None),
+        ({"executor_errors": {"bad_x"}}, None, "bad_x", None),
+    ],
+    ids=["task", "executor", "task-with-a-config-error", "executor-with-a-config-error"],
+)
+def test_asking_for_an_entry_one_may_see_nothing_of_is_a_key_error_naming_it(visible, task, executor, missing):
+    sets = {name: frozenset(visible.get(name, ())) for name in ("tasks", "errors", "executors", "executor_errors")}
+    report = {**FULL_REPORT, "tasks": [], "executors": []}
+    if missing is None:
+        web.restrict(report, sets, task, executor)
+        return
+    with pytest.raises(KeyError) as caught:
+        web.restrict(report, sets, task, executor)
+    assert caught.value.args == (missing,)
+
+
+EXECUTORS_CONFIG = """
+tasks:
+  - {id: open_task, kafka: {topic: open}}
+  - {id: secret_task, kafka: {topic: secret}}
+executors:
+  - {name: open_exec, function: m.f, source_table: s.t, status_table: s.st1, output_fields: [id]}
+  - {name: secret_exec, function: m.f, source_table: s.t, status_table: s.st2, output_fields: [id]}
+  - {name: broken_open_exec, source_table: s.t}
+  - {name: broken_secret_exec, source_table: s.t}
+"""
+
+
+def test_a_user_may_see_the_executors_and_executor_config_errors_of_the_dags_they_may_read(monkeypatch, tmp_path):
+    import airflow.api_fastapi.app as api_app
+    from airflow.api_fastapi.auth.managers.models.resource_details import DagAccessEntity
+
+    from crawler_ops.config import load_config
+
+    (tmp_path / "tasks.yaml").write_text(EXECUTORS_CONFIG, encoding="utf-8")
+    monkeypatch.setenv("CRAWLER_OPS_CONFIG", str(tmp_path / "tasks.yaml"))
+    readers = FakeAuthManager({"eve": {"crawl_open_task", "exec_open_exec", "exec_broken_open_exec"}})
+    monkeypatch.setattr(api_app, "get_auth_manager", lambda: readers)
+
+    visible = web.visible_entries(SimpleNamespace(name="eve"), load_config(check_imports=False))
+
+    assert visible == {
+        "tasks": frozenset({"open_task"}),
+        "errors": frozenset(),
+        "executors": frozenset({"open_exec"}),
+        "executor_errors": frozenset({"broken_open_exec"}),
+    }
+    asked = {call["details"].id: call["access_entity"] for call in readers.calls}
+    assert asked == {
+        "crawl_open_task": DagAccessEntity.RUN,
+        "crawl_secret_task": DagAccessEntity.RUN,
+        "exec_open_exec": DagAccessEntity.RUN,
+        "exec_secret_exec": DagAccessEntity.RUN,
+        "exec_broken_open_exec": None,
+        "exec_broken_secret_exec": None,
+    }, "a valid entry's runs, an invalid entry's DAG"

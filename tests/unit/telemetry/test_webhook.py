@@ -89,6 +89,42 @@ def test_a_delivery_that_must_not_be_processed_is_rejected_with_its_reason(heade
     assert caught.value.reason == reason
 
 
+@pytest.mark.parametrize(
+    ("headers", "message"),
+    [
+        ({**signed(), "X-Crawler-Ops-Signature": ""}, "missing header: no X-Crawler-Ops-Signature header"),
+        (
+            {**signed(), "X-Crawler-Ops-Timestamp": "1" * 40 + "x and more"},
+            f"bad timestamp: X-Crawler-Ops-Timestamp is not Unix seconds: '{'1' * 40}'",
+        ),
+        (
+            {**signed(), "X-Crawler-Ops-Timestamp": "١٧٩٠"},
+            "bad timestamp: X-Crawler-Ops-Timestamp is not Unix seconds: '١٧٩٠'",
+        ),
+        (
+            {**signed(), "X-Crawler-Ops-Delivery": "d2"},
+            "bad signature: the signature does not match the body, delivery id and timestamp",
+        ),
+        (signed(at=NOW - 301), "stale timestamp: signed +301s from now, more than 300s away"),
+        (signed(at=NOW + 400), "stale timestamp: signed -400s from now, more than 300s away"),
+    ],
+    ids=["no-signature", "long-timestamp", "non-ascii-digits", "bad-signature", "old", "future"],
+)
+def test_a_rejected_delivery_says_exactly_what_was_wrong(headers, message):
+    with pytest.raises(InvalidWebhookError) as caught:
+        verify(SECRET, headers, b'{"event": "run.success"}', now=NOW)
+
+    assert str(caught.value) == message
+
+
+def test_without_a_clock_given_the_receiver_checks_the_timestamp_against_its_own(monkeypatch):
+    monkeypatch.setattr(time, "time", lambda: NOW + 0.4)
+    assert verify(SECRET, signed(), b'{"event": "run.success"}') == "d1"
+    monkeypatch.setattr(time, "time", lambda: NOW + 301.0)
+    with pytest.raises(InvalidWebhookError, match=r"^stale timestamp: signed [+]301s from now"):
+        verify(SECRET, signed(), b'{"event": "run.success"}')
+
+
 def test_the_window_can_be_set_by_the_receiver():
     with pytest.raises(InvalidWebhookError, match="stale timestamp"):
         verify(SECRET, signed(at=NOW - 61), b'{"event": "run.success"}', now=NOW, tolerance_s=60)
