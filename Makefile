@@ -49,13 +49,14 @@ airflow-down:
 demo: stack-up
 	$(BIN)/python dev/demo.py
 
-# The whole suite in one session on TEST_WORKERS pytest-xdist workers (0: in this process), in random order
-# (pytest-randomly; the seed is printed at the top: rerun an order with PYTEST_ARGS="--randomly-seed=<seed>", or
-# PYTEST_ARGS="-p no:randomly" for file order). Tests share the stack's services, each in the session's namespace;
-# the tests on Airflow's services run on one worker, as the xdist group "airflow" (tests/integration/conftest.py).
-TEST_WORKERS ?= 2
+# The whole suite in one session, in random order (pytest-randomly; the seed is printed at the top: rerun an order
+# with PYTEST_ARGS="--randomly-seed=<seed>", or PYTEST_ARGS="-p no:randomly" for file order). The tests on Airflow's
+# services run last (tests/integration/conftest.py). TEST_WORKERS=N runs it on N pytest-xdist workers, the tests on
+# Airflow's services on one of them (tests/xdist_airflow.py); not the default: Airflow's scheduler, once up, also
+# examines the runs other tests' `dag.test()` write into the same metadata DB.
+TEST_WORKERS ?= 0
 test: stack-up
-	$(BIN)/python -m pytest tests -n $(TEST_WORKERS) --dist loadgroup $(PYTEST_ARGS)
+	$(BIN)/python -m pytest tests -n $(TEST_WORKERS) $(PYTEST_ARGS)
 
 test-unit: $(STAMP)
 	$(BIN)/python -m pytest tests/unit

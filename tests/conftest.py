@@ -42,6 +42,7 @@ STACK_VARIABLE_PREFIXES = ("AIRFLOW_CONN_", "AIRFLOW__", "CRAWLER_OPS_")
 
 _saved_environ: dict[str, str] = {}
 _private_home: str | None = None
+_on_stack = False
 _cleans_airflow = False
 
 
@@ -65,9 +66,10 @@ def needs_stack(args: list[str], free: tuple[str, ...] = SERVICE_FREE) -> bool:
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    global _private_home, _cleans_airflow
+    global _private_home, _on_stack, _cleans_airflow
     _saved_environ.update(os.environ)
     if needs_stack(list(config.args)):
+        _on_stack = True
         _cleans_airflow = needs_stack(list(config.args), AIRFLOW_FREE)
         load_stack_env()
         return
@@ -206,6 +208,14 @@ def kafka_bootstrap(stack: dict[str, str]) -> str:
 
 @pytest.fixture(scope="session")
 def pg_uri(stack: dict[str, str]) -> str:
+    """The crawler database, with its ``crawler_ops`` schema in place as after any first crawl (a test that reads
+    progress before crawling anything must not depend on another test having crawled first)."""
+    import psycopg
+
+    from crawler_ops.hooks.db import create_schema
+
+    with psycopg.connect(stack["CRAWLER_OPS_PG_URI"], autocommit=True) as conn, conn.cursor() as cur:
+        create_schema(cur)
     return stack["CRAWLER_OPS_PG_URI"]
 
 
@@ -274,3 +284,10 @@ def run_dag(use_config: Callable[[CrawlTaskConfig, str], Path], stack: dict[str,
         return str(dag.test(logical_date=ref, run_conf=conf or {}, run_after=run_after).state)
 
     return run
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """Tests on Airflow's services on one worker (tests/xdist_airflow.py); every other test wherever there is room."""
+    from tests.xdist_airflow import make_scheduler
+
+    return make_scheduler(config, log)
