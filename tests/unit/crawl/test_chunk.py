@@ -385,6 +385,7 @@ class Built:
 
     kind: str
     args: tuple[Any, ...]
+    kwargs: dict[str, Any] = field(default_factory=dict)
 
 
 @pytest.fixture
@@ -399,8 +400,8 @@ def kafka_parts(monkeypatch: pytest.MonkeyPatch) -> list[Any]:
         return made[-1]
 
     def recorder(kind: str) -> Any:
-        def build(*args: Any) -> Built:
-            made.append(Built(kind, args))
+        def build(*args: Any, **kwargs: Any) -> Built:
+            made.append(Built(kind, args, kwargs))
             return made[-1]
 
         return build
@@ -461,22 +462,24 @@ def test_exactly_once_delivery_fences_per_chunk_and_marks_batches_with_the_gener
             "manual__unit",
             {300: "run of 300", 200: "run of 200"},
         ),
+        {"per_run": False},
     )
-    assert publisher is built and built == Built(
-        "exactly once", (f"transactional producer {tid}", "t.unit", "unit", markers)
-    )
+    assert publisher is built and built.args == (f"transactional producer {tid}", "t.unit", "unit", markers)
+    assert list(built.kwargs) == ["holds"]
 
 
-def test_exactly_once_replays_fence_per_run_and_chunk_and_keep_no_markers(kafka_parts):
+def test_exactly_once_replays_fence_per_run_and_chunk_and_keep_markers_of_their_own_run(kafka_parts):
     from crawler_ops.crawl.chunk import publisher_for
 
     cfg = make_cfg(kafka={"topic": "t.unit", "key_field": "id", "delivery": "exactly_once"})
     publisher_for(run_of(cfg, replay_from=0, replay_to=400), CHUNK, GenerationsLedger(Events()))
 
-    hook, built = kafka_parts
+    hook, markers, built = kafka_parts
     tid = "crawler_ops.unit.manual__unit.200-400"
     assert hook.asked == [("transactional", tid)]
-    assert built == Built("exactly once", (f"transactional producer {tid}", "t.unit", "unit", None))
+    assert markers.args[1:4] == (cfg.marker_topic, "unit", "manual__unit")
+    assert markers.kwargs == {"per_run": True}
+    assert built.args == (f"transactional producer {tid}", "t.unit", "unit", markers)
 
 
 @pytest.fixture
