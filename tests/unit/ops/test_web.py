@@ -704,3 +704,65 @@ def test_a_user_may_see_the_executors_and_executor_config_errors_of_the_dags_the
         "exec_broken_open_exec": None,
         "exec_broken_secret_exec": None,
     }, "a valid entry's runs, an invalid entry's DAG"
+
+
+def test_teams_that_cannot_be_looked_up_are_logged_with_the_reason_and_nothing_is_readable(monkeypatch, caplog):
+    import airflow.api_fastapi.app as api_app
+
+    def no_teams(dag_ids: list[str]) -> dict[str, str | None]:
+        raise RuntimeError("metadata DB down")
+
+    monkeypatch.setattr(api_app, "get_auth_manager", lambda: FakeAuthManager({"root": {"*"}}))
+    monkeypatch.setattr(web, "multi_team", lambda: True)
+    monkeypatch.setattr(web, "dag_teams", no_teams)
+    with caplog.at_level("WARNING", logger="crawler_ops.ops.web"):
+        may_read = web.DagReader(SimpleNamespace(name="root"), ["crawl_a"])
+    assert [r.getMessage() for r in caplog.records] == [
+        "status: cannot look up the teams of the crawl DAGs, showing none: metadata DB down"
+    ]
+    assert may_read("crawl_a") is False
+
+
+def test_a_question_the_auth_manager_cannot_answer_is_logged_with_the_user_the_dag_and_the_reason(monkeypatch, caplog):
+    import airflow.api_fastapi.app as api_app
+
+    monkeypatch.setattr(api_app, "get_auth_manager", lambda: RaisingAuthManager({}))
+    monkeypatch.setattr(web, "multi_team", lambda: False)
+    user = SimpleNamespace(name="carol")
+    may_read = web.DagReader(user, ["crawl_a"])
+    with caplog.at_level("WARNING", logger="crawler_ops.ops.web"):
+        assert may_read("crawl_a") is False
+    assert [r.getMessage() for r in caplog.records] == [
+        f"status: the auth manager cannot tell whether {user} may read crawl_a: auth backend down"
+    ]
+
+
+class TakenSlots:
+    """Build slots that are all taken: records how long each request offered to wait for one."""
+
+    def __init__(self) -> None:
+        self.timeouts: list[float | None] = []
+
+    def acquire(self, blocking: bool = True, timeout: float | None = None) -> bool:
+        self.timeouts.append(timeout)
+        return False
+
+    def release(self) -> None:
+        raise AssertionError("no slot was given out")
+
+
+def test_a_stored_request_waits_for_a_build_slot_only_for_what_is_left_of_its_deadline(monkeypatch):
+    import time
+
+    cache = web.ReportCache()
+    slots = TakenSlots()
+    monkeypatch.setattr(cache, "builds", slots)
+
+    for end in (time.monotonic() - 1.0, time.monotonic() + 0.3):
+        with pytest.raises(web.BusyError, match=r"^4 status reports are being gathered$"):
+            cache.report("q", False, lambda: {"never": "built"}, end)
+
+    passed, soon = slots.timeouts
+    assert passed == 0.0, "a request past its deadline does not wait at all"
+    assert soon is not None and 0.0 < soon <= 0.3
+    assert cache.flights == {}

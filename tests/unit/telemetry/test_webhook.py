@@ -262,10 +262,13 @@ def test_an_empty_secret_is_refused_for_verifying_and_for_signing(secret):
     # An HMAC with an empty key is one anybody can compute: a receiver with no secret configured must not accept.
     headers = {**signed(), "X-Crawler-Ops-Signature": sign_with_empty_key(b'{"event": "run.success"}')}
 
-    with pytest.raises(ValueError, match="empty webhook secret"):
+    with pytest.raises(ValueError) as verifying:
         verify(secret, headers, b'{"event": "run.success"}', now=NOW)
-    with pytest.raises(ValueError, match="empty webhook secret"):
+    with pytest.raises(ValueError) as signing:
         sign(secret, "d1", str(NOW), b"{}")
+    refusal = "empty webhook secret: set the shared secret (the webhook connection's password)"
+    assert str(verifying.value) == str(signing.value) == refusal, "it names the setting to fix"
+    assert not isinstance(verifying.value, InvalidWebhookError), "a receiver's configuration error, not a bad delivery"
 
 
 def sign_with_empty_key(body: bytes) -> str:
