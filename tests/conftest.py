@@ -42,6 +42,7 @@ STACK_VARIABLE_PREFIXES = ("AIRFLOW_CONN_", "AIRFLOW__", "CRAWLER_OPS_")
 
 _saved_environ: dict[str, str] = {}
 _private_home: str | None = None
+_on_stack = False
 _cleans_airflow = False
 
 
@@ -65,9 +66,10 @@ def needs_stack(args: list[str], free: tuple[str, ...] = SERVICE_FREE) -> bool:
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    global _private_home, _cleans_airflow
+    global _private_home, _on_stack, _cleans_airflow
     _saved_environ.update(os.environ)
     if needs_stack(list(config.args)):
+        _on_stack = True
         _cleans_airflow = needs_stack(list(config.args), AIRFLOW_FREE)
         load_stack_env()
         return
