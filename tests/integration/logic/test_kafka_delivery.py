@@ -95,7 +95,10 @@ def test_a_topic_is_created_once_with_its_config_and_a_missing_one_fails_when_cr
     assert config["min.insync.replicas"].value == "1"
     with pytest.raises(DeliveryError, match=r"does not exist and kafka\.create_topic is false"):
         ensure_topic(admin, f"{topic}.absent", 1, None, False, "t")
-    with pytest.raises(DeliveryError, match="could not be created \\(1 partitions, replication 3\\)"):
+    with pytest.raises(
+        DeliveryError,
+        match=r"^task t: Kafka topic '.*' is missing and could not be created \(1 partitions, replication 3\): ",
+    ):
         ensure_topic(admin, f"{topic}.too_many_replicas", 1, 3, True, "t")
     assert ensure_topic(admin, topic, 1, None, True, "t") is False
 
@@ -216,6 +219,23 @@ def test_a_newer_attempt_of_the_chunk_fences_the_earlier_one(hook, topics):
     old.abort()  # a fenced producer cannot abort either; that is no error
     assert old.delivered(Batch(0, 10)) is None, "without markers nothing counts as delivered"
     assert read_all(hook, topic) == []
+
+
+def test_a_batch_whose_claim_was_taken_over_meanwhile_is_aborted_not_committed(hook, topics):
+    topic = new_topic(hook, topics, "records")
+    held = {0: True, 10: False}
+    producer = hook.transactional_producer(f"mut.{uuid.uuid4().hex}.0-20")
+    sender = TransactionalPublisher(producer, topic, "t", None, flush_timeout=30, holds=lambda b: held[b.lo])
+    sender.send(Batch(0, 10), [Message(b"kept", b"1", [], None)], COUNTS)
+    assert sender.confirm() == 1
+    sender.send(Batch(10, 20), [Message(b"taken", b"2", [], None)], COUNTS)
+    with pytest.raises(DeliveryError) as failed:
+        sender.confirm()
+    assert str(failed.value) == (
+        "task t: the batch at offsets [10, 20) is no longer claimed by this worker (its lease expired and another "
+        "worker took it); its Kafka transaction is aborted, so nothing of it is visible to read_committed consumers"
+    )
+    assert read_all(hook, topic) == [(b"kept", b"1")]
 
 
 def test_transactional_ids_are_stable_per_chunk_and_per_run_for_replays():

@@ -16,6 +16,7 @@ from confluent_kafka import KafkaError, TopicPartition
 from crawler_ops.errors import DeliveryError
 from crawler_ops.hooks import exactly_once
 from crawler_ops.hooks.exactly_once import MarkerLog
+from crawler_ops.planning import Batch
 
 
 @dataclass
@@ -114,3 +115,11 @@ def test_markers_not_read_to_the_end_within_the_timeout_fail_the_batch_before_it
         "the task is retried."
     )
     assert next(clock) == 10, "given up on the first look at the clock past the deadline (0 + 5 s), not at it"
+
+
+def test_a_batch_rows_marker_is_keyed_by_offset_and_a_runs_own_marker_by_run_and_offset():
+    rows = MarkerLog({}, "m", "t", "run_2", {10: "run_1"})
+    own = MarkerLog({}, "m", "t", "run_2", {10: "run_1"}, per_run=True)
+    assert (rows.key(Batch(10, 20)), rows.generation(Batch(10, 20))) == ("t:10", "run_1"), "the row's creating run"
+    assert rows.generation(Batch(20, 30)) is None, "no batch row"
+    assert (own.key(Batch(10, 20)), own.generation(Batch(10, 20))) == ("t:run_2:10", "run_2")

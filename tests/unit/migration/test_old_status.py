@@ -4,6 +4,7 @@ planning the import of its positions."""
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -139,6 +140,12 @@ def test_a_missing_field_and_a_repeated_task_id_are_row_problems():
     assert problems[2].describe().startswith("row 4: field '(row)': must be an object with task_id, total,")
 
 
+def test_rows_after_one_that_is_no_object_are_still_read():
+    rows, problems = parse_json(json.dumps(["not an object", OLD_TASK]))
+
+    assert [r.row for r in rows] == [2] and [(p.row, p.field) for p in problems] == [(1, "(row)")]
+
+
 def test_a_row_without_a_task_id_is_named_by_its_row_only():
     entry = {k: v for k, v in OLD_TASK.items() if k != "task_id"}
 
@@ -233,6 +240,12 @@ def test_the_format_follows_the_suffix_else_the_first_character(tmp_path: Path):
 )
 def test_whole_numbers_from_json_or_csv(value, expected):
     assert whole_number(value) == expected
+
+
+@pytest.mark.parametrize("value", [[1], {"n": 1}, "12x", 1.5, True], ids=["list", "object", "text", "fraction", "bool"])
+def test_anything_else_is_no_whole_number_and_the_message_shows_it(value):
+    with pytest.raises(ValueError, match=f"^{re.escape(repr(value))} is not a whole number$"):
+        whole_number(value)
 
 
 def test_the_plan_sets_new_and_forward_watermarks_and_skips_tasks_without_a_position():
