@@ -193,7 +193,6 @@ class TransactionalPublisher(KafkaPublisher):
         producing it again cannot duplicate anything)."""
         self._batch = batch
         if not messages:
-            self._expected = 0
             return
         marker = [self.markers.message(batch, counts)] if self.markers is not None else []
         self.producer.begin_transaction()

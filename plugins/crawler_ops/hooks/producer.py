@@ -58,8 +58,7 @@ def ensure_topic(
 ) -> bool:
     """Make sure ``topic`` exists; create it (with the topic ``config``) when allowed. Returns True when created.
 
-    ``replication`` None means min(3, brokers); a created topic gets ``min.insync.replicas`` one below its
-    replication (at least 1) unless ``config`` sets it. A topic with one replica is logged as a warning: the
+    A created topic gets :func:`new_topic_settings`. A topic with one replica is logged as a warning: the
     producer's ``acks=all`` then waits for a single broker, whose loss loses the topic.
     """
     try:
@@ -76,9 +75,30 @@ def ensure_topic(
             f"task {task_label}: Kafka topic '{topic}' does not exist and kafka.create_topic is "
             "false; create it or enable create_topic"
         )
-    replication = replication or max(1, min(3, len(metadata.brokers)))
-    config = {"min.insync.replicas": str(max(1, replication - 1)), **(config or {})}
+    replication, settings = new_topic_settings(replication, len(metadata.brokers), config)
     warn_single_replica(task_label, topic, replication)
+    return create_topic(admin, topic, partitions, replication, settings, task_label, timeout)
+
+
+def new_topic_settings(
+    replication: int | None, brokers: int, config: dict[str, str] | None
+) -> tuple[int, dict[str, str]]:
+    """The replication and topic config of a topic created on a cluster of ``brokers``: ``replication`` None means
+    min(3, brokers); ``min.insync.replicas`` is one below the replication (at least 1) unless ``config`` sets it."""
+    replication = replication or max(1, min(3, brokers))
+    return replication, {"min.insync.replicas": str(max(1, replication - 1)), **(config or {})}
+
+
+def create_topic(
+    admin: AdminClient,
+    topic: str,
+    partitions: int,
+    replication: int,
+    config: dict[str, str],
+    task_label: str,
+    timeout: float,
+) -> bool:
+    """Create ``topic``; True when created here, False when it exists already (another run created it first)."""
     future = admin.create_topics(
         [NewTopic(topic, num_partitions=partitions, replication_factor=replication, config=config)],
         operation_timeout=timeout,
@@ -217,8 +237,9 @@ class KafkaPublisher:
     def where(self) -> str:
         return f"offsets [{self._batch.lo}, {self._batch.hi})" if self._batch else "no batch"
 
-    def check_delivered(self, remaining: int = 0) -> None:
-        """Raise DeliveryError unless every message of the last send has a successful delivery report."""
+    def check_delivered(self, remaining: int) -> None:
+        """Raise DeliveryError unless every message of the last send has a successful delivery report (``remaining``:
+        the messages a flush left queued)."""
         where = self.where
         if remaining or self._failures or self._delivered != self._expected:
             sample = "; ".join(sorted(set(self._failures))[:3]) or "no delivery report"

@@ -164,3 +164,27 @@ def test_given_back_rows_are_claimable_at_once_and_old_done_rows_of_deleted_sour
         assert cur.execute(prune, {"task": task, "age_s": 300, "limit": 10}).rowcount == 0, "not old enough"
         assert cur.execute(prune, {"task": task, "age_s": 100, "limit": 10}).rowcount == 1
         assert rows.statuses(cur, [3, 4]) == {3: DONE}, "a done row whose source row exists stays"
+
+
+def test_a_claimed_row_is_taken_over_only_once_its_lease_lapsed(pg, schema, task):
+    t = tables(pg, schema, category=None)
+    pg.execute(f"INSERT INTO \"{schema}\".src VALUES (0, 'a', 'a')")
+    rows = t.rows(task)
+    with pg.cursor() as cur:
+        rows.sync(cur, t.parts(), None)
+        rows.rank(cur, t.parts(), None)
+        rows.open_run(cur, "run1", 10)
+    assert claim(pg, t, rows, "run1", "run1|0|a", 1) == [ClaimedRow(0, True, (0, "a"))], "source id 0 exists too"
+
+    def started_ago(seconds: int) -> None:
+        pg.execute(
+            sql.SQL("UPDATE {} SET start_time = now() - make_interval(secs => %s) WHERE id = 0").format(t.status.ident),
+            (seconds,),
+        )
+
+    started_ago(LEASE[1] + 60)  # past the retry delay, well within the lease
+    assert [r.id for r in claim(pg, t, rows, "run1", "run1|0|b", 1)] == [5], "a live lease is skipped"
+    started_ago(LEASE[0] + 60)
+    assert [r.id for r in claim(pg, t, rows, "run1", "run1|0|b", 1)] == [0], "its lease lapsed: taken over"
+    with pg.cursor() as cur:
+        assert rows.renew(cur, [0], "run1|0|a") == [], "the first worker's token no longer holds it"

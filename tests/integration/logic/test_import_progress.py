@@ -17,6 +17,7 @@ from crawler_ops.hooks.store import CrawlStoreHook
 from crawler_ops.migration import import_progress as importing
 from crawler_ops.migration.import_progress import ImportReport, import_progress, render
 from crawler_ops.planning import Batch
+from crawler_ops.status_table import DONE
 from tests.integration.logic.conftest import DB_CONN
 from tests.support import make_task
 
@@ -72,8 +73,35 @@ def imports(pg: psycopg.Connection[Any], task: str) -> list[tuple[Any, ...]]:
     ).fetchall()
 
 
-def loaded(*tasks: str, errors: dict[str, str] | None = None) -> LoadedConfig:
-    return LoadedConfig(tasks=tuple(make_task(t) for t in tasks), errors=errors or {})
+def import_run(pg: psycopg.Connection[Any], task: str) -> tuple[Any, ...]:
+    """(run_id, total, ref_time) of the task's last import run, and the run_id its progress row names."""
+    run = pg.execute(
+        "SELECT run_id, total, ref_time FROM crawler_ops.crawl_run WHERE task_id = %s AND mode = 'import' "
+        "ORDER BY ref_time DESC LIMIT 1",
+        (task,),
+    ).fetchone()
+    last = pg.execute("SELECT last_run_id FROM crawler_ops.progress WHERE task_id = %s", (task,)).fetchone()
+    assert run is not None and last is not None
+    return (*run, last[0])
+
+
+@pytest.fixture
+def other_database(
+    pg: psycopg.Connection[Any], pg_url: str, name: str, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[str]:
+    """A second crawler database, empty (no crawler_ops schema), as the Airflow connection id it returns."""
+    pg.execute(f'CREATE DATABASE "{name}"')
+    monkeypatch.setenv(f"AIRFLOW_CONN_{name.upper()}", f"{pg_url.rsplit('/', 1)[0]}/{name}")
+    yield name
+    pg.execute(f'DROP DATABASE "{name}" WITH (FORCE)')
+
+
+def loaded(*tasks: str, errors: dict[str, str] | None = None, databases: dict[str, str] | None = None) -> LoadedConfig:
+    """The config of ``tasks``, each on the crawler database ``databases`` names for it (default: the stack's)."""
+    on = databases or {}
+    return LoadedConfig(
+        tasks=tuple(make_task(t, postgres_conn_id=on.get(t, DB_CONN)) for t in tasks), errors=errors or {}
+    )
 
 
 def test_a_dry_run_plans_and_writes_nothing_and_apply_writes_each_task_and_its_record(
@@ -81,8 +109,9 @@ def test_a_dry_run_plans_and_writes_nothing_and_apply_writes_each_task_and_its_r
 ):
     store = CrawlStoreHook(DB_CONN, task)
     with store.transaction() as cur:
-        store.batches.insert(cur, [Batch(0, 500), Batch(500, 1000)], "old_run")
+        store.batches.insert(cur, [Batch(0, 250), Batch(250, 500), Batch(500, 1000)], "old_run")
     store.close()
+    pg.execute("UPDATE crawler_ops.batch_status SET status = %s WHERE task_name = %s AND id = 250", (DONE, task))
     path = export(tmp_path, (task, 500), (second, 300))
     dry = import_progress(path, loaded(task, second))
     assert dry.ok and not dry.applied
@@ -104,19 +133,44 @@ def test_a_dry_run_plans_and_writes_nothing_and_apply_writes_each_task_and_its_r
     [(old, new, status, [note])] = imports(pg, task)
     assert note in [r.getMessage() for r in caplog.records if r.name == importing.__name__]
     assert (old, new, status) == (None, 500, "success")
-    assert (
-        "old.json, row 1, old status stopped" in note
-        and "batch rows below the new watermark dropped: 1 pending" in note
+    assert "old.json, row 1, old status stopped" in note and note.endswith(
+        "; batch rows below the new watermark dropped: 1 pending, 1 done"
     )
+    run_id, total, ref_time, last_run_id = import_run(pg, task)
+    assert run_id == f"import_progress__{ref_time.astimezone(UTC).isoformat()}" and run_id.endswith("+00:00")
+    assert (total, last_run_id) == (1000, run_id), "the run's total; the progress row names the import run"
     assert [r[0] for r in pg.execute("SELECT id FROM crawler_ops.batch_status WHERE task_name = %s", (task,))] == [500]
     [(_, _, _, [note_2])] = imports(pg, second)
     assert "dropped" not in note_2
 
+    dry_back = import_progress(export(tmp_path, (task, 100)), loaded(task))
+    assert not dry_back.ok and "moves the watermark back from 500 to 100" in dry_back.steps[0].reason, "a dry run too"
     back = import_progress(export(tmp_path, (task, 100)), loaded(task), apply=True)
     assert not back.ok and not back.applied and "moves the watermark back from 500 to 100" in back.steps[0].reason
     assert watermark(pg, task) == 500
     forced = import_progress(export(tmp_path, (task, 100)), loaded(task), apply=True, force=True)
     assert forced.applied and watermark(pg, task) == 100
+    runs = sorted((r[:2] for r in imports(pg, task)), key=lambda r: -r[1])
+    assert runs == [(None, 500), (500, 100)], "each import run records the watermark it replaced"
+
+
+def test_tasks_on_two_crawler_databases_are_imported_together_and_a_dry_run_creates_no_schema(
+    pg, pg_url, task, second, other_database, tmp_path
+):
+    path = export(tmp_path, (task, 500), (second, 300))
+    config = loaded(task, second, databases={task: other_database})
+    with psycopg.connect(f"{pg_url.rsplit('/', 1)[0]}/{other_database}", autocommit=True) as other:
+        dry = import_progress(path, config)
+        assert [(s.old.task_id, s.action, s.new_watermark) for s in dry.steps] == [
+            (task, "set", 500),
+            (second, "set", 300),
+        ]
+        assert other.execute("SELECT 1 FROM pg_namespace WHERE nspname = 'crawler_ops'").fetchone() is None
+        assert import_progress(path, config, apply=True).applied
+        assert other.execute("SELECT watermark FROM crawler_ops.progress WHERE task_id = %s", (task,)).fetchone() == (
+            500,
+        )
+    assert progress(pg, task) is None and watermark(pg, second) == 300
 
 
 def test_one_row_that_cannot_be_imported_writes_nothing_and_says_why(pg, task, second, tmp_path):
@@ -128,7 +182,8 @@ def test_one_row_that_cannot_be_imported_writes_nothing_and_says_why(pg, task, s
         (2, f"row 2 (task_id '{second}'): the task is in the config but invalid (bad schedule); fix the config first"),
         (3, report.problems[1][1]),
     ]
-    assert "no crawl task with this id in the config" in report.problems[1][1]
+    assert report.problems[1][1].startswith("row 3 (task_id 'not_configured_mut'): no crawl task with this id in the ")
+    assert report.problems[1][1].endswith("; add it under 'tasks:' with the old task's settings, or leave the row out")
     assert progress(pg, task) is None and imports(pg, task) == []
 
 

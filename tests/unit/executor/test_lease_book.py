@@ -31,6 +31,39 @@ def test_a_new_handoff_and_book_wait_for_nothing_and_hold_nothing():
     assert lease.handoff.tick == 0.25 and lease.waiting is False and not lease.idle()
 
 
+class RecordingCondition:
+    """Stands in for the handoff's condition: records each wait's timeout instead of sleeping."""
+
+    def __init__(self) -> None:
+        self.waits: list[float | None] = []
+
+    def __enter__(self) -> RecordingCondition:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        return None
+
+    def wait(self, timeout: float | None = None) -> bool:
+        self.waits.append(timeout)
+        return False
+
+    def notify_all(self) -> None:
+        return None
+
+
+def test_the_coordinator_sleeps_a_tick_unless_nudged_and_a_runner_crash_wakes_it():
+    handoff = Handoff(30.0)
+    handoff.cond = RecordingCondition()  # type: ignore[assignment]
+    handoff.wait()
+    assert handoff.cond.waits == [30.0], "not nudged: one tick"
+    handoff.nudge()
+    handoff.wait()
+    assert handoff.cond.waits == [30.0] and not handoff.nudged, "nudged before: no sleep, the nudge consumed"
+    crash = RuntimeError("runner")
+    handoff.crashed(crash)
+    assert handoff.crash is crash and handoff.nudged
+
+
 def wait_until(condition, what: str) -> None:
     deadline = time.monotonic() + 10
     while not condition():
@@ -169,6 +202,7 @@ def test_a_lost_lease_abandons_only_the_call_on_that_row():
     assert lease.renewed([1, 2], [1], clock.now + 5) == [2]
     assert lease.generation == 0 and lease.running is not None, "row 1's call goes on"
     assert lease.leases == {1: clock.now + 5} and lease.outcomes.done == []
+    assert lease.renewed([3], [], clock.now + 6) == [3], "a row lost that this book no longer holds: no error"
 
 
 def test_the_parts_on_their_own():

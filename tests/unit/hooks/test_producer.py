@@ -9,10 +9,11 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
+from confluent_kafka import KafkaError, KafkaException
 
 from crawler_ops.errors import DeliveryError
 from crawler_ops.hooks import producer as producer_module
-from crawler_ops.hooks.producer import IdempotentProducerHook, KafkaPublisher
+from crawler_ops.hooks.producer import IdempotentProducerHook, KafkaPublisher, new_topic_settings, warn_single_replica
 from crawler_ops.planning import Batch
 from crawler_ops.records import Message
 from crawler_ops.results import RunCounts
@@ -64,6 +65,9 @@ class FakeProducer:
     """Accepts messages, reports each delivery on flush with the next outcome of ``reports`` (None = delivered)."""
 
     reports: list[Any] = field(default_factory=list)
+    lost: int = 0  # the last messages of a flush whose delivery report never comes (flush still returns 0)
+    fails: Exception | None = None  # what produce() raises
+    headers: list[Any] = field(default_factory=list)
     full_after: int | None = None  # raise BufferError once this many messages wait, until poll() is called
     remaining: int = 0
     produced: list[tuple[str, bytes]] = field(default_factory=list)
@@ -71,9 +75,12 @@ class FakeProducer:
     polls: int = 0
 
     def produce(self, topic: str, *, key: bytes, value: bytes, headers: Any, on_delivery: Any) -> None:
+        if self.fails is not None:
+            raise self.fails
         if self.full_after is not None and len(self.waiting) >= self.full_after:
             raise BufferError("Local: Queue full")
         self.produced.append((topic, key))
+        self.headers.append(headers)
         self.waiting.append(lambda err, _msg, topic=topic: on_delivery(err, SimpleNamespace(topic=lambda: topic)))
 
     def poll(self, _timeout: float) -> int:
@@ -86,13 +93,14 @@ class FakeProducer:
 
     def _serve(self) -> int:
         served, self.waiting = self.waiting, []
+        served = served[: len(served) - self.lost]
         for callback in served:
             callback(self.reports.pop(0) if self.reports else None, None)
         return len(served)
 
 
 def messages(n: int, topic: str | None = None) -> list[Message]:
-    return [Message(f"k{i}".encode(), b"{}", [], topic) for i in range(n)]
+    return [Message(f"k{i}".encode(), b"{}", [("i", str(i).encode())], topic) for i in range(n)]
 
 
 BATCH = Batch(0, 100)
@@ -106,6 +114,11 @@ def test_confirm_returns_once_every_message_is_reported_delivered_counting_those
 
     assert publisher.confirm() == 3, "dead letters are delivered too, but not counted as published"
     assert [topic for topic, _ in producer.produced] == ["jobs", "jobs", "jobs", "jobs.dead"]
+    assert producer.headers == [[("i", b"0")], [("i", b"1")], [("i", b"2")], [("i", b"0")]], "each message's headers"
+
+
+def test_a_publisher_that_sent_nothing_confirms_nothing():
+    assert KafkaPublisher(FakeProducer(remaining=1), "jobs", "t1").confirm() == 0  # type: ignore[arg-type]
 
 
 def test_a_failed_delivery_report_fails_the_batch_naming_topics_and_offsets():
@@ -114,8 +127,38 @@ def test_a_failed_delivery_report_fails_the_batch_naming_topics_and_offsets():
     publisher.send(BATCH, messages(2) + messages(1, topic="jobs.dead"), RunCounts())
 
     expected = r"task t1: Kafka confirmed 2 of 3 messages to 'jobs' and 'jobs.dead' \(offsets \[0, 100\)\)"
-    with pytest.raises(DeliveryError, match=expected + ".*Message size too large"):
+    with pytest.raises(DeliveryError, match=expected + ".*Message size too large") as failed:
         publisher.confirm()
+    assert str(failed.value).endswith(
+        ": Broker: Message size too large. The batch stays not done and is retried; check the broker and the topic."
+    )
+
+
+def test_a_failed_batch_names_its_first_three_distinct_errors():
+    reports = ["e4", "e2", None, "e1", "e3", "e2"]
+    publisher = KafkaPublisher(FakeProducer(reports=reports), "jobs", "t1")  # type: ignore[arg-type]
+
+    publisher.send(BATCH, messages(6), RunCounts())
+
+    with pytest.raises(DeliveryError, match=r"confirmed 1 of 6 messages .*: e1; e2; e3\. The batch stays"):
+        publisher.confirm()
+
+
+def test_a_message_without_a_delivery_report_fails_the_batch_even_when_the_flush_returns_none_queued():
+    publisher = KafkaPublisher(FakeProducer(lost=1), "jobs", "t1")  # type: ignore[arg-type]
+
+    publisher.send(BATCH, messages(3), RunCounts())
+
+    with pytest.raises(DeliveryError, match=r"confirmed 2 of 3 messages .*: no delivery report"):
+        publisher.confirm()
+
+
+def test_a_message_librdkafka_refuses_fails_the_batch_naming_the_topic():
+    refused = KafkaException(KafkaError(KafkaError.MSG_SIZE_TOO_LARGE, "Broker: Message size too large"))
+    publisher = KafkaPublisher(FakeProducer(fails=refused), "jobs", "t1")  # type: ignore[arg-type]
+
+    with pytest.raises(DeliveryError, match=r"^task t1: cannot produce to 'jobs': .*Message size too large"):
+        publisher.send(BATCH, messages(1), RunCounts())
 
 
 def test_messages_still_queued_after_the_flush_timeout_fail_the_batch():
@@ -135,3 +178,34 @@ def test_a_full_local_queue_is_drained_and_every_message_still_produced():
 
     assert publisher.confirm() == 5
     assert [key for _, key in producer.produced] == [f"k{i}".encode() for i in range(5)] and producer.polls == 2
+
+
+@pytest.mark.parametrize(
+    ("replication", "brokers", "config", "expected"),
+    [
+        (None, 1, None, (1, {"min.insync.replicas": "1"})),
+        (None, 2, None, (2, {"min.insync.replicas": "1"})),
+        (None, 3, None, (3, {"min.insync.replicas": "2"})),
+        (None, 5, None, (3, {"min.insync.replicas": "2"})),
+        (None, 0, None, (1, {"min.insync.replicas": "1"})),
+        (4, 5, None, (4, {"min.insync.replicas": "3"})),
+        (2, 5, {"cleanup.policy": "compact"}, (2, {"min.insync.replicas": "1", "cleanup.policy": "compact"})),
+        (3, 3, {"min.insync.replicas": "3"}, (3, {"min.insync.replicas": "3"})),
+    ],
+)
+def test_a_created_topic_has_min_3_brokers_replicas_and_one_fewer_in_sync_unless_configured(
+    replication, brokers, config, expected
+):
+    assert new_topic_settings(replication, brokers, config) == expected
+
+
+def test_a_single_replica_topic_is_a_warning_naming_the_task_topic_and_the_setting(caplog):
+    caplog.set_level("WARNING", logger=producer_module.__name__)
+    warn_single_replica("t1", "jobs", 2)
+    warn_single_replica("t1", "jobs", 0)
+    assert caplog.messages == []
+    warn_single_replica("t1", "jobs", 1)
+    assert caplog.messages == [
+        "task t1: Kafka topic 'jobs' has a single replica: acks=all waits for one broker, and losing it loses the "
+        "topic; on a cluster, set kafka.replication_factor (default min(3, brokers)) or add replicas"
+    ]

@@ -4,6 +4,7 @@ planning the import of its positions."""
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -86,8 +87,13 @@ def test_a_csv_with_the_status_columns_is_read_and_extra_columns_ignored():
         ({"total": -5}, "total", "-5 is negative"),
         ({"produced_count": 1.5}, "produced_count", "1.5 is not a whole number"),
         ({"filtered_count": True}, "filtered_count", "True is not a whole number"),
-        ({"status": "paused"}, "status", "'paused' is not one of the old service's statuses"),
+        (
+            {"status": "paused"},
+            "status",
+            "'paused' is not one of the old service's statuses (idle, completed, stopped, running, error)",
+        ),
         ({"task_id": ""}, "task_id", "'' is not a task id"),
+        ({"task_id": True}, "task_id", "row 2: field 'task_id': True is not a task id; put the old task's id"),
         ({"status": "running"}, "status", "still crawling this task"),
         ({"is_running": True}, "status", "still crawling this task"),
         ({"status": "error", "last_start_offset": 0, "total": 0}, "last_start_offset", "position is lost"),
@@ -100,6 +106,7 @@ def test_a_csv_with_the_status_columns_is_read_and_extra_columns_ignored():
         "boolean-count",
         "unknown-status",
         "empty-task-id",
+        "boolean-task-id",
         "still-running",
         "is-running-flag",
         "error-reset-position",
@@ -124,9 +131,28 @@ def test_a_missing_field_and_a_repeated_task_id_are_row_problems():
 
     assert [r.row for r in rows] == [1]
     assert [(p.row, p.field) for p in problems] == [(2, "produced_count"), (3, "task_id"), (4, "(row)")]
-    assert "missing" in problems[0].problem and "also on row 1" in problems[1].problem
+    assert problems[0].describe() == (
+        "row 2 (task_id 'jobs_beijing'): field 'produced_count': missing; export the old status endpoint's full "
+        "task objects"
+    )
+    assert "also on row 1" in problems[1].problem
     assert problems[1].describe().startswith("row 3 (task_id 'jobs_beijing'): field 'task_id': also on row 1")
     assert problems[2].describe().startswith("row 4: field '(row)': must be an object with task_id, total,")
+
+
+def test_rows_after_one_that_is_no_object_are_still_read():
+    rows, problems = parse_json(json.dumps(["not an object", OLD_TASK]))
+
+    assert [r.row for r in rows] == [2] and [(p.row, p.field) for p in problems] == [(1, "(row)")]
+
+
+def test_a_row_without_a_task_id_is_named_by_its_row_only():
+    entry = {k: v for k, v in OLD_TASK.items() if k != "task_id"}
+
+    _, [problem] = parse_json(json.dumps([entry]))
+
+    assert problem.task_id is None
+    assert problem.describe().startswith("row 1: field 'task_id': missing")
 
 
 def test_a_csv_without_the_status_columns_is_refused_naming_them():
@@ -139,15 +165,33 @@ def test_a_csv_without_the_status_columns_is_refused_naming_them():
 
 @pytest.mark.parametrize(
     ("text", "match"),
-    [("[{", "is not valid JSON"), ('"jobs"', "expected a list of task objects")],
+    [("[{", "is not valid JSON: "), ('"jobs"', ": expected a list of task objects .* got str$")],
     ids=["broken-json", "not-a-list"],
 )
 def test_a_file_that_is_no_status_export_is_refused(tmp_path: Path, text, match):
     path = tmp_path / "old.json"
     path.write_text(text)
 
-    with pytest.raises(ImportFileError, match=match):
+    with pytest.raises(ImportFileError, match=match) as refused:
         read_old_status(path)
+    assert str(refused.value).startswith(str(path)), "the message names the file"
+    with pytest.raises(ImportFileError, match=r"^<json>"):
+        parse_json(text)
+
+
+def test_a_file_that_is_no_utf8_text_or_a_csv_without_its_columns_is_refused_naming_it(tmp_path: Path):
+    binary = tmp_path / "old.json"
+    binary.write_bytes(b"[\xff\xfe]")
+    with pytest.raises(ImportFileError, match=r"is not UTF-8 text \(.*\); save it as UTF-8$") as refused:
+        read_old_status(binary)
+    assert str(refused.value).startswith(f"{binary} is not UTF-8 text")
+    csv_file = tmp_path / "old.csv"
+    csv_file.write_text(json.dumps([OLD_TASK]))
+    with pytest.raises(ImportFileError) as refused:
+        read_old_status(csv_file)
+    assert str(refused.value).startswith(f"{csv_file}: the CSV header lacks "), (
+        "a .csv is read as CSV, whatever it holds"
+    )
 
 
 def test_the_format_follows_the_suffix_else_the_first_character(tmp_path: Path):
@@ -155,19 +199,53 @@ def test_the_format_follows_the_suffix_else_the_first_character(tmp_path: Path):
     (tmp_path / "status.txt").write_text(json.dumps([OLD_TASK]))
     (tmp_path / "status.csv").write_text(csv_text)
     (tmp_path / "export").write_text("\ufeff" + csv_text)  # a BOM, as spreadsheet programs write
+    (tmp_path / "indented").write_text("\n  " + json.dumps([OLD_TASK]))
+    (tmp_path / "answer").write_text(json.dumps({"tasks": [OLD_TASK]}))
 
     assert read_old_status(tmp_path / "status.txt")[0][0].task_id == "jobs_beijing"
     assert read_old_status(tmp_path / "status.csv")[0][0].task_id == "jobs"
     assert read_old_status(tmp_path / "export")[0][0].task_id == "jobs"
+    assert read_old_status(tmp_path / "indented")[0][0].task_id == "jobs_beijing", "white space before the ["
+    assert read_old_status(tmp_path / "answer")[0][0].task_id == "jobs_beijing", "the status answer's {"
 
 
 @pytest.mark.parametrize(
     ("value", "expected"),
-    [(7, 7), ("7", 7), (" 1_000 ", 1000), ("7.0", 7), (7.0, 7), (None, None), ("", None), ("None", None)],
-    ids=["int", "text", "separators", "integral-text", "integral-float", "null", "empty", "none-text"],
+    [
+        (7, 7),
+        ("7", 7),
+        (" 1_000 ", 1000),
+        ("1__000_", 1000),
+        ("9007199254740993", 9007199254740993),
+        ("7.0", 7),
+        (7.0, 7),
+        (None, None),
+        ("", None),
+        ("None", None),
+        (2**63 - 1, 2**63 - 1),
+    ],
+    ids=[
+        "int",
+        "text",
+        "separators",
+        "any-underscores",
+        "beyond-float-precision",
+        "integral-text",
+        "integral-float",
+        "null",
+        "empty",
+        "none-text",
+        "bigint-max",
+    ],
 )
 def test_whole_numbers_from_json_or_csv(value, expected):
     assert whole_number(value) == expected
+
+
+@pytest.mark.parametrize("value", [[1], {"n": 1}, "12x", 1.5, True], ids=["list", "object", "text", "fraction", "bool"])
+def test_anything_else_is_no_whole_number_and_the_message_shows_it(value):
+    with pytest.raises(ValueError, match=f"^{re.escape(repr(value))} is not a whole number$"):
+        whole_number(value)
 
 
 def test_the_plan_sets_new_and_forward_watermarks_and_skips_tasks_without_a_position():
