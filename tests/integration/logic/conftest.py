@@ -15,8 +15,6 @@ from typing import Any
 import psycopg
 import pytest
 
-from crawler_ops.hooks.db import create_schema
-
 # The Airflow connection ids the hooks use; the stack's env.sh (or the stack state) defines them.
 DB_CONN = "crawler_db"
 KAFKA_CONN = "kafka_default"
@@ -58,6 +56,10 @@ def schema(pg: psycopg.Connection[Any], name: str) -> Iterator[str]:
 @pytest.fixture
 def crawler_schema(pg: psycopg.Connection[Any]) -> None:
     """The crawler_ops schema exists (created once by any crawl; idempotent)."""
+    # Imported here, not with the module: Airflow reads its settings when first imported, and pytest loads this
+    # conftest before the stack's environment when the folder is named on the command line.
+    from crawler_ops.hooks.db import create_schema
+
     with pg.transaction(), pg.cursor() as cur:
         create_schema(cur)
 
