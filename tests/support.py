@@ -211,6 +211,14 @@ def spawn_chunk(
 ) -> subprocess.Popen[str]:
     """Run one planned chunk in a child process (``tests/integration/chunk_runner.py``), as an Airflow task
     process would, so a test can kill it; ``kill`` makes it SIGKILL itself at a chosen point (see the runner)."""
+    return spawn_runner("chunk_runner.py", chunk_spec(cfg, run_id, ref, chunk, try_number, kill=kill))
+
+
+def chunk_spec(
+    cfg: CrawlTaskConfig, run_id: str, ref: datetime, chunk: ChunkPlan, try_number: int = 1, **extra: Any
+) -> dict[str, Any]:
+    """What a chunk runner process (``chunk_runner.py``, ``pause_runner.py``) is given: the chunk of a run, as the
+    first mapped task instance's try ``try_number``, plus the runner's own ``extra`` keys (kill, pause, ...)."""
     spec = {
         "config": cfg.model_dump(mode="json"),
         "run_id": run_id,
@@ -218,9 +226,8 @@ def spawn_chunk(
         "map_index": 0,
         "try_number": try_number,
         "payload": chunk.to_xcom(),
-        "kill": kill,
     }
-    return spawn_runner("chunk_runner.py", spec)
+    return {**spec, **extra}
 
 
 def runner_result(process: subprocess.Popen[str], timeout: float = 300) -> dict[str, Any]:

@@ -24,7 +24,17 @@ from crawler_ops.crawl.plan import plan_run
 from crawler_ops.crawl.run import RunContext, RunParams
 from crawler_ops.errors import DeliveryError
 from crawler_ops.planning import ChunkPlan
-from tests.support import Delivered, make_task, query, read_topic, run_record, spawn_chunk, spawn_runner, watermark
+from tests.support import (
+    Delivered,
+    chunk_spec,
+    make_task,
+    query,
+    read_topic,
+    run_record,
+    spawn_chunk,
+    spawn_runner,
+    watermark,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -52,17 +62,15 @@ def crawl_everything(run: RunContext) -> list[ChunkPlan]:
 def killed_then_retried(run: RunContext, chunk: ChunkPlan, backfill: tuple[datetime, datetime] | None = None) -> None:
     """The chunk's first try, in its own process, SIGKILLs itself once Kafka committed its second batch; its second
     try runs to the end here, then the run commits."""
-    spec = {
-        "config": run.cfg.model_dump(mode="json"),
-        "run_id": run.run_id,
-        "ref": run.ref.isoformat(),
-        "map_index": 0,
-        "try_number": 1,
-        "payload": chunk.to_xcom(),
-        "params": {"replay_from": run.params.replay_from, "replay_to": run.params.replay_to},
-        "backfill": [backfill[0].isoformat(), backfill[1].isoformat()] if backfill else None,
-        "kill": KILL_AFTER_SECOND_COMMIT,
-    }
+    spec = chunk_spec(
+        run.cfg,
+        run.run_id,
+        run.ref,
+        chunk,
+        params={"replay_from": run.params.replay_from, "replay_to": run.params.replay_to},
+        backfill=[backfill[0].isoformat(), backfill[1].isoformat()] if backfill else None,
+        kill=KILL_AFTER_SECOND_COMMIT,
+    )
     first = spawn_runner("pause_runner.py", spec)
     first.communicate(timeout=300)
     assert first.returncode == -signal.SIGKILL, f"the first try ended with {first.returncode}, not at its kill"

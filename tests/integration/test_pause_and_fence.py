@@ -29,7 +29,7 @@ from crawler_ops.crawl.commit import commit_run
 from crawler_ops.crawl.plan import plan_run
 from crawler_ops.crawl.run import RunContext, RunParams
 from crawler_ops.planning import ChunkPlan
-from tests.support import REPO, make_task, query, read_topic, watermark
+from tests.support import REPO, chunk_spec, make_task, query, read_topic, watermark
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -84,15 +84,7 @@ class Paused:
 def spawn_paused(
     tmp_path: Path, cfg: CrawlTaskConfig, run_id: str, chunk: ChunkPlan, pause: dict[str, Any], try_number: int = 1
 ) -> Paused:
-    spec = {
-        "config": cfg.model_dump(mode="json"),
-        "run_id": run_id,
-        "ref": REF.isoformat(),
-        "map_index": 0,
-        "try_number": try_number,
-        "payload": chunk.to_xcom(),
-        "pause": pause,
-    }
+    spec = chunk_spec(cfg, run_id, REF, chunk, try_number, pause=pause)
     return Paused(spec, tmp_path / f"{run_id}-{try_number}.stderr")
 
 
