@@ -134,7 +134,8 @@ def airflow_healthy(url: str) -> bool:
 def airflow_up(executor: str = "local", workers: int = 2) -> None:
     """api-server, scheduler, dag-processor and triggerer on the running stack, with LocalExecutor; or with
     ``executor`` "celery": CeleryExecutor, a Redis broker and ``workers`` Celery workers. A running Airflow
-    with the other executor (or another number of workers) is stopped first."""
+    with the other executor, another number of workers or another task config is stopped first; one that matches
+    is kept, and only its missing services (a killed worker) are started."""
     state = load_state()
     if not state:
         raise StackError("the stack is not up: run `python dev/stack.py up` first")
@@ -142,7 +143,8 @@ def airflow_up(executor: str = "local", workers: int = 2) -> None:
         raise StackError(f"unknown executor {executor!r}: one of {', '.join(celery_stack.EXECUTORS)}")
     workers = workers if executor == "celery" else 0
     RUN.mkdir(parents=True, exist_ok=True)
-    if (executor, workers) != running_executor(state):
+    config = wanted_config(state)
+    if (executor, workers, config) != running_airflow(state):
         airflow_down()
     port = own_port("airflow") or choose_port("airflow", [])
     url = f"http://127.0.0.1:{port}"
@@ -154,7 +156,7 @@ def airflow_up(executor: str = "local", workers: int = 2) -> None:
         # Ahead of any installed copy of the package (``make`` installs one, editable, for the CLI); then the
         # caller's own path (where the functions a config names may live).
         "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO / "plugins"), os.environ.get("PYTHONPATH")])),
-        "CRAWLER_OPS_CONFIG": os.environ.get("CRAWLER_OPS_CONFIG", state["env"]["CRAWLER_OPS_CONFIG"]),
+        "CRAWLER_OPS_CONFIG": config,
         "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"{url}/execution/",
         "AIRFLOW__API__BASE_URL": url,
         "AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL": "10",
@@ -190,12 +192,20 @@ def airflow_up(executor: str = "local", workers: int = 2) -> None:
         log(f"airflow: CeleryExecutor with {workers} workers ({', '.join(state['airflow']['workers'])})")
 
 
-def running_executor(state: dict) -> tuple[str, int] | None:
-    """The executor and worker count of the Airflow that runs on this stack, if one does."""
+def running_airflow(state: dict) -> tuple[str, int, str] | None:
+    """The executor, worker count and task config of the Airflow that runs on this stack, if one does."""
     running = state.get("airflow")
     if not running or running_pid("airflow-scheduler") is None:
         return None
-    return running.get("executor", "local"), len(running.get("workers", []))
+    return running.get("executor", "local"), len(running.get("workers", [])), running.get("config", "")
+
+
+def wanted_config(state: dict) -> str:
+    """The task config Airflow is to serve: the caller's CRAWLER_OPS_CONFIG; without one, the config of the Airflow
+    already running (a service restarted beside the others must serve the same DAGs), else the stack's default."""
+    running = running_airflow(state)
+    default = running[2] if running else state["env"]["CRAWLER_OPS_CONFIG"]
+    return os.environ.get("CRAWLER_OPS_CONFIG", default)
 
 
 def start_redis() -> int:

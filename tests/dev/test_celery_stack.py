@@ -48,3 +48,20 @@ def test_an_unknown_executor_is_refused(monkeypatch: pytest.MonkeyPatch):
     monkeypatch.setattr(airflow_stack, "load_state", lambda: {"env": {}})
     with pytest.raises(airflow_stack.StackError, match="unknown executor 'kubernetes'"):
         airflow_stack.airflow_up("kubernetes", 2)
+
+
+RUNNING = {"env": {"CRAWLER_OPS_CONFIG": "/repo/include/crawler_tasks.yaml"}, "airflow": {"config": "/tmp/t.yaml"}}
+
+
+def test_a_service_restarted_beside_a_running_airflow_serves_that_airflows_config(monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.setattr(airflow_stack, "running_pid", lambda name: 4242)
+    monkeypatch.delenv("CRAWLER_OPS_CONFIG", raising=False)
+    assert airflow_stack.wanted_config(RUNNING) == "/tmp/t.yaml"
+    monkeypatch.setenv("CRAWLER_OPS_CONFIG", "/tmp/other.yaml")
+    assert airflow_stack.wanted_config(RUNNING) == "/tmp/other.yaml"
+
+
+def test_without_a_running_airflow_the_stacks_default_config_is_served(monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.setattr(airflow_stack, "running_pid", lambda name: None)
+    monkeypatch.delenv("CRAWLER_OPS_CONFIG", raising=False)
+    assert airflow_stack.wanted_config(RUNNING) == "/repo/include/crawler_tasks.yaml"

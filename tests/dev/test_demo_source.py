@@ -9,7 +9,6 @@ from __future__ import annotations
 import asyncio
 import itertools
 import re
-import time
 from collections.abc import Callable, Iterator, MutableMapping
 from datetime import UTC, datetime, timedelta, timezone
 from typing import Any, NoReturn
@@ -539,12 +538,19 @@ def test_partial_error_rate_is_reproducible(client: SyncClient) -> None:
     assert {200, 500} == set(first)
 
 
-def test_latency_delays_responses(client: SyncClient) -> None:
+def test_latency_delays_responses(client: SyncClient, monkeypatch: pytest.MonkeyPatch) -> None:
+    waits: list[float] = []
+    real_sleep = asyncio.sleep
+
+    async def recorded_sleep(delay: float) -> None:
+        waits.append(delay)
+        await real_sleep(delay)
+
+    monkeypatch.setattr(app_module.asyncio, "sleep", recorded_sleep)
     put_faults(client, latency_ms=40)
-    started = time.perf_counter()
     assert list_page(client, 0, 1).status_code == 200
     assert client.get("/api/t/count").status_code == 200
-    assert time.perf_counter() - started >= 0.08
+    assert waits == [0.04, 0.04]
 
 
 def test_rate_limit_answers_every_nth_list_request_with_429(client: SyncClient) -> None:

@@ -93,10 +93,11 @@ def executor_entry(name: str, schema: str) -> dict[str, Any]:
 
 
 @pytest.fixture(scope="module")
-def celery(
+def celery_env(
     stack: dict[str, str], task_ids: dict[str, str], executor_schema: str, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[AirflowApi]:
-    """Airflow with CeleryExecutor and two workers on a config holding this module's tasks; stopped afterwards."""
+) -> dict[str, str]:
+    """The environment every `airflow-up` of this module runs with: a config holding this module's tasks. A
+    service restarted without it would serve the default config, where none of these DAGs exists."""
     config = tmp_path_factory.mktemp("celery") / "tasks.yaml"
     crawls = [crawl_entry(task_ids[name]) for name in ("spread", "kill")]
     document = {"tasks": crawls, "executors": [executor_entry(task_ids["executor"], executor_schema)]}
@@ -110,6 +111,13 @@ def celery(
         "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])),
         "CRAWLER_OPS_TEST_SCHEMA": executor_schema,
     }
+    return env
+
+
+@pytest.fixture(scope="module")
+def celery(celery_env: dict[str, str], task_ids: dict[str, str]) -> Iterator[AirflowApi]:
+    """Airflow with CeleryExecutor and two workers on this module's config; stopped afterwards."""
+    env = celery_env
     subprocess.run([*STACK_PY, "airflow-down"], check=True, env=env)
     try:
         subprocess.run([*STACK_PY, "airflow-up", "--executor", "celery", "--workers", "2"], check=True, env=env)
@@ -194,7 +202,7 @@ def kill_tree(pid: int) -> None:
 
 
 def test_a_worker_killed_mid_chunk_loses_nothing_the_other_worker_finishes_the_run(
-    celery, source_url, kafka_bootstrap, pg_uri, task_ids
+    celery, celery_env, source_url, kafka_bootstrap, pg_uri, task_ids
 ):
     task = task_ids["kill"]
     dag_id = f"crawl_{task}"
@@ -215,8 +223,13 @@ def test_a_worker_killed_mid_chunk_loses_nothing_the_other_worker_finishes_the_r
         assert time.monotonic() < deadline, f"no chunk ran on {WORKERS[1]}: {running}"
         time.sleep(0.2)
     kill_tree(worker_pid(WORKERS[1]))
+    try:
+        state = celery.wait_for(dag_id, run_id)
+    finally:
+        # The killed worker comes back for the module's other tests, on the module's config.
+        subprocess.run([*STACK_PY, "airflow-up", "--executor", "celery", "--workers", "2"], check=True, env=celery_env)
 
-    assert celery.wait_for(dag_id, run_id) == "success"
+    assert state == "success"
     chunks = chunk_instances(celery, dag_id, run_id)
     retried = [ti for ti in chunks if ti["try_number"] > 1]
     assert retried and {ti["hostname"] for ti in retried} == {WORKERS[0]}, chunks
@@ -224,8 +237,6 @@ def test_a_worker_killed_mid_chunk_loses_nothing_the_other_worker_finishes_the_r
     assert {m.key for m in messages} == in_window(source, task, celery, dag_id, run_id), "records lost"
     repeated = duplicated_offsets(messages)
     assert len({offset // BATCH for offset in repeated}) <= len(victims), f"more than a batch per kill: {repeated}"
-    # The killed worker comes back with the next airflow-up (the executor and worker count are unchanged).
-    subprocess.run([*STACK_PY, "airflow-up", "--executor", "celery", "--workers", "2"], check=True)
 
 
 def test_no_process_of_the_stack_listens_beyond_loopback(celery):
