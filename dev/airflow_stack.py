@@ -16,7 +16,7 @@ from pathlib import Path
 
 import celery_stack
 from pg_server import write_private
-from postgres_stack import metadata_db_uri
+from postgres_stack import ensure_database, metadata_db_uri
 from stack_common import (
     LOGS,
     REPO,
@@ -134,7 +134,8 @@ def airflow_healthy(url: str) -> bool:
 def airflow_up(executor: str = "local", workers: int = 2) -> None:
     """api-server, scheduler, dag-processor and triggerer on the running stack, with LocalExecutor; or with
     ``executor`` "celery": CeleryExecutor, a Redis broker and ``workers`` Celery workers. A running Airflow
-    with the other executor, another number of workers or another task config is stopped first; one that matches
+    with the other executor, another number of workers, another task config or another metadata DB (see
+    ``CALLER_SETTINGS``) is stopped first; one that matches
     is kept, and only its missing services (a killed worker) are started."""
     state = load_state()
     if not state:
@@ -143,9 +144,10 @@ def airflow_up(executor: str = "local", workers: int = 2) -> None:
         raise StackError(f"unknown executor {executor!r}: one of {', '.join(celery_stack.EXECUTORS)}")
     workers = workers if executor == "celery" else 0
     RUN.mkdir(parents=True, exist_ok=True)
-    config = wanted_config(state)
-    if (executor, workers, config) != running_airflow(state):
+    settings = wanted_settings(state)
+    if (executor, workers, settings) != running_airflow(state):
         airflow_down()
+        prepare_metadata_db({**state["env"], **settings}, state["env"])
     port = own_port("airflow") or choose_port("airflow", [])
     url = f"http://127.0.0.1:{port}"
     env = {
@@ -156,7 +158,7 @@ def airflow_up(executor: str = "local", workers: int = 2) -> None:
         # Ahead of any installed copy of the package (``make`` installs one, editable, for the CLI); then the
         # caller's own path (where the functions a config names may live).
         "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO / "plugins"), os.environ.get("PYTHONPATH")])),
-        "CRAWLER_OPS_CONFIG": config,
+        **settings,
         "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"{url}/execution/",
         "AIRFLOW__API__BASE_URL": url,
         "AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL": "10",
@@ -183,6 +185,7 @@ def airflow_up(executor: str = "local", workers: int = 2) -> None:
         "url": url,
         "login": list(airflow_login()),
         "config": env["CRAWLER_OPS_CONFIG"],
+        "settings": settings,
         "executor": executor,
         "workers": [celery_stack.worker_name(i) for i in range(1, workers + 1)],
     }
@@ -192,20 +195,38 @@ def airflow_up(executor: str = "local", workers: int = 2) -> None:
         log(f"airflow: CeleryExecutor with {workers} workers ({', '.join(state['airflow']['workers'])})")
 
 
-def running_airflow(state: dict) -> tuple[str, int, str] | None:
-    """The executor, worker count and task config of the Airflow that runs on this stack, if one does."""
+# What the caller of airflow-up may choose through its environment: the task config Airflow serves and its metadata
+# DB. Without them, a running Airflow's are kept (a service restarted beside the others must serve the same DAGs from
+# the same DB), else the stack's defaults.
+CALLER_SETTINGS = ("CRAWLER_OPS_CONFIG", "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN")
+
+
+def running_airflow(state: dict) -> tuple[str, int, dict[str, str]] | None:
+    """The executor, worker count and caller settings of the Airflow that runs on this stack, if one does."""
     running = state.get("airflow")
     if not running or running_pid("airflow-scheduler") is None:
         return None
-    return running.get("executor", "local"), len(running.get("workers", [])), running.get("config", "")
+    return running.get("executor", "local"), len(running.get("workers", [])), running.get("settings", {})
 
 
-def wanted_config(state: dict) -> str:
-    """The task config Airflow is to serve: the caller's CRAWLER_OPS_CONFIG; without one, the config of the Airflow
-    already running (a service restarted beside the others must serve the same DAGs), else the stack's default."""
+def wanted_settings(state: dict) -> dict[str, str]:
+    """The caller settings the Airflow to start is to have: the caller's, else the running Airflow's, else the
+    stack's."""
     running = running_airflow(state)
-    default = running[2] if running else state["env"]["CRAWLER_OPS_CONFIG"]
-    return os.environ.get("CRAWLER_OPS_CONFIG", default)
+    kept = running[2] if running else {}
+    return {key: os.environ.get(key) or kept.get(key) or state["env"][key] for key in CALLER_SETTINGS}
+
+
+def prepare_metadata_db(env: dict[str, str], stack: dict[str, str]) -> None:
+    """A metadata DB other than the stack's (migrated by ``up``) is created on the stack's PostgreSQL server if it
+    is missing there, and migrated."""
+    uri = env["AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"]
+    if uri == stack["AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"]:
+        return
+    wanted, ours = urllib.parse.urlsplit(uri), urllib.parse.urlsplit(stack["CRAWLER_OPS_PG_URI"])
+    if (wanted.hostname, wanted.port) == (ours.hostname, ours.port):
+        ensure_database(stack["CRAWLER_OPS_PG_URI"], wanted.path.lstrip("/"))
+    migrate_airflow(env)
 
 
 def start_redis() -> int:

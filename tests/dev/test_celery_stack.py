@@ -50,18 +50,27 @@ def test_an_unknown_executor_is_refused(monkeypatch: pytest.MonkeyPatch):
         airflow_stack.airflow_up("kubernetes", 2)
 
 
-RUNNING = {"env": {"CRAWLER_OPS_CONFIG": "/repo/include/crawler_tasks.yaml"}, "airflow": {"config": "/tmp/t.yaml"}}
+STACK_CONFIG, STACK_DB = "/repo/include/crawler_tasks.yaml", "postgresql+psycopg2://postgres@127.0.0.1:1/airflow"
+RUNNING = {
+    "env": {"CRAWLER_OPS_CONFIG": STACK_CONFIG, "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": STACK_DB},
+    "airflow": {"settings": {"CRAWLER_OPS_CONFIG": "/tmp/t.yaml", "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": "pg/svc"}},
+}
 
 
-def test_a_service_restarted_beside_a_running_airflow_serves_that_airflows_config(monkeypatch: pytest.MonkeyPatch):
-    monkeypatch.setattr(airflow_stack, "running_pid", lambda name: 4242)
-    monkeypatch.delenv("CRAWLER_OPS_CONFIG", raising=False)
-    assert airflow_stack.wanted_config(RUNNING) == "/tmp/t.yaml"
-    monkeypatch.setenv("CRAWLER_OPS_CONFIG", "/tmp/other.yaml")
-    assert airflow_stack.wanted_config(RUNNING) == "/tmp/other.yaml"
+@pytest.fixture
+def no_caller_settings(monkeypatch: pytest.MonkeyPatch) -> pytest.MonkeyPatch:
+    for key in airflow_stack.CALLER_SETTINGS:
+        monkeypatch.delenv(key, raising=False)
+    return monkeypatch
 
 
-def test_without_a_running_airflow_the_stacks_default_config_is_served(monkeypatch: pytest.MonkeyPatch):
-    monkeypatch.setattr(airflow_stack, "running_pid", lambda name: None)
-    monkeypatch.delenv("CRAWLER_OPS_CONFIG", raising=False)
-    assert airflow_stack.wanted_config(RUNNING) == "/repo/include/crawler_tasks.yaml"
+def test_a_service_restarted_beside_a_running_airflow_gets_that_airflows_config_and_db(no_caller_settings):
+    no_caller_settings.setattr(airflow_stack, "running_pid", lambda name: 4242)
+    assert airflow_stack.wanted_settings(RUNNING) == RUNNING["airflow"]["settings"]
+    no_caller_settings.setenv("CRAWLER_OPS_CONFIG", "/tmp/other.yaml")
+    assert airflow_stack.wanted_settings(RUNNING)["CRAWLER_OPS_CONFIG"] == "/tmp/other.yaml"
+
+
+def test_without_a_running_airflow_the_stacks_config_and_db_are_served(no_caller_settings):
+    no_caller_settings.setattr(airflow_stack, "running_pid", lambda name: None)
+    assert airflow_stack.wanted_settings(RUNNING) == RUNNING["env"]

@@ -1,19 +1,26 @@
 """Airflow's real services for a test session: one ``dev/stack.py airflow-up`` on a config holding the session's
 crawl tasks and executor, shared by every module that asks for the ``airflow`` fixture (registered in conftest.py),
-stopped when the session ends."""
+stopped when the session ends.
+
+Services started by the tests keep their metadata in a database of their own, dropped when they stop: the runs
+``dag.test()`` makes in the stack's metadata DB (from tests running beside them under pytest-xdist) are never seen
+by their scheduler, and what their dag-processor registers never outlives them."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
 import sys
-from collections.abc import Iterator
+import urllib.parse
+from collections.abc import Iterator, Mapping
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 from zoneinfo import ZoneInfo
 
+import psycopg
 import pytest
 import yaml
 
@@ -24,6 +31,8 @@ from tests.namespace import unique_name
 from tests.support import DemoSource, Receiver, StatsdCollector, make_task
 
 REPO = Path(__file__).resolve().parents[2]
+STACK_PY = [sys.executable, str(REPO / "dev" / "stack.py")]
+SERVICES_DB = "airflow_test_services"
 
 BACKFILL_REF = datetime(2026, 10, 8, tzinfo=UTC)
 # An irregular cron in the default schedule zone (Asia/Shanghai): 09:00 and 18:00 there, 01:00 and 10:00 UTC.
@@ -123,7 +132,6 @@ def airflow(
     )
     document = {"tasks": tasks, "executors": [executor_entry(task_ids["executor"])]}
     config.write_text(yaml.safe_dump(document, allow_unicode=True), encoding="utf-8")
-    stack_py = [sys.executable, str(REPO / "dev" / "stack.py")]
     env = {
         **os.environ,
         "CRAWLER_OPS_CONFIG": str(config),
@@ -133,16 +141,33 @@ def airflow(
         "AIRFLOW__METRICS__STATSD_PORT": str(statsd.port),
         "AIRFLOW_CONN_OPS_HOOK": json.dumps({"conn_type": "http", "host": webhook.url, "password": "s3cret-秘密"}),
     }
-    subprocess.run([*stack_py, "airflow-down"], check=True, env=env)
-    try:
-        subprocess.run([*stack_py, "airflow-up"], check=True, env=env)
-        state = json.loads(STATE_FILE.read_text())["airflow"]
-        api = AirflowApi(state["url"], state["login"])
+    with airflow_services(env) as api:
         for key, task_id in task_ids.items():
             dag_id = f"exec_{task_id}" if key == "executor" else f"crawl_{task_id}"
             api.wait_for_dag(dag_id)
             unpaused = api.http.patch(f"/dags/{dag_id}", json={"is_paused": False})
             assert unpaused.status_code == 200, unpaused.text
         yield api
+
+
+def services_env(env: Mapping[str, str]) -> dict[str, str]:
+    """``env`` with the tests' own metadata DB for Airflow's services, on the stack's PostgreSQL server."""
+    server = urllib.parse.urlsplit(env["CRAWLER_OPS_PG_URI"])
+    uri = urllib.parse.urlunsplit(("postgresql+psycopg2", server.netloc, f"/{SERVICES_DB}", server.query, ""))
+    return {**env, "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": uri}
+
+
+@contextlib.contextmanager
+def airflow_services(env: Mapping[str, str], *up_args: str) -> Iterator[AirflowApi]:
+    """Airflow's services started by ``dev/stack.py airflow-up *up_args`` on ``env`` and the tests' own metadata
+    DB; afterwards, whatever happened, stopped and that DB dropped."""
+    env = services_env(env)
+    subprocess.run([*STACK_PY, "airflow-down"], check=True, env=env)
+    try:
+        subprocess.run([*STACK_PY, "airflow-up", *up_args], check=True, env=env)
+        state = json.loads(STATE_FILE.read_text())["airflow"]
+        yield AirflowApi(state["url"], state["login"])
     finally:
-        subprocess.run([*stack_py, "airflow-down"], check=True, env=env)
+        subprocess.run([*STACK_PY, "airflow-down"], check=True, env=env)
+        with psycopg.connect(env["CRAWLER_OPS_PG_URI"], autocommit=True) as conn:
+            conn.execute(f'DROP DATABASE IF EXISTS "{SERVICES_DB}" WITH (FORCE)')

@@ -9,7 +9,6 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
@@ -23,14 +22,15 @@ import yaml
 
 from tests.conftest import STACK_DIR, STATE_FILE
 from tests.integration.airflow_api import RUN_TIMEOUT_S, AirflowApi
+from tests.integration.airflow_session import STACK_PY, airflow_services, services_env
 from tests.namespace import unique_name
 from tests.support import DemoSource, duplicated_offsets, loopback, make_task, query, read_topic
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 REPO = Path(__file__).resolve().parents[2]
-STACK_PY = [sys.executable, str(REPO / "dev" / "stack.py")]
 WORKERS = ("celery-worker-1", "celery-worker-2")
+CELERY_UP = ("--executor", "celery", "--workers", "2")
 # 40 batches of 100 in 4 chunks of 10; the source answers each page in 400 ms and a chunk reads one page at a
 # time, so a chunk runs for about 4 s and the four overlap: each worker (2 slots) must take two of them.
 TOTAL, BATCH, LATENCY_MS = 4_000, 100, 400
@@ -103,7 +103,7 @@ def celery_env(
     document = {"tasks": crawls, "executors": [executor_entry(task_ids["executor"], executor_schema)]}
     config.write_text(yaml.safe_dump(document, allow_unicode=True), encoding="utf-8")
     env = {
-        **os.environ,
+        **services_env(os.environ),
         "CRAWLER_OPS_CONFIG": str(config),
         # A task instance whose worker died is failed (and retried) after 20 s without a heartbeat.
         "AIRFLOW__SCHEDULER__TASK_INSTANCE_HEARTBEAT_TIMEOUT": "20",
@@ -117,19 +117,13 @@ def celery_env(
 @pytest.fixture(scope="module")
 def celery(celery_env: dict[str, str], task_ids: dict[str, str]) -> Iterator[AirflowApi]:
     """Airflow with CeleryExecutor and two workers on this module's config; stopped afterwards."""
-    env = celery_env
-    subprocess.run([*STACK_PY, "airflow-down"], check=True, env=env)
-    try:
-        subprocess.run([*STACK_PY, "airflow-up", "--executor", "celery", "--workers", "2"], check=True, env=env)
+    with airflow_services(celery_env, *CELERY_UP) as api:
         state = json.loads(STATE_FILE.read_text())["airflow"]
         assert state["executor"] == "celery" and state["workers"] == list(WORKERS)
-        api = AirflowApi(state["url"], state["login"])
         for dag_id in [f"crawl_{task_ids['spread']}", f"crawl_{task_ids['kill']}", f"exec_{task_ids['executor']}"]:
             api.wait_for_dag(dag_id)
             assert api.http.patch(f"/dags/{dag_id}", json={"is_paused": False}).status_code == 200
         yield api
-    finally:
-        subprocess.run([*STACK_PY, "airflow-down"], check=True, env=env)
 
 
 def slow_source(source: DemoSource, task: str) -> datetime:
@@ -227,7 +221,7 @@ def test_a_worker_killed_mid_chunk_loses_nothing_the_other_worker_finishes_the_r
         state = celery.wait_for(dag_id, run_id)
     finally:
         # The killed worker comes back for the module's other tests, on the module's config.
-        subprocess.run([*STACK_PY, "airflow-up", "--executor", "celery", "--workers", "2"], check=True, env=celery_env)
+        subprocess.run([*STACK_PY, "airflow-up", *CELERY_UP], check=True, env=celery_env)
 
     assert state == "success"
     chunks = chunk_instances(celery, dag_id, run_id)

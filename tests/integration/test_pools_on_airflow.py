@@ -12,8 +12,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 import time
 import uuid
 from collections.abc import Iterator
@@ -26,12 +24,12 @@ import yaml
 
 from tests.conftest import STATE_FILE
 from tests.integration.airflow_api import AirflowApi
+from tests.integration.airflow_session import airflow_services
 from tests.support import DemoSource, make_task, read_topic
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 REPO = Path(__file__).resolve().parents[2]
-STACK_PY = [sys.executable, str(REPO / "dev" / "stack.py")]
 # 40 batches of 100 in 4 chunks of 10; each page takes 300 ms to answer, so the requests a chunk keeps in flight
 # overlap at the source. A chunk reads 4 pages ahead (concurrency) but may have only 3 in flight (max_in_flight).
 TOTAL, BATCH, LATENCY_MS, CONCURRENCY, MAX_IN_FLIGHT = 4_000, 100, 300, 4, 3
@@ -77,20 +75,14 @@ def pooled(
         "CRAWLER_OPS_CONFIG": str(config),
         f"AIRFLOW_CONN_{conn_id.upper()}": os.environ["AIRFLOW_CONN_DEMO_SOURCE"],
     }
-    up = [*STACK_PY, "airflow-up"] + (["--executor", "celery", "--workers", "2"] if request.param == "celery" else [])
-    subprocess.run([*STACK_PY, "airflow-down"], check=True, env=env)
-    try:
-        subprocess.run(up, check=True, env=env)
+    up = ["--executor", "celery", "--workers", "2"] if request.param == "celery" else []
+    with airflow_services(env, *up) as api:
         state = json.loads(STATE_FILE.read_text())["airflow"]
         assert state["executor"] == request.param
-        api = AirflowApi(state["url"], state["login"])
         pooled = PooledAirflow(api, request.param, task_id, conn_id)
         api.wait_for_dag(pooled.dag_id)
         assert api.http.patch(f"/dags/{pooled.dag_id}", json={"is_paused": False}).status_code == 200
-        yield pooled
-        api.http.delete(f"/pools/{pooled.pool}")
-    finally:
-        subprocess.run([*STACK_PY, "airflow-down"], check=True, env=env)
+        yield pooled  # the pool the listener created goes with the services' metadata DB
 
 
 def wait_for_pool(api: AirflowApi, name: str, run_id: str, dag_id: str) -> dict[str, object]:

@@ -18,7 +18,7 @@ import httpx
 import pytest
 
 from tests.integration.airflow_api import RUN_TIMEOUT_S, AirflowApi
-from tests.integration.airflow_session import SHANGHAI, TWICE_A_DAY, cancel_task, ops_task
+from tests.integration.airflow_session import SHANGHAI, TWICE_A_DAY, cancel_task, ops_task, services_env
 from tests.support import (
     DemoSource,
     create_topic,
@@ -83,9 +83,9 @@ def test_rest_triggers_with_params_drive_the_crawl(airflow, source_url, kafka_bo
 
 
 def airflow_cli(*args: str) -> subprocess.CompletedProcess[str]:
-    """Run the airflow CLI on the stack's metadata DB."""
+    """Run the airflow CLI on the metadata DB of the services the tests started."""
     airflow = str(Path(sys.executable).parent / "airflow")
-    return subprocess.run([airflow, *args], env=dict(os.environ), capture_output=True, text=True, timeout=300)
+    return subprocess.run([airflow, *args], env=services_env(os.environ), capture_output=True, text=True, timeout=300)
 
 
 def backfill_runs(airflow: AirflowApi, dag_id: str, count: int) -> list[dict[str, Any]]:
