@@ -2,10 +2,11 @@
 
 ``dag.test()`` writes every DAG the dags folder defines under the test's config into the metadata DB (the DAG, its
 serialized versions, the run and its task instances); left there, the UI of a later ``make airflow-up`` lists them
-all. (The services the scheduler and Celery tests start keep their own metadata DB, dropped when they stop.) Every config a test points
-Airflow at is written below the session's pytest temp folder, so the session's DAGs are the DAG ids those files
-define. Configured DAGs (``include/crawler_tasks.yaml``, the stack's ``$CRAWLER_OPS_CONFIG``, the maintenance and
-gauges DAGs) are never deleted; of those, only the runs ``dag.test()`` made during the session are removed.
+all. (The services the scheduler and Celery tests start keep their own metadata DB, dropped when they stop.) Every
+config a test points Airflow at is written below the session's pytest temp folder, so the session's DAGs are the DAG
+ids those files define. Configured DAGs (``include/crawler_tasks.yaml``, the stack's ``$CRAWLER_OPS_CONFIG``, the
+maintenance and gauges DAGs) are never deleted; of those, only the runs ``dag.test()`` made during the session are
+removed.
 """
 
 from __future__ import annotations
