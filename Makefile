@@ -50,11 +50,10 @@ demo: stack-up
 	$(BIN)/python dev/demo.py
 
 # The whole suite in one session, in random order (pytest-randomly; the seed is printed at the top: rerun an order
-# with PYTEST_ARGS="--randomly-seed=<seed>", or PYTEST_ARGS="-p no:randomly" for file order). The tests on Airflow's
-# services run last (tests/integration/conftest.py). TEST_WORKERS=N runs it on N pytest-xdist workers, the tests on
-# Airflow's services on one of them (tests/xdist_airflow.py); not the default: Airflow's scheduler, once up, also
-# examines the runs other tests' `dag.test()` write into the same metadata DB.
-TEST_WORKERS ?= 0
+# with PYTEST_ARGS="--randomly-seed=<seed>", or PYTEST_ARGS="-p no:randomly" for file order), on TEST_WORKERS
+# pytest-xdist workers: the tests on Airflow's services as one unit on one of them (tests/xdist_airflow.py), every
+# other test wherever there is room. TEST_WORKERS=0 runs it in this process, the tests on Airflow's services last.
+TEST_WORKERS ?= 2
 test: stack-up
 	$(BIN)/python -m pytest tests -n $(TEST_WORKERS) $(PYTEST_ARGS)
 
