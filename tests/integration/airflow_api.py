@@ -1,8 +1,13 @@
-"""Airflow's REST API as the integration tests drive it: triggers with params, run states, the status app."""
+"""Airflow's REST API as the integration tests drive it: triggers with params, run states, backfills through the
+airflow CLI, the status app."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 import time
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -52,3 +57,44 @@ class AirflowApi:
     def status(self, **params: Any) -> httpx.Response:
         """GET the crawler_ops status app's JSON, logged in."""
         return httpx.get(f"{self.url}/crawler-ops/api/status", params=params, headers=self.http.headers, timeout=60)
+
+
+def airflow_cli(*args: str) -> subprocess.CompletedProcess[str]:
+    """Run the airflow CLI on the stack's metadata DB."""
+    airflow = str(Path(sys.executable).parent / "airflow")
+    return subprocess.run([airflow, *args], env=dict(os.environ), capture_output=True, text=True, timeout=300)
+
+
+def backfill_runs(airflow: AirflowApi, dag_id: str, count: int) -> list[dict[str, Any]]:
+    """Wait until ``count`` backfill runs of ``dag_id`` have finished; return them."""
+    deadline = time.monotonic() + RUN_TIMEOUT_S
+    while time.monotonic() < deadline:
+        runs = airflow.http.get(f"/dags/{dag_id}/dagRuns", params={"run_type": "backfill", "limit": 100}).json()
+        finished = [r for r in runs["dag_runs"] if r["state"] in ("success", "failed")]
+        if len(finished) >= count and all(r["state"] in ("success", "failed") for r in runs["dag_runs"]):
+            return sorted(finished, key=lambda r: r["logical_date"])
+        time.sleep(2)
+    raise TimeoutError(f"{count} backfill runs of {dag_id} did not finish")
+
+
+def wait_until_idle(airflow: AirflowApi, dag_id: str) -> None:
+    deadline = time.monotonic() + RUN_TIMEOUT_S
+    while any(
+        r["state"] in ("queued", "running")
+        for r in airflow.http.get(f"/dags/{dag_id}/dagRuns", params={"limit": 100}).json()["dag_runs"]
+    ):
+        assert time.monotonic() < deadline, f"{dag_id} still has active runs"
+        time.sleep(1)
+
+
+def wait_for_first_scheduled_run(airflow: AirflowApi, dag_id: str) -> None:
+    """Wait until the run the scheduler creates when ``dag_id`` is unpaused has finished, and no other is active:
+    a test that starts right after the session's Airflow came up would otherwise see that run start later."""
+    deadline = time.monotonic() + RUN_TIMEOUT_S
+    while not any(
+        r["state"] in ("success", "failed")
+        for r in airflow.http.get(f"/dags/{dag_id}/dagRuns", params={"run_type": "scheduled"}).json()["dag_runs"]
+    ):
+        assert time.monotonic() < deadline, f"the scheduler created no run of {dag_id} when it was unpaused"
+        time.sleep(1)
+    wait_until_idle(airflow, dag_id)

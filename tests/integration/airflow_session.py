@@ -37,6 +37,7 @@ def task_ids() -> dict[str, str]:
     return {
         "rest": f"rest_{suffix}",
         "backfill": f"backfill_{suffix}",
+        "eo_backfill": f"eo_backfill_{suffix}",
         "minutely": f"minutely_{suffix}",
         "executor": f"exec{suffix}",
         "ops": f"ops_{suffix}",
@@ -69,6 +70,7 @@ def session_tasks(task_ids: dict[str, str]) -> list[dict[str, Any]]:
     tasks = [
         make_task(task_ids["rest"]),
         make_task(task_ids["backfill"], schedule=TWICE_A_DAY, batch_size=500),
+        exactly_once_backfill_task(task_ids["eo_backfill"]),
         make_task(task_ids["minutely"], schedule="* * * * *"),
         ops_task(task_ids["ops"]),
         cancel_task(task_ids["cancel"]),
@@ -76,6 +78,14 @@ def session_tasks(task_ids: dict[str, str]) -> list[dict[str, Any]]:
         make_task(task_ids["ui"]),
     ]
     return [{**task.model_dump(mode="json"), "paused": True} for task in tasks]
+
+
+def exactly_once_backfill_task(task_id: str) -> CrawlTaskConfig:
+    """A scheduled exactly-once task to backfill: one chunk a run, a page at a time, a retry for a killed chunk."""
+    kafka = {"delivery": "exactly_once"}
+    return make_task(
+        task_id, schedule=TWICE_A_DAY, batch_size=50, max_chunks=1, retries=1, kafka=kafka, source={"concurrency": 1}
+    )
 
 
 def cancel_task(task_id: str) -> CrawlTaskConfig:
@@ -114,6 +124,7 @@ def airflow(
     # The scheduled tasks' data must exist before their first scheduled run looks at it.
     source = DemoSource(stack["CRAWLER_OPS_SOURCE_URL"])
     source.create(task_ids["backfill"], total=20_000, ref=BACKFILL_REF, in_window_share=0.5)
+    source.create(task_ids["eo_backfill"], total=8_000, ref=BACKFILL_REF, in_window_share=0.5)
     source.create(
         task_ids["minutely"],
         total=1_500,
