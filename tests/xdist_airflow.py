@@ -19,7 +19,7 @@ AIRFLOW_GROUP = "airflow"
 # Modules that stop Airflow's services and start their own on the same port.
 RESTARTS_AIRFLOW = ("test_celery", "test_pools_on_airflow")
 # Every module whose tests use Airflow's services.
-USES_AIRFLOW = (*RESTARTS_AIRFLOW, "test_scheduler", "test_ui_browser")
+USES_AIRFLOW = (*RESTARTS_AIRFLOW, "test_scheduler", "test_scheduler_exactly_once", "test_ui_browser")
 
 
 def module_name(nodeid: str) -> str:

@@ -1,13 +1,22 @@
-"""Airflow's REST API as the integration tests drive it: triggers with params, run states, the status app."""
+"""Airflow's REST API as the integration tests drive it: triggers with params, run states, backfills through the
+airflow CLI, the status app."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 import time
+import urllib.parse
+from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 import httpx
 
 RUN_TIMEOUT_S = 240
+# The metadata DB of the Airflow services the tests start (tests/integration/airflow_session.py), not the stack's.
+SERVICES_DB = "airflow_test_services"
 
 
 class AirflowApi:
@@ -52,3 +61,51 @@ class AirflowApi:
     def status(self, **params: Any) -> httpx.Response:
         """GET the crawler_ops status app's JSON, logged in."""
         return httpx.get(f"{self.url}/crawler-ops/api/status", params=params, headers=self.http.headers, timeout=60)
+
+
+def services_env(env: Mapping[str, str]) -> dict[str, str]:
+    """``env`` with the tests' own metadata DB for Airflow's services, on the stack's PostgreSQL server."""
+    server = urllib.parse.urlsplit(env["CRAWLER_OPS_PG_URI"])
+    uri = urllib.parse.urlunsplit(("postgresql+psycopg2", server.netloc, f"/{SERVICES_DB}", server.query, ""))
+    return {**env, "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": uri}
+
+
+def airflow_cli(*args: str) -> subprocess.CompletedProcess[str]:
+    """Run the airflow CLI on the metadata DB of the services the tests started."""
+    airflow = str(Path(sys.executable).parent / "airflow")
+    return subprocess.run([airflow, *args], env=services_env(os.environ), capture_output=True, text=True, timeout=300)
+
+
+def backfill_runs(airflow: AirflowApi, dag_id: str, count: int) -> list[dict[str, Any]]:
+    """Wait until ``count`` backfill runs of ``dag_id`` have finished; return them."""
+    deadline = time.monotonic() + RUN_TIMEOUT_S
+    while time.monotonic() < deadline:
+        runs = airflow.http.get(f"/dags/{dag_id}/dagRuns", params={"run_type": "backfill", "limit": 100}).json()
+        finished = [r for r in runs["dag_runs"] if r["state"] in ("success", "failed")]
+        if len(finished) >= count and all(r["state"] in ("success", "failed") for r in runs["dag_runs"]):
+            return sorted(finished, key=lambda r: r["logical_date"])
+        time.sleep(2)
+    raise TimeoutError(f"{count} backfill runs of {dag_id} did not finish")
+
+
+def wait_until_idle(airflow: AirflowApi, dag_id: str) -> None:
+    deadline = time.monotonic() + RUN_TIMEOUT_S
+    while any(
+        r["state"] in ("queued", "running")
+        for r in airflow.http.get(f"/dags/{dag_id}/dagRuns", params={"limit": 100}).json()["dag_runs"]
+    ):
+        assert time.monotonic() < deadline, f"{dag_id} still has active runs"
+        time.sleep(1)
+
+
+def wait_for_first_scheduled_run(airflow: AirflowApi, dag_id: str) -> None:
+    """Wait until the run the scheduler creates when ``dag_id`` is unpaused has finished, and no other is active:
+    a test that starts right after the session's Airflow came up would otherwise see that run start later."""
+    deadline = time.monotonic() + RUN_TIMEOUT_S
+    while not any(
+        r["state"] in ("success", "failed")
+        for r in airflow.http.get(f"/dags/{dag_id}/dagRuns", params={"run_type": "scheduled"}).json()["dag_runs"]
+    ):
+        assert time.monotonic() < deadline, f"the scheduler created no run of {dag_id} when it was unpaused"
+        time.sleep(1)
+    wait_until_idle(airflow, dag_id)

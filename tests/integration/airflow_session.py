@@ -13,7 +13,6 @@ import json
 import os
 import subprocess
 import sys
-import urllib.parse
 from collections.abc import Iterator, Mapping
 from datetime import UTC, datetime
 from pathlib import Path
@@ -26,13 +25,12 @@ import yaml
 
 from crawler_ops.config import CrawlTaskConfig
 from tests.conftest import STATE_FILE
-from tests.integration.airflow_api import AirflowApi
+from tests.integration.airflow_api import SERVICES_DB, AirflowApi, services_env
 from tests.namespace import unique_name
 from tests.support import DemoSource, Receiver, StatsdCollector, make_task
 
 REPO = Path(__file__).resolve().parents[2]
 STACK_PY = [sys.executable, str(REPO / "dev" / "stack.py")]
-SERVICES_DB = "airflow_test_services"
 
 BACKFILL_REF = datetime(2026, 10, 8, tzinfo=UTC)
 # An irregular cron in the default schedule zone (Asia/Shanghai): 09:00 and 18:00 there, 01:00 and 10:00 UTC.
@@ -46,6 +44,7 @@ def task_ids() -> dict[str, str]:
     return {
         "rest": f"rest_{suffix}",
         "backfill": f"backfill_{suffix}",
+        "eo_backfill": f"eo_backfill_{suffix}",
         "minutely": f"minutely_{suffix}",
         "executor": f"exec{suffix}",
         "ops": f"ops_{suffix}",
@@ -78,6 +77,7 @@ def session_tasks(task_ids: dict[str, str]) -> list[dict[str, Any]]:
     tasks = [
         make_task(task_ids["rest"]),
         make_task(task_ids["backfill"], schedule=TWICE_A_DAY, batch_size=500),
+        exactly_once_backfill_task(task_ids["eo_backfill"]),
         make_task(task_ids["minutely"], schedule="* * * * *"),
         ops_task(task_ids["ops"]),
         cancel_task(task_ids["cancel"]),
@@ -85,6 +85,14 @@ def session_tasks(task_ids: dict[str, str]) -> list[dict[str, Any]]:
         make_task(task_ids["ui"]),
     ]
     return [{**task.model_dump(mode="json"), "paused": True} for task in tasks]
+
+
+def exactly_once_backfill_task(task_id: str) -> CrawlTaskConfig:
+    """A scheduled exactly-once task to backfill: one chunk a run, a page at a time, a retry for a killed chunk."""
+    kafka = {"delivery": "exactly_once"}
+    return make_task(
+        task_id, schedule=TWICE_A_DAY, batch_size=50, max_chunks=1, retries=1, kafka=kafka, source={"concurrency": 1}
+    )
 
 
 def cancel_task(task_id: str) -> CrawlTaskConfig:
@@ -123,6 +131,7 @@ def airflow(
     # The scheduled tasks' data must exist before their first scheduled run looks at it.
     source = DemoSource(stack["CRAWLER_OPS_SOURCE_URL"])
     source.create(task_ids["backfill"], total=20_000, ref=BACKFILL_REF, in_window_share=0.5)
+    source.create(task_ids["eo_backfill"], total=8_000, ref=BACKFILL_REF, in_window_share=0.5)
     source.create(
         task_ids["minutely"],
         total=1_500,
@@ -148,13 +157,6 @@ def airflow(
             unpaused = api.http.patch(f"/dags/{dag_id}", json={"is_paused": False})
             assert unpaused.status_code == 200, unpaused.text
         yield api
-
-
-def services_env(env: Mapping[str, str]) -> dict[str, str]:
-    """``env`` with the tests' own metadata DB for Airflow's services, on the stack's PostgreSQL server."""
-    server = urllib.parse.urlsplit(env["CRAWLER_OPS_PG_URI"])
-    uri = urllib.parse.urlunsplit(("postgresql+psycopg2", server.netloc, f"/{SERVICES_DB}", server.query, ""))
-    return {**env, "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": uri}
 
 
 @contextlib.contextmanager

@@ -21,8 +21,8 @@ import pytest
 import yaml
 
 from tests.conftest import STACK_DIR, STATE_FILE
-from tests.integration.airflow_api import RUN_TIMEOUT_S, AirflowApi
-from tests.integration.airflow_session import STACK_PY, airflow_services, services_env
+from tests.integration.airflow_api import RUN_TIMEOUT_S, AirflowApi, services_env
+from tests.integration.airflow_session import STACK_PY, airflow_services
 from tests.namespace import unique_name
 from tests.support import DemoSource, duplicated_offsets, loopback, make_task, query, read_topic
 

@@ -4,10 +4,7 @@ LocalExecutor) started by dev/stack.py, runs triggered through the REST API with
 from __future__ import annotations
 
 import itertools
-import os
 import re
-import subprocess
-import sys
 import time
 from collections import Counter
 from datetime import UTC, datetime
@@ -17,8 +14,15 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.integration.airflow_api import RUN_TIMEOUT_S, AirflowApi
-from tests.integration.airflow_session import SHANGHAI, TWICE_A_DAY, cancel_task, ops_task, services_env
+from tests.integration.airflow_api import (
+    RUN_TIMEOUT_S,
+    AirflowApi,
+    airflow_cli,
+    backfill_runs,
+    wait_for_first_scheduled_run,
+    wait_until_idle,
+)
+from tests.integration.airflow_session import SHANGHAI, TWICE_A_DAY, cancel_task, ops_task
 from tests.support import (
     DemoSource,
     create_topic,
@@ -82,24 +86,6 @@ def test_rest_triggers_with_params_drive_the_crawl(airflow, source_url, kafka_bo
     assert query(pg_uri, "SELECT mode FROM crawler_ops.crawl_run WHERE run_id = %s", replay_id) == [("replay",)]
 
 
-def airflow_cli(*args: str) -> subprocess.CompletedProcess[str]:
-    """Run the airflow CLI on the metadata DB of the services the tests started."""
-    airflow = str(Path(sys.executable).parent / "airflow")
-    return subprocess.run([airflow, *args], env=services_env(os.environ), capture_output=True, text=True, timeout=300)
-
-
-def backfill_runs(airflow: AirflowApi, dag_id: str, count: int) -> list[dict[str, Any]]:
-    """Wait until ``count`` backfill runs of ``dag_id`` have finished; return them."""
-    deadline = time.monotonic() + RUN_TIMEOUT_S
-    while time.monotonic() < deadline:
-        runs = airflow.http.get(f"/dags/{dag_id}/dagRuns", params={"run_type": "backfill", "limit": 100}).json()
-        finished = [r for r in runs["dag_runs"] if r["state"] in ("success", "failed")]
-        if len(finished) >= count and all(r["state"] in ("success", "failed") for r in runs["dag_runs"]):
-            return sorted(finished, key=lambda r: r["logical_date"])
-        time.sleep(2)
-    raise TimeoutError(f"{count} backfill runs of {dag_id} did not finish")
-
-
 def wait_for_backfills(airflow: AirflowApi, dag_id: str) -> None:
     """Wait until every backfill of ``dag_id`` is marked complete (all its runs finished)."""
     deadline = time.monotonic() + RUN_TIMEOUT_S
@@ -107,16 +93,6 @@ def wait_for_backfills(airflow: AirflowApi, dag_id: str) -> None:
         b["completed_at"] is None for b in airflow.http.get("/backfills", params={"dag_id": dag_id}).json()["backfills"]
     ):
         assert time.monotonic() < deadline, f"a backfill of {dag_id} was never marked complete"
-        time.sleep(1)
-
-
-def wait_until_idle(airflow: AirflowApi, dag_id: str) -> None:
-    deadline = time.monotonic() + RUN_TIMEOUT_S
-    while any(
-        r["state"] in ("queued", "running")
-        for r in airflow.http.get(f"/dags/{dag_id}/dagRuns", params={"limit": 100}).json()["dag_runs"]
-    ):
-        assert time.monotonic() < deadline, f"{dag_id} still has active runs"
         time.sleep(1)
 
 
@@ -153,7 +129,7 @@ def test_backfill_publishes_each_interval_by_probing_and_leaves_the_watermark(
     task = task_ids["backfill"]
     cfg = make_task(task, schedule=TWICE_A_DAY, batch_size=500)
     source = DemoSource(source_url)
-    wait_until_idle(airflow, cfg.dag_id)  # the schedule's own first run (its window holds no data)
+    wait_for_first_scheduled_run(airflow, cfg.dag_id)  # its window holds no data
     before = watermark(pg_uri, task)
     source.clear_requests(task)
 
