@@ -166,8 +166,15 @@ def test_given_back_rows_are_claimable_at_once_and_old_done_rows_of_deleted_sour
         assert rows.statuses(cur, [3, 4]) == {3: DONE}, "a done row whose source row exists stays"
 
 
-def test_a_claimed_row_is_taken_over_only_once_its_lease_lapsed(pg, schema, task):
+@pytest.mark.parametrize("epoch", [False, True], ids=["timestamptz", "epoch"])
+def test_a_claimed_row_is_taken_over_only_once_its_lease_lapsed(pg, schema, task, epoch):
+    if epoch:
+        pg.execute(
+            f'CREATE TABLE "{schema}".status (id bigint, status int, start_time bigint, end_time bigint, '
+            "task_name varchar(100), UNIQUE (id, task_name))"
+        )
     t = tables(pg, schema, category=None)
+    assert t.status.epoch_times is epoch
     pg.execute(f"INSERT INTO \"{schema}\".src VALUES (0, 'a', 'a')")
     rows = t.rows(task)
     with pg.cursor() as cur:
@@ -176,10 +183,12 @@ def test_a_claimed_row_is_taken_over_only_once_its_lease_lapsed(pg, schema, task
         rows.open_run(cur, "run1", 10)
     assert claim(pg, t, rows, "run1", "run1|0|a", 1) == [ClaimedRow(0, True, (0, "a"))], "source id 0 exists too"
 
+    # An epoch table's writers may leave the end time 0 instead of NULL: empty either way.
+    start = "extract(epoch from now())::bigint - %s, end_time = 0" if epoch else "now() - make_interval(secs => %s)"
+
     def started_ago(seconds: int) -> None:
         pg.execute(
-            sql.SQL("UPDATE {} SET start_time = now() - make_interval(secs => %s) WHERE id = 0").format(t.status.ident),
-            (seconds,),
+            sql.SQL("UPDATE {} SET start_time = " + start + " WHERE id = 0").format(t.status.ident), (seconds,)
         )
 
     started_ago(LEASE[1] + 60)  # past the retry delay, well within the lease
