@@ -187,9 +187,7 @@ def test_a_claimed_row_is_taken_over_only_once_its_lease_lapsed(pg, schema, task
     start = "extract(epoch from now())::bigint - %s, end_time = 0" if epoch else "now() - make_interval(secs => %s)"
 
     def started_ago(seconds: int) -> None:
-        pg.execute(
-            sql.SQL("UPDATE {} SET start_time = " + start + " WHERE id = 0").format(t.status.ident), (seconds,)
-        )
+        pg.execute(sql.SQL("UPDATE {} SET start_time = " + start + " WHERE id = 0").format(t.status.ident), (seconds,))
 
     started_ago(LEASE[1] + 60)  # past the retry delay, well within the lease
     assert [r.id for r in claim(pg, t, rows, "run1", "run1|0|b", 1)] == [5], "a live lease is skipped"
