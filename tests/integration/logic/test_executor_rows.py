@@ -26,7 +26,15 @@ pytestmark = pytest.mark.integration
 LEASE = (600, 30)  # lease_s, retry_s
 
 
-def tables(pg: psycopg.Connection[Any], schema: str, *, category: str | None, round_robin: bool = False) -> Tables:
+def tables(
+    pg: psycopg.Connection[Any], schema: str, *, category: str | None, round_robin: bool = False, epoch: bool = False
+) -> Tables:
+    """The source table and the status table (with INT epoch-second time columns when ``epoch``)."""
+    if epoch:
+        pg.execute(
+            f'CREATE TABLE "{schema}".status (id bigint, status int, start_time bigint, end_time bigint, '
+            "task_name varchar(100), UNIQUE (id, task_name))"
+        )
     pg.execute(f'CREATE TABLE "{schema}".src (id bigint PRIMARY KEY, cat text, name text)')
     rows = [(1, "a", "z"), (2, "a", "y"), (3, "b", "x"), (4, "b", "w"), (5, "c", "v")]
     with pg.cursor() as cur:
@@ -34,6 +42,7 @@ def tables(pg: psycopg.Connection[Any], schema: str, *, category: str | None, ro
     with pg.transaction(), pg.cursor() as cur:
         status = StatusTable.ensure(cur, schema, "status")
         ensure_runs_table(cur)
+    assert status.epoch_times is epoch
     return Tables(schema, "src", status, "id", (("id", "id"), ("name", "name")), ("name",), category, round_robin)
 
 
@@ -139,13 +148,7 @@ def test_unpark_takes_the_given_rows_only(pg, schema, task):
 
 @pytest.mark.parametrize("epoch", [False, True], ids=["timestamptz", "epoch"])
 def test_given_back_rows_are_claimable_at_once_and_old_done_rows_of_deleted_sources_are_pruned(pg, schema, task, epoch):
-    if epoch:
-        pg.execute(
-            f'CREATE TABLE "{schema}".status (id bigint, status int, start_time bigint, end_time bigint, '
-            "task_name varchar(100), UNIQUE (id, task_name))"
-        )
-    t = tables(pg, schema, category=None)
-    assert t.status.epoch_times is epoch
+    t = tables(pg, schema, category=None, epoch=epoch)
     rows = t.rows(task)
     with pg.cursor() as cur:
         rows.sync(cur, t.parts(), None)
@@ -168,13 +171,7 @@ def test_given_back_rows_are_claimable_at_once_and_old_done_rows_of_deleted_sour
 
 @pytest.mark.parametrize("epoch", [False, True], ids=["timestamptz", "epoch"])
 def test_a_claimed_row_is_taken_over_only_once_its_lease_lapsed(pg, schema, task, epoch):
-    if epoch:
-        pg.execute(
-            f'CREATE TABLE "{schema}".status (id bigint, status int, start_time bigint, end_time bigint, '
-            "task_name varchar(100), UNIQUE (id, task_name))"
-        )
-    t = tables(pg, schema, category=None)
-    assert t.status.epoch_times is epoch
+    t = tables(pg, schema, category=None, epoch=epoch)
     pg.execute(f"INSERT INTO \"{schema}\".src VALUES (0, 'a', 'a')")
     rows = t.rows(task)
     with pg.cursor() as cur:
