@@ -26,7 +26,15 @@ pytestmark = pytest.mark.integration
 LEASE = (600, 30)  # lease_s, retry_s
 
 
-def tables(pg: psycopg.Connection[Any], schema: str, *, category: str | None, round_robin: bool = False) -> Tables:
+def tables(
+    pg: psycopg.Connection[Any], schema: str, *, category: str | None, round_robin: bool = False, epoch: bool = False
+) -> Tables:
+    """The source table and the status table (with INT epoch-second time columns when ``epoch``)."""
+    if epoch:
+        pg.execute(
+            f'CREATE TABLE "{schema}".status (id bigint, status int, start_time bigint, end_time bigint, '
+            "task_name varchar(100), UNIQUE (id, task_name))"
+        )
     pg.execute(f'CREATE TABLE "{schema}".src (id bigint PRIMARY KEY, cat text, name text)')
     rows = [(1, "a", "z"), (2, "a", "y"), (3, "b", "x"), (4, "b", "w"), (5, "c", "v")]
     with pg.cursor() as cur:
@@ -34,6 +42,7 @@ def tables(pg: psycopg.Connection[Any], schema: str, *, category: str | None, ro
     with pg.transaction(), pg.cursor() as cur:
         status = StatusTable.ensure(cur, schema, "status")
         ensure_runs_table(cur)
+    assert status.epoch_times is epoch
     return Tables(schema, "src", status, "id", (("id", "id"), ("name", "name")), ("name",), category, round_robin)
 
 
@@ -139,13 +148,7 @@ def test_unpark_takes_the_given_rows_only(pg, schema, task):
 
 @pytest.mark.parametrize("epoch", [False, True], ids=["timestamptz", "epoch"])
 def test_given_back_rows_are_claimable_at_once_and_old_done_rows_of_deleted_sources_are_pruned(pg, schema, task, epoch):
-    if epoch:
-        pg.execute(
-            f'CREATE TABLE "{schema}".status (id bigint, status int, start_time bigint, end_time bigint, '
-            "task_name varchar(100), UNIQUE (id, task_name))"
-        )
-    t = tables(pg, schema, category=None)
-    assert t.status.epoch_times is epoch
+    t = tables(pg, schema, category=None, epoch=epoch)
     rows = t.rows(task)
     with pg.cursor() as cur:
         rows.sync(cur, t.parts(), None)
@@ -166,8 +169,9 @@ def test_given_back_rows_are_claimable_at_once_and_old_done_rows_of_deleted_sour
         assert rows.statuses(cur, [3, 4]) == {3: DONE}, "a done row whose source row exists stays"
 
 
-def test_a_claimed_row_is_taken_over_only_once_its_lease_lapsed(pg, schema, task):
-    t = tables(pg, schema, category=None)
+@pytest.mark.parametrize("epoch", [False, True], ids=["timestamptz", "epoch"])
+def test_a_claimed_row_is_taken_over_only_once_its_lease_lapsed(pg, schema, task, epoch):
+    t = tables(pg, schema, category=None, epoch=epoch)
     pg.execute(f"INSERT INTO \"{schema}\".src VALUES (0, 'a', 'a')")
     rows = t.rows(task)
     with pg.cursor() as cur:
@@ -176,11 +180,11 @@ def test_a_claimed_row_is_taken_over_only_once_its_lease_lapsed(pg, schema, task
         rows.open_run(cur, "run1", 10)
     assert claim(pg, t, rows, "run1", "run1|0|a", 1) == [ClaimedRow(0, True, (0, "a"))], "source id 0 exists too"
 
+    # An epoch table's writers may leave the end time 0 instead of NULL: empty either way.
+    start = "extract(epoch from now())::bigint - %s, end_time = 0" if epoch else "now() - make_interval(secs => %s)"
+
     def started_ago(seconds: int) -> None:
-        pg.execute(
-            sql.SQL("UPDATE {} SET start_time = now() - make_interval(secs => %s) WHERE id = 0").format(t.status.ident),
-            (seconds,),
-        )
+        pg.execute(sql.SQL("UPDATE {} SET start_time = " + start + " WHERE id = 0").format(t.status.ident), (seconds,))
 
     started_ago(LEASE[1] + 60)  # past the retry delay, well within the lease
     assert [r.id for r in claim(pg, t, rows, "run1", "run1|0|b", 1)] == [5], "a live lease is skipped"

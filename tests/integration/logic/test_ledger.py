@@ -109,7 +109,7 @@ def test_a_worker_holds_only_its_claims_and_a_finish_is_fenced_by_the_claim_toke
         second.close()
 
 
-def test_a_finish_counts_metrics_only_for_the_batch_the_worker_still_holds(pg, store, task, monkeypatch):
+def test_a_finish_counts_metrics_only_for_the_batch_the_worker_still_holds(pg, store, task, monkeypatch, caplog):
     counted: list[tuple[str, str, int]] = []
     monkeypatch.setattr(ledger_module.metrics, "count", lambda *args: counted.append(args))
     with store.transaction() as cur:
@@ -118,26 +118,40 @@ def test_a_finish_counts_metrics_only_for_the_batch_the_worker_still_holds(pg, s
     try:
         assert mine.claim(Batch(0, 10))
         pg.execute("UPDATE crawler_ops.batch_status SET claim_token = 'other|1|x' WHERE task_name = %s", (task,))
+        caplog.set_level("WARNING", logger=ledger_module.__name__)
         mine.finish(outcome(Batch(0, 10), kept=3))
         assert counted == []
+        assert [(r.levelname, r.getMessage()) for r in caplog.records] == [
+            (
+                "WARNING",
+                f"task {task}: batch [0, 10) was re-claimed by another worker after our lease expired; its messages "
+                "are published (idempotent by key) but the other worker owns its status",
+            )
+        ], "the operator is told which task's batch another worker owns"
+        caplog.clear()
         pg.execute("UPDATE crawler_ops.batch_status SET claim_token = %s WHERE task_name = %s", (f"{RUN}|1|a", task))
         mine.finish(outcome(Batch(0, 10), kept=3))
         assert (task, "kept", 3) in counted and (task, "batches_done", 1) in counted
+        assert caplog.records == [], "a batch the worker still holds is finished without a warning"
     finally:
         mine.close()
 
 
 def test_a_batch_skipped_as_expired_is_done_and_marked_expired(pg, store, task):
     with store.transaction() as cur:
-        store.batches.insert(cur, [Batch(0, 10), Batch(10, 20)], RUN)
+        store.batches.insert(cur, [Batch(0, 10), Batch(10, 20), Batch(20, 30)], RUN)
     mine = ledger(store, f"{RUN}|1", f"{RUN}|1|a")
     try:
-        mine.claim(Batch(0, 10))
-        mine.claim(Batch(10, 20))
-        mine.finish(outcome(Batch(0, 10), skipped_as_expired=True))
+        for lo in (0, 10, 20):
+            assert mine.claim(Batch(lo, lo + 10))
+        held = mine.finish(outcome(Batch(0, 10), skipped_as_expired=True), next_batch=Batch(10, 20))
+        assert held == (0, True), "the next batch is still this worker's"
         mine.finish(outcome(Batch(10, 20)))
+        with store.transaction() as cur:
+            assert store.batches.complete(cur, Batch(20, 30), f"{RUN}|1|a")
         assert batch_rows(pg, task)[0][1:5] == (DONE, 1, f"{RUN}|1|a", True)
         assert batch_rows(pg, task)[10][1:5] == (DONE, 1, f"{RUN}|1|a", False)
+        assert batch_rows(pg, task)[20][1:5] == (DONE, 1, f"{RUN}|1|a", False), "not expired unless told"
     finally:
         mine.close()
 
@@ -181,10 +195,17 @@ def test_a_failure_gives_the_batches_back_parks_at_max_attempts_and_records_the_
     assert batch_rows(pg, task)[10][1] == PARKED
 
 
-def test_a_failure_that_cannot_be_recorded_does_not_raise(store, monkeypatch):
+def test_a_failure_that_cannot_be_recorded_does_not_raise(store, monkeypatch, caplog):
     monkeypatch.setenv("AIRFLOW_CONN_MUT_DEAD_DB", "postgresql://nobody:x@127.0.0.1:9/none")
     broken = RunRecordLedger(CrawlStoreHook("mut_dead_db", store.task_id), RUN)
+    caplog.set_level("ERROR", logger=ledger_module.__name__)
     broken.fail([Batch(0, 10)], "boom")
+    [logged] = [r for r in caplog.records if r.name == ledger_module.__name__]
+    assert (logged.levelname, logged.getMessage()) == (
+        "ERROR",
+        f"task {store.task_id}: could not record the failure; the commit step releases this run's claims",
+    ), "the operator is told which task's failure went unrecorded"
+    assert logged.exc_info is not None, "with the database error that stopped it"
 
 
 def test_a_finished_run_s_claims_go_back_and_a_run_releases_only_its_own(pg, store, task):
