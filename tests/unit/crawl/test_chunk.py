@@ -448,7 +448,8 @@ def test_exactly_once_delivery_fences_per_chunk_and_marks_batches_with_the_gener
     from crawler_ops.crawl.chunk import publisher_for
 
     cfg = make_cfg(kafka={"topic": "t.unit", "key_field": "id", "delivery": "exactly_once"})
-    publisher = publisher_for(run_of(cfg), CHUNK, GenerationsLedger(Events()))
+    ledger = GenerationsLedger(Events())
+    publisher = publisher_for(run_of(cfg), CHUNK, ledger)
 
     hook, markers, built = kafka_parts
     tid = "crawler_ops.unit.200-400"
@@ -465,7 +466,7 @@ def test_exactly_once_delivery_fences_per_chunk_and_marks_batches_with_the_gener
         {"per_run": False},
     )
     assert publisher is built and built.args == (f"transactional producer {tid}", "t.unit", "unit", markers)
-    assert list(built.kwargs) == ["holds"]
+    assert built.kwargs == {"holds": ledger.renew}, "before each commit the publisher asks the ledger for its claims"
 
 
 def test_exactly_once_replays_fence_per_run_and_chunk_and_keep_markers_of_their_own_run(kafka_parts):
