@@ -4,6 +4,7 @@ one round trip hands out, the 429 halving, the statement parameters it binds, an
 from __future__ import annotations
 
 from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import psycopg
@@ -12,7 +13,7 @@ import pytest
 from crawler_ops.config import SourceConfig
 from crawler_ops.errors import StatusTableError
 from crawler_ops.hooks import ratelimit
-from crawler_ops.hooks.ratelimit import SourceLimiter, SourceRateStore, limiter_for
+from crawler_ops.hooks.ratelimit import SourceLimiter, SourceRateStore, limiter_for, reset_limiters
 from tests.integration.logic.conftest import DB_CONN
 
 pytestmark = pytest.mark.integration
@@ -166,3 +167,68 @@ def test_a_pacing_row_that_cannot_be_read_even_on_a_new_connection_fails_naming_
     monkeypatch.setattr(ratelimit, "read_sql", lambda name: "SELECT 1 WHERE false")
     with pytest.raises(StatusTableError, match=f"no row of source '{store.source.conn_id}' in crawler_ops.source_rate"):
         store.take(1)
+
+
+def test_a_take_uses_the_row_of_its_first_statement_on_the_open_connection(store):
+    store.take(1)
+    pid = store.db.info.backend_pid
+    assert store.take(2).count == 2
+    assert store.db.info.backend_pid == pid, "a row read on the first try needs no new connection"
+
+
+@contextmanager
+def row_locked(pg: psycopg.Connection[Any], source: SourceConfig) -> Iterator[None]:
+    """Another session holds the source's pacing row locked for the duration of the block."""
+    with pg.transaction():
+        pg.execute("SELECT 1 FROM crawler_ops.source_rate WHERE source = %s FOR UPDATE", (source.conn_id,))
+        yield
+
+
+def test_a_pacing_row_locked_by_another_session_fails_the_request_naming_the_source_and_the_lock_timeout(
+    pg, store, source
+):
+    store.take(1)
+    pid = store.db.info.backend_pid
+    # The store's own lock_timeout is lowered on its connection, so the test need not wait 10 s for it; the message
+    # names the configured one.
+    store.db.execute("SET lock_timeout = '50ms'")
+    with row_locked(pg, source), pytest.raises(StatusTableError) as failed:
+        store.take(1)
+    assert str(failed.value) == (
+        f"PostgreSQL gave up on the pacing of source '{source.conn_id}': its row in crawler_ops.source_rate stayed "
+        "locked longer than 10s (lock_timeout): another session holds it (canceling statement due to lock timeout)"
+    )
+    assert isinstance(failed.value.__cause__, psycopg.errors.LockNotAvailable)
+    assert store.db.info.backend_pid == pid, "a timeout keeps the connection, which is fine"
+    assert store.take(1).count == 1, "the row is handed out again once the lock is released"
+
+
+def test_a_statement_on_the_pacing_row_running_too_long_fails_the_request_naming_the_statement_timeout(
+    pg, store, source
+):
+    store.take(1)
+    # A statement waiting on the held row lock with no lock_timeout runs until its (lowered) statement_timeout.
+    store.db.execute("SET lock_timeout = 0")
+    store.db.execute("SET statement_timeout = '50ms'")
+    with row_locked(pg, source), pytest.raises(StatusTableError) as failed:
+        store.throttle(None)
+    assert str(failed.value) == (
+        f"PostgreSQL gave up on the pacing of source '{source.conn_id}': a statement on its row ran longer than 30s "
+        "(statement_timeout) (canceling statement due to statement timeout)"
+    )
+    assert isinstance(failed.value.__cause__, psycopg.errors.QueryCanceled)
+
+
+def test_reset_limiters_forgets_them_and_closes_each_bucket_connection(source, monkeypatch):
+    monkeypatch.setattr(ratelimit, "_limiters", {})
+    limiter = limiter_for(source, DB_CONN)
+    bounded = limiter_for(source.model_copy(update={"requests_per_s": None, "max_in_flight": 2}), DB_CONN)
+    assert limiter is not None and isinstance(limiter.bucket, SourceRateStore)
+    assert bounded is not None and bounded.bucket is None
+    limiter.bucket.take(1)
+    db = limiter.bucket.db
+    reset_limiters()
+    assert db.closed, "the bucket's connection is closed"
+    assert "db" not in limiter.bucket.__dict__
+    assert ratelimit._limiters == {}
+    assert limiter_for(source, DB_CONN) is not limiter
