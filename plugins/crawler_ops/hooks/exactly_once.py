@@ -39,6 +39,9 @@ from crawler_ops.results import RunCounts
 
 # The marker topic is compacted: one marker per batch start offset survives.
 MARKER_TOPIC_CONFIG = {"cleanup.policy": "compact"}
+# An abort gets at least this long, however short the delivery bound: a transaction left half-aborted refuses every
+# later batch of the producer.
+MIN_ABORT_S = 10.0
 
 
 class MarkerLog:
@@ -233,7 +236,7 @@ class TransactionalPublisher(KafkaPublisher):
 
     def abort(self) -> None:
         with suppress(KafkaException):
-            self.producer.abort_transaction(self.flush_timeout)
+            self.producer.abort_transaction(max(self.flush_timeout, MIN_ABORT_S))
 
     def close(self) -> None:
         if self._open:

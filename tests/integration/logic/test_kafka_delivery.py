@@ -258,8 +258,13 @@ def test_a_producer_without_the_transaction_state_log_fails_with_the_reason(hook
 
 def test_a_batch_not_confirmed_in_time_is_aborted_and_the_next_one_commits(hook, topics):
     topic = new_topic(hook, topics, "records")
-    sender = publisher(hook, topic, None)
-    sender.flush_timeout = 0  # the delivery reports cannot be in yet
+    # The producer holds messages back for 30 s unless flushed: none is acknowledged before the flush, and a
+    # flush that may not wait returns with the message still outstanding.
+    lingering = {"linger.ms": 30_000, "message.timeout.ms": 60_000}
+    settings = {**hook.client_config(), **producer_module.REQUIRED_SETTINGS, **lingering}
+    producer = Producer({**settings, "transactional.id": f"mut.{uuid.uuid4().hex}.0-20"})
+    sender = TransactionalPublisher(producer, topic, "t", None, flush_timeout=30)
+    sender.flush_timeout = 0  # the abort that follows still gets its minimum
     sender.send(Batch(0, 10), [Message(b"late", b"1", [], None)], COUNTS)
     with pytest.raises(
         DeliveryError, match=rf"^task t: Kafka confirmed 0 of 1 messages to '{topic}' \(offsets \[0, 10\)\) "
