@@ -18,6 +18,8 @@ import os
 import signal
 import sys
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import datetime
 from typing import Any
 
@@ -28,9 +30,50 @@ from crawler_ops.planning import ChunkPlan
 from tests.integration.chunk_runner import arm
 
 
-def stop_here() -> None:
-    """Stop the whole process until a SIGCONT from the test."""
-    os.kill(os.getpid(), signal.SIGSTOP)
+class TransactionGate:
+    """Lets the process stop between PostgreSQL transactions only. SIGSTOP freezes every thread: one caught inside
+    a transaction (the checkpoint thread renewing the next batch's lease) would hold its row locks for as long as the
+    process is stopped, and the attempt the test lets take the batches over would wait on them for good."""
+
+    def __init__(self) -> None:
+        self.state = threading.Condition()
+        self.open = 0
+        self.stopping = False
+
+    def install(self) -> None:
+        from crawler_ops.hooks.db import CrawlerDbHook
+
+        transaction = CrawlerDbHook.transaction
+        gate = self
+
+        @contextmanager
+        def gated(hook: CrawlerDbHook, lock: bool = False) -> Iterator[Any]:
+            with gate.state:
+                gate.state.wait_for(lambda: not gate.stopping)
+                gate.open += 1
+            try:
+                with transaction(hook, lock) as cur:
+                    yield cur
+            finally:
+                with gate.state:
+                    gate.open -= 1
+                    gate.state.notify_all()
+
+        CrawlerDbHook.transaction = gated  # type: ignore[method-assign, assignment]
+
+    def stop(self) -> None:
+        """Stop the whole process, once no thread is inside a transaction, until a SIGCONT from the test."""
+        with self.state:
+            self.stopping = True
+            self.state.wait_for(lambda: self.open == 0)
+        os.kill(os.getpid(), signal.SIGSTOP)
+        with self.state:
+            self.stopping = False
+            self.state.notify_all()
+
+
+GATE = TransactionGate()
+stop_here = GATE.stop
 
 
 def arm_pause(point: str, nth: int) -> None:
@@ -85,6 +128,7 @@ def main(spec: dict[str, Any]) -> None:
     if spec.get("kill"):
         arm(spec["kill"]["point"], spec["kill"]["nth"])
     if spec.get("pause"):
+        GATE.install()
         arm_pause(spec["pause"]["point"], spec["pause"]["nth"])
     cfg = CrawlTaskConfig.model_validate(spec["config"])
     backfill = spec.get("backfill")
