@@ -184,7 +184,6 @@ def airflow_up(executor: str = "local", workers: int = 2) -> None:
     state["airflow"] = {
         "url": url,
         "login": list(airflow_login()),
-        "config": env["CRAWLER_OPS_CONFIG"],
         "settings": settings,
         "executor": executor,
         "workers": [celery_stack.worker_name(i) for i in range(1, workers + 1)],
