@@ -14,7 +14,6 @@ chunk_runner's.
 from __future__ import annotations
 
 import json
-import os
 import signal
 import sys
 import threading
@@ -66,7 +65,9 @@ class TransactionGate:
         with self.state:
             self.stopping = True
             self.state.wait_for(lambda: self.open == 0)
-        os.kill(os.getpid(), signal.SIGSTOP)
+        # Raised in this thread (tgkill), not sent to the process: a process-directed SIGSTOP is taken by whichever
+        # thread the kernel picks, and until that one runs, this thread would carry on (commit its transaction).
+        signal.raise_signal(signal.SIGSTOP)
         with self.state:
             self.stopping = False
             self.state.notify_all()
