@@ -44,6 +44,7 @@ from postgres_stack import PG_DATABASE, ensure_database, pg_ready, start_postgre
 from source_server import start_source
 from stack_common import (
     DEFAULT_PORTS,
+    REPO,
     STACK,
     STATE_FILE,
     StackError,
@@ -214,5 +215,17 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
+def in_project_venv() -> None:
+    """Run under the project's venv (``.venv``, which ``make stack-up`` creates): the stack needs its packages
+    (psycopg, Airflow). From another interpreter, start again under the venv's; without one, say what to run."""
+    venv_python = REPO / ".venv" / "bin" / "python"
+    if Path(sys.prefix).resolve() == venv_python.parent.parent.resolve():
+        return
+    if venv_python.exists():
+        os.execv(venv_python, [str(venv_python), *sys.argv])
+    raise SystemExit("[stack] ERROR: the project's venv (.venv) does not exist: run `make stack-up`, which creates it")
+
+
 if __name__ == "__main__":
+    in_project_venv()
     sys.exit(main())

@@ -3,6 +3,7 @@ module of dev/ that defines it: stack_common, kafka_server, postgres_stack, airf
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 from pathlib import Path
@@ -143,3 +144,30 @@ def test_a_stack_folder_made_by_hand_is_made_private(monkeypatch, tmp_path: Path
     stack_common.make_stack_dir()
 
     assert folder.stat().st_mode & 0o777 == 0o700
+
+
+def test_the_stack_script_started_from_another_python_runs_under_the_project_venv(tmp_path):
+    """``python dev/stack.py status`` from an interpreter without the project's packages starts again under
+    ``.venv``'s python instead of failing on a missing import."""
+    import subprocess
+    import sys
+
+    base_python = Path(sys.base_prefix) / "bin" / "python3"
+    has_psycopg = subprocess.run([base_python, "-c", "import psycopg"], capture_output=True).returncode == 0
+    if has_psycopg:
+        pytest.skip(f"{base_python} has psycopg: it cannot show the missing import")
+    script = Path(stack_common.REPO) / "dev" / "stack.py"
+    # A started stack whose services are all gone: status asks PostgreSQL (psycopg), Kafka and the source.
+    unused = stack_common.free_port()
+    state = {
+        "ports": {"kafka": unused, "source": unused},
+        "env": {"CRAWLER_OPS_PG_URI": f"postgresql://x@127.0.0.1:{unused}/x"},
+    }
+    (tmp_path / "stack.json").write_text(json.dumps(state))
+    env = {**os.environ, "CRAWLER_OPS_STACK_DIR": str(tmp_path)}
+    env.pop("VIRTUAL_ENV", None)
+
+    done = subprocess.run([base_python, script, "status"], capture_output=True, text=True, env=env, timeout=60)
+
+    assert "Traceback" not in done.stderr, done.stderr
+    assert done.stdout.splitlines() == ["postgres  DOWN", "kafka     DOWN", "source    DOWN"], done.stdout + done.stderr
