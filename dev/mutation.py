@@ -127,10 +127,14 @@ def report(codes: dict[str, str], reasons: dict[str, str]) -> list[str]:
         ]
     score = totals[1] / totals[0] if totals[0] else 1.0
     print(f"{'all':44} {totals[0]:7} {totals[1]:7} {totals[2]:8} {totals[3]:7} {totals[4]:9} {score:6.1%}")
-    # Only mutants this run judged: an explanation of a module not run is not stale.
-    stale = sorted(name for name in reasons if name in codes and codes[name] not in ALIVE)
-    for name in stale:
-        print(f"note: tests/MUTATION.md explains {name}, which no longer survives (remove its line)")
+    # Only mutants this run judged: an explanation of a module not run is not stale. A timeout does not make one
+    # stale either: on a loaded machine an equivalent mutant's tests can outlast mutmut's limit.
+    judged = {name: codes[name] for name in reasons if name in codes and codes[name] not in ALIVE}
+    for name, code in sorted(judged.items()):
+        if code == "timeout":
+            print(f"note: tests/MUTATION.md explains {name}, which timed out this run (a loaded machine?)")
+        else:
+            print(f"note: tests/MUTATION.md explains {name}, which no longer survives (remove its line)")
     return problems
 
 

@@ -33,11 +33,15 @@ def test_a_module_below_the_floor_fails_the_run():
     assert problems == ["crawler_ops.planning: 80.0% of its mutants killed, below 90%"]
 
 
-@pytest.mark.parametrize(("verdict", "stale"), [("killed", True), ("survived", False), (None, False)])
+@pytest.mark.parametrize(
+    ("verdict", "stale"), [("killed", True), ("survived", False), (None, False), ("timeout", False)]
+)
 def test_only_an_explanation_of_a_mutant_this_run_killed_is_called_stale(capsys, verdict, stale):
     name = "crawler_ops.records.x_decode__mutmut_4"
     codes = {name: verdict} if verdict else {}
 
     mutation.report(codes, {name: "equivalent"})
 
-    assert ("no longer survives" in capsys.readouterr().out) is stale
+    out = capsys.readouterr().out
+    assert ("no longer survives" in out) is stale
+    assert ("timed out this run" in out) is (verdict == "timeout")
