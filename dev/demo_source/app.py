@@ -10,6 +10,8 @@ All state lives in memory in a :class:`DemoSource` instance. Routes:
 * ``GET|DELETE /admin/tasks/{task}/requests``
 * ``GET /admin/tasks/{task}/in_flight`` (data requests being answered now, and the most at once)
 * ``GET /admin/tasks/{task}/truth?ref=&days=&tolerance_s=``
+* the paging modes of :mod:`demo_source.paging`: ``GET /api/{task}/pages``, ``POST /api/{task}/search``, and a
+  count endpoint that answers 404 (a task's ``paging`` options)
 
 With an admin token (``DEMO_SOURCE_ADMIN_TOKEN``, which ``dev/stack.py`` sets) every ``/admin`` route wants
 ``Authorization: Bearer <token>`` and answers 401 without it.
@@ -46,6 +48,7 @@ from demo_source.data import (
     task_seed,
     utc_midnight,
 )
+from demo_source.paging import PagingOptions, paging_routes
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -94,6 +97,7 @@ class TaskBody(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     in_window_share: float = 0.3
     history_days: int = 365
     append_step_s: int = 60
+    paging: PagingOptions = msgspec.field(default_factory=PagingOptions)
 
 
 class AppendBody(msgspec.Struct, forbid_unknown_fields=True):
@@ -264,7 +268,8 @@ class TaskRuntime:
     rng: random.Random = field(default_factory=random.Random)
     fail_offsets: list[int] = field(default_factory=list)
     fault_list_seq: int = 0
-    log: list[tuple[int | None, int | None, int]] = field(default_factory=list)
+    paging: PagingOptions = field(default_factory=PagingOptions)
+    log: list[tuple[int | None, int | None, int, dict[str, Any] | None]] = field(default_factory=list)
     log_dropped: int = 0
     counters: dict[str, int] = field(default_factory=dict)
     in_flight: int = 0
@@ -313,17 +318,20 @@ class TaskRuntime:
         """
         self.counters[name] = self.counters.get(name, 0) + 1
 
-    def record_list(self, offset: int | None, limit: int | None, status: int) -> None:
+    def record_list(
+        self, offset: int | None, limit: int | None, status: int, entry: dict[str, Any] | None = None
+    ) -> None:
         """Append a list request to the log (or only count it past the cap).
 
         :param offset: requested offset, ``None`` if unparseable.
         :param limit: requested limit, ``None`` if unparseable.
         :param status: the answered status.
+        :param entry: more of the request to log (method, route, page, body: :mod:`demo_source.paging`).
         """
         self.count("list")
         self.count(f"list_{status}")
         if len(self.log) < REQUEST_LOG_CAP:
-            self.log.append((offset, limit, status))
+            self.log.append((offset, limit, status, entry))
         else:
             self.log_dropped += 1
 
@@ -355,6 +363,7 @@ class TaskRuntime:
             "config": self.config.to_json(),
             "total": self.state.total,
             "faults": msgspec.to_builtins(self.faults),
+            "paging": msgspec.to_builtins(self.paging),
             "requests": {
                 **self.counters,
                 "logged": len(self.log),
@@ -408,6 +417,7 @@ class DemoSource:
             },
             ("admin", "tasks", "*", "truth"): {"GET": self.truth},
             ("admin", "tasks", "*", "in_flight"): {"GET": self.get_in_flight},
+            **paging_routes(self),
         }
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -493,6 +503,8 @@ class DemoSource:
         :return: the total in the success envelope, or an injected error.
         """
         runtime = self._task(request.task_id)
+        if not runtime.paging.count:
+            return error_response(404, f"not found: /api/{request.task_id}/count (this source has no count)")
         runtime.count("count")
         runtime.request_started()
         try:
@@ -630,7 +642,7 @@ class DemoSource:
             )
         except ValueError as exc:
             raise HttpError(400, str(exc)) from exc
-        created = TaskRuntime(request.task_id, TaskState(config))
+        created = TaskRuntime(request.task_id, TaskState(config), paging=spec.paging)
         self.tasks[request.task_id] = created
         return json_response(created.describe())
 
@@ -697,7 +709,10 @@ class DemoSource:
             "count": all list requests, "dropped": requests past the cap}``.
         """
         runtime = self._task(request.task_id)
-        entries = [{"offset": offset, "limit": limit, "status": status} for offset, limit, status in runtime.log]
+        entries = [
+            {"offset": offset, "limit": limit, "status": status, **(entry or {})}
+            for offset, limit, status, entry in runtime.log
+        ]
         return json_response(
             {
                 "requests": entries,
