@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import bisect
+import functools
 import hmac
 import itertools
 import logging
@@ -48,7 +49,8 @@ from demo_source.data import (
     task_seed,
     utc_midnight,
 )
-from demo_source.paging import PagingOptions, paging_routes
+from demo_source.paging import ROUTES as PAGING_ROUTES
+from demo_source.paging import PagingError, PagingOptions, Reader
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -417,7 +419,10 @@ class DemoSource:
             },
             ("admin", "tasks", "*", "truth"): {"GET": self.truth},
             ("admin", "tasks", "*", "in_flight"): {"GET": self.get_in_flight},
-            **paging_routes(self),
+            **{
+                pattern: {method: functools.partial(self.paged, read=read) for method, read in readers.items()}
+                for pattern, readers in PAGING_ROUTES.items()
+            },
         }
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -522,20 +527,7 @@ class DemoSource:
 
         :return: a page of records, or an error.
         """
-        runtime = self._task(request.task_id)
-        offset: int | None = None
-        limit: int | None = None
-        runtime.request_started()
-        try:
-            offset = query_int(request.query, "offset", 0)
-            limit = query_int(request.query, "limit", DEFAULT_LIMIT)
-            response = await self._list_page(runtime, offset, limit)
-        except HttpError as exc:
-            response = error_response(exc.status, exc.msg)
-        finally:
-            runtime.request_finished()
-        runtime.record_list(offset, limit, response.status)
-        return response
+        return await self.paged(request, read_list)
 
     async def _list_page(self, runtime: TaskRuntime, offset: int, limit: int) -> Response:
         """Apply validation and faults to a list request, then build the page.
@@ -603,6 +595,29 @@ class DemoSource:
             encoded = _ENCODER.encode(make_page(runtime.config, start, end, runtime.faults))
             self.cache.put(key, encoded)
         return encoded
+
+    async def paged(self, request: Request, read: Reader) -> Response:
+        """Answer a page request (``/list``, or a route of :mod:`demo_source.paging`) with the offsets its reader finds
+        in the request, and log the outcome.
+
+        :return: a page of records, or an error.
+        """
+        runtime = self._task(request.task_id)
+        offset: int | None = None
+        limit: int | None = None
+        entry: dict[str, Any] | None = None
+        runtime.request_started()
+        try:
+            offset, limit, entry = read(runtime.paging, request.query, request.body)
+            response = await self._list_page(runtime, offset, limit)
+        except PagingError as exc:
+            entry, response = exc.entry, error_response(400, str(exc))
+        except HttpError as exc:
+            response = error_response(exc.status, exc.msg)
+        finally:
+            runtime.request_finished()
+        runtime.record_list(offset, limit, response.status, entry)
+        return response
 
     async def list_tasks(self, request: Request) -> Response:
         """Answer ``GET /admin/tasks``.
@@ -760,6 +775,14 @@ class DemoSource:
             raise HttpError(400, "ref must be an ISO-8601 time") from exc
         truth = ground_truth(config, runtime.state.total, ref, days, tolerance, runtime.faults)
         return json_response(truth)
+
+
+def read_list(_options: PagingOptions, query: dict[str, str], _body: bytes) -> tuple[int, int, None]:
+    """The offsets of ``GET /api/{task}/list?offset=&limit=``.
+
+    :raises HttpError: 400 if one is not an integer.
+    """
+    return query_int(query, "offset", 0), query_int(query, "limit", DEFAULT_LIMIT), None
 
 
 def _task_index(parts: tuple[str, ...]) -> int | None:

@@ -13,18 +13,17 @@ Routes (records ``0 .. total - 1``, oldest first; page ``first_page`` holds the 
 * ``GET /api/{task}/pages?page=&page_size=``
 * ``POST /api/{task}/search`` with a JSON body ``{"offset": , "limit": }`` or ``{"page": , "page_size": }``
 
-Both answer like ``/list`` (same envelope, faults and request log); each log entry also says ``method``,
-``route``, and ``page`` and ``page_size`` or the search ``body``.
+Both answer like ``/list`` (same envelope, faults and request log; ``DemoSource.paged`` serves them from what the
+readers here make of a request); each log entry also says ``method``, ``route``, and ``page`` and ``page_size`` or
+the search ``body``.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Annotated, Any
+from collections.abc import Callable
+from typing import Annotated, Any
 
 import msgspec
-
-if TYPE_CHECKING:
-    from demo_source.app import DemoSource, Handler, Request, Response, TaskRuntime
 
 DEFAULT_PAGE_SIZE = 100
 
@@ -46,65 +45,55 @@ class SearchBody(msgspec.Struct, forbid_unknown_fields=True, kw_only=True, omit_
     page_size: int | None = None
 
 
-def paging_routes(app: DemoSource) -> dict[tuple[str, ...], dict[str, Handler]]:
-    """The routes of the paging modes, bound to ``app``."""
+class PagingError(ValueError):
+    """A request of the paging routes that asks no records (a 400); ``entry``: what of it the log keeps."""
 
-    async def pages(request: Request) -> Response:
-        runtime = app._task(request.task_id)
-        query = request.query
-        try:
-            page = int(query.get("page", runtime.paging.first_page))
-            asked = int(query.get("page_size", DEFAULT_PAGE_SIZE))
-        except ValueError:
-            return await serve(app, runtime, None, {"method": "GET", "route": "pages", "query": dict(query)})
-        return await serve(app, runtime, (page, asked), {"method": "GET", "route": "pages"})
-
-    async def search(request: Request) -> Response:
-        runtime = app._task(request.task_id)
-        entry: dict[str, Any] = {"method": "POST", "route": "search"}
-        try:
-            body = msgspec.json.decode(request.body or b"{}", type=SearchBody)
-        except (msgspec.ValidationError, msgspec.DecodeError):
-            return await serve(app, runtime, None, {**entry, "body": None})
-        entry["body"] = msgspec.to_builtins(body)
-        if body.page is not None:
-            return await serve(app, runtime, (body.page, body.page_size or DEFAULT_PAGE_SIZE), entry)
-        if body.offset is None or body.limit is None:
-            return await serve(app, runtime, None, entry)
-        return await serve(app, runtime, None, entry, (body.offset, body.limit))
-
-    return {("api", "*", "pages"): {"GET": pages}, ("api", "*", "search"): {"POST": search}}
+    def __init__(self, msg: str, entry: dict[str, Any]) -> None:
+        super().__init__(msg)
+        self.entry = entry
 
 
-async def serve(
-    app: DemoSource,
-    runtime: TaskRuntime,
-    page: tuple[int, int] | None,
-    entry: dict[str, Any],
-    offsets: tuple[int, int] | None = None,
-) -> Response:
-    """Answer a page (``(number, asked size)``) or an offset range like ``/list`` does, and log it with ``entry``.
-    Neither (a request that did not parse) is a 400."""
-    from demo_source.app import HttpError, error_response
+#: What a paging route makes of a request (the task's options, the query, the body): offset, limit, log entry.
+Reader = Callable[[PagingOptions, dict[str, str], bytes], tuple[int, int, dict[str, Any] | None]]
 
-    offset = limit = None
-    runtime.request_started()
+
+def read_pages(options: PagingOptions, query: dict[str, str], _body: bytes) -> tuple[int, int, dict[str, Any]]:
+    """``GET /api/{task}/pages?page=&page_size=``."""
+    entry: dict[str, Any] = {"method": "GET", "route": "pages"}
     try:
-        if page is not None:
-            number, asked = page
-            size = runtime.paging.page_size or asked
-            entry |= {"page": number, "page_size": size}
-            if number < runtime.paging.first_page:
-                raise HttpError(400, f"page must be >= {runtime.paging.first_page}")
-            offset, limit = (number - runtime.paging.first_page) * size, size
-        elif offsets is not None:
-            offset, limit = offsets
-        else:
-            raise HttpError(400, "give page (and page_size), or offset and limit, as integers")
-        response = await app._list_page(runtime, offset, limit)
-    except HttpError as exc:
-        response = error_response(exc.status, exc.msg)
-    finally:
-        runtime.request_finished()
-    runtime.record_list(offset, limit, response.status, entry)
-    return response
+        number = int(query.get("page", options.first_page))
+        asked = int(query.get("page_size", DEFAULT_PAGE_SIZE))
+    except ValueError as exc:
+        raise PagingError("page and page_size must be integers", {**entry, "query": query}) from exc
+    return page_offsets(options, number, asked, entry)
+
+
+def read_search(options: PagingOptions, _query: dict[str, str], body: bytes) -> tuple[int, int, dict[str, Any]]:
+    """``POST /api/{task}/search`` with ``{"offset", "limit"}`` or ``{"page", "page_size"}``."""
+    entry: dict[str, Any] = {"method": "POST", "route": "search", "body": None}
+    try:
+        search = msgspec.json.decode(body or b"{}", type=SearchBody)
+    except (msgspec.ValidationError, msgspec.DecodeError) as exc:
+        raise PagingError(f"invalid body: {exc}", entry) from exc
+    entry["body"] = msgspec.to_builtins(search)
+    if search.page is not None:
+        return page_offsets(options, search.page, search.page_size or DEFAULT_PAGE_SIZE, entry)
+    if search.offset is None or search.limit is None:
+        raise PagingError("give offset and limit, or page (and page_size)", entry)
+    return search.offset, search.limit, entry
+
+
+def page_offsets(options: PagingOptions, number: int, asked: int, entry: dict[str, Any]) -> tuple[int, int, dict]:
+    """The offsets of page ``number`` of ``asked`` records (or of the task's fixed page size)."""
+    size = options.page_size or asked
+    entry = {**entry, "page": number, "page_size": size}
+    if number < options.first_page:
+        raise PagingError(f"page must be >= {options.first_page}", entry)
+    return (number - options.first_page) * size, size, entry
+
+
+#: The paging routes: path pattern -> method -> reader.
+ROUTES: dict[tuple[str, ...], dict[str, Reader]] = {
+    ("api", "*", "pages"): {"GET": read_pages},
+    ("api", "*", "search"): {"POST": read_search},
+}

@@ -3,6 +3,7 @@ size, a POST search, no count endpoint), asserting on Kafka and PostgreSQL again
 
 from __future__ import annotations
 
+import json
 import signal
 from dataclasses import replace
 from datetime import UTC, datetime
@@ -20,6 +21,7 @@ from tests.support import (
     duplicates,
     make_task,
     read_topic,
+    run_record,
     spawn_chunk,
     watermark,
 )
@@ -31,6 +33,7 @@ LATER = datetime(2026, 11, 1, 6, tzinfo=UTC)
 TOLERANCE_S = 24 * 3600
 PAGES = {"type": "page"}
 SEARCH = {"method": "POST", "path": "/api/{task}/search", "body": {"offset": "{offset}", "limit": "{limit}"}}
+SEARCH_PAGES = {**SEARCH, "body": {"page": "{page}", "page_size": "{page_size}"}}
 
 # mode id -> (the demo source's paging options, the task's source section, what each page request must be)
 MODES: dict[str, tuple[dict[str, Any], dict[str, Any], dict[str, Any]]] = {
@@ -45,6 +48,11 @@ MODES: dict[str, tuple[dict[str, Any], dict[str, Any], dict[str, Any]]] = {
         {"route": "pages", "method": "GET", "page_size": 100},
     ),
     "post-search": ({}, {"request": SEARCH}, {"route": "search", "method": "POST"}),
+    "post-search-by-page": (
+        {"first_page": 0},
+        {"paginator": {**PAGES, "first_page": 0}, "request": SEARCH_PAGES},
+        {"route": "search", "method": "POST"},
+    ),
     "offset-without-count": ({"count": False}, {"count_path": None}, {}),
     "page-without-count": (
         {"count": False},
@@ -133,3 +141,24 @@ def test_a_sigkill_mid_run_in_page_mode_loses_nothing_and_duplicates_at_most_one
     repeated = duplicated_offsets(messages)
     assert repeated == list(range(1_300, 1_400)), "only the page in flight (the third) is published again"
     assert watermark(pg_uri, unique_id) == 1_550
+
+
+@pytest.mark.parametrize(
+    ("served", "count", "message"),
+    [
+        (150, True, "fixed page size is larger than batch_size (100)"),
+        (50, False, "serves fewer records per page than asked; set batch_size"),
+    ],
+    ids=["larger-pages", "smaller-pages-without-count"],
+)
+def test_a_fixed_page_size_other_than_batch_size_fails_the_run_naming_batch_size(
+    served, count, message, source, pg_uri, unique_id, run_dag
+):
+    source.create(unique_id, total=1_050, ref=REF, in_window_share=1.0, paging={"page_size": served, "count": count})
+    section = {"paginator": {"type": "page", "size_param": None}, "page_path": "/api/{task}/pages"}
+    cfg = make_task(unique_id, source={**section, "count_path": None if not count else "/api/{task}/count"})
+
+    assert run_dag(cfg, REF) == "failed"
+
+    assert message in json.dumps(run_record(pg_uri, unique_id)["errors"])
+    assert not watermark(pg_uri, unique_id), "nothing done"

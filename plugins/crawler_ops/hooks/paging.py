@@ -151,7 +151,7 @@ class Paging:
         """A source that takes a page size reads ``[lo, hi)`` as one page of ``hi - lo`` records when that size
         divides ``lo`` (a one-record read, the newest partial page); otherwise pages are ``batch_size`` long."""
         wanted = hi - lo
-        if self.source.paginator.size_param is not None and wanted <= self.batch_size and lo % wanted == 0:
+        if self.source.paginator.size_param is not None and 0 < wanted <= self.batch_size and lo % wanted == 0:
             return wanted
         return self.batch_size
 
@@ -197,6 +197,8 @@ def join_pages(pages: Sequence[Page]) -> Page:
     """The records of consecutive pages as one page (the values of their fields kept when each has them)."""
     if len(pages) == 1:
         return pages[0]
+    if not pages:  # no offsets asked for
+        return Page([])
     records = [record for page in pages for record in page]
     heads = None if any(p.heads is None for p in pages) else [h for p in pages for h in p.heads or ()]
     return Page(records, pages[0].fields, heads)

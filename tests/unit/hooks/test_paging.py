@@ -275,3 +275,11 @@ def test_pages_of_a_batch_plan_are_contiguous_with_the_plan() -> None:
 
     assert [(b.lo, b.hi) for b in plan][:2] == [(1_000, 1_050), (900, 1_000)]
     assert all(a.lo == b.hi for a, b in itertools.pairwise(plan))
+
+
+@pytest.mark.parametrize("paginator", [{"type": "offset"}, {"type": "page"}, {"type": "page", "size_param": None}])
+def test_no_offsets_asked_for_read_nothing(paginator: dict[str, Any]) -> None:
+    calls = paging(paginator=paginator).calls(200, 200)
+
+    assert all(c.take == 0 for c in calls)
+    assert join_pages([]) == []
