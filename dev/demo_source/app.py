@@ -10,6 +10,8 @@ All state lives in memory in a :class:`DemoSource` instance. Routes:
 * ``GET|DELETE /admin/tasks/{task}/requests``
 * ``GET /admin/tasks/{task}/in_flight`` (data requests being answered now, and the most at once)
 * ``GET /admin/tasks/{task}/truth?ref=&days=&tolerance_s=``
+* the paging modes of :mod:`demo_source.paging`: ``GET /api/{task}/pages``, ``POST /api/{task}/search``, and a
+  count endpoint that answers 404 (a task's ``paging`` options)
 
 With an admin token (``DEMO_SOURCE_ADMIN_TOKEN``, which ``dev/stack.py`` sets) every ``/admin`` route wants
 ``Authorization: Bearer <token>`` and answers 401 without it.
@@ -21,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import bisect
+import functools
 import hmac
 import itertools
 import logging
@@ -46,6 +49,8 @@ from demo_source.data import (
     task_seed,
     utc_midnight,
 )
+from demo_source.paging import ROUTES as PAGING_ROUTES
+from demo_source.paging import PagingError, PagingOptions, Reader
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -94,6 +99,7 @@ class TaskBody(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     in_window_share: float = 0.3
     history_days: int = 365
     append_step_s: int = 60
+    paging: PagingOptions = msgspec.field(default_factory=PagingOptions)
 
 
 class AppendBody(msgspec.Struct, forbid_unknown_fields=True):
@@ -264,7 +270,8 @@ class TaskRuntime:
     rng: random.Random = field(default_factory=random.Random)
     fail_offsets: list[int] = field(default_factory=list)
     fault_list_seq: int = 0
-    log: list[tuple[int | None, int | None, int]] = field(default_factory=list)
+    paging: PagingOptions = field(default_factory=PagingOptions)
+    log: list[tuple[int | None, int | None, int, dict[str, Any] | None]] = field(default_factory=list)
     log_dropped: int = 0
     counters: dict[str, int] = field(default_factory=dict)
     in_flight: int = 0
@@ -313,17 +320,20 @@ class TaskRuntime:
         """
         self.counters[name] = self.counters.get(name, 0) + 1
 
-    def record_list(self, offset: int | None, limit: int | None, status: int) -> None:
+    def record_list(
+        self, offset: int | None, limit: int | None, status: int, entry: dict[str, Any] | None = None
+    ) -> None:
         """Append a list request to the log (or only count it past the cap).
 
         :param offset: requested offset, ``None`` if unparseable.
         :param limit: requested limit, ``None`` if unparseable.
         :param status: the answered status.
+        :param entry: more of the request to log (method, route, page, body: :mod:`demo_source.paging`).
         """
         self.count("list")
         self.count(f"list_{status}")
         if len(self.log) < REQUEST_LOG_CAP:
-            self.log.append((offset, limit, status))
+            self.log.append((offset, limit, status, entry))
         else:
             self.log_dropped += 1
 
@@ -355,6 +365,7 @@ class TaskRuntime:
             "config": self.config.to_json(),
             "total": self.state.total,
             "faults": msgspec.to_builtins(self.faults),
+            "paging": msgspec.to_builtins(self.paging),
             "requests": {
                 **self.counters,
                 "logged": len(self.log),
@@ -408,6 +419,10 @@ class DemoSource:
             },
             ("admin", "tasks", "*", "truth"): {"GET": self.truth},
             ("admin", "tasks", "*", "in_flight"): {"GET": self.get_in_flight},
+            **{
+                pattern: {method: functools.partial(self.paged, read=read) for method, read in readers.items()}
+                for pattern, readers in PAGING_ROUTES.items()
+            },
         }
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -493,6 +508,8 @@ class DemoSource:
         :return: the total in the success envelope, or an injected error.
         """
         runtime = self._task(request.task_id)
+        if not runtime.paging.count:
+            return error_response(404, f"not found: /api/{request.task_id}/count (this source has no count)")
         runtime.count("count")
         runtime.request_started()
         try:
@@ -510,20 +527,7 @@ class DemoSource:
 
         :return: a page of records, or an error.
         """
-        runtime = self._task(request.task_id)
-        offset: int | None = None
-        limit: int | None = None
-        runtime.request_started()
-        try:
-            offset = query_int(request.query, "offset", 0)
-            limit = query_int(request.query, "limit", DEFAULT_LIMIT)
-            response = await self._list_page(runtime, offset, limit)
-        except HttpError as exc:
-            response = error_response(exc.status, exc.msg)
-        finally:
-            runtime.request_finished()
-        runtime.record_list(offset, limit, response.status)
-        return response
+        return await self.paged(request, read_list)
 
     async def _list_page(self, runtime: TaskRuntime, offset: int, limit: int) -> Response:
         """Apply validation and faults to a list request, then build the page.
@@ -592,6 +596,29 @@ class DemoSource:
             self.cache.put(key, encoded)
         return encoded
 
+    async def paged(self, request: Request, read: Reader) -> Response:
+        """Answer a page request (``/list``, or a route of :mod:`demo_source.paging`) with the offsets its reader finds
+        in the request, and log the outcome.
+
+        :return: a page of records, or an error.
+        """
+        runtime = self._task(request.task_id)
+        offset: int | None = None
+        limit: int | None = None
+        entry: dict[str, Any] | None = None
+        runtime.request_started()
+        try:
+            offset, limit, entry = read(runtime.paging, request.query, request.body)
+            response = await self._list_page(runtime, offset, limit)
+        except PagingError as exc:
+            entry, response = exc.entry, error_response(400, str(exc))
+        except HttpError as exc:
+            response = error_response(exc.status, exc.msg)
+        finally:
+            runtime.request_finished()
+        runtime.record_list(offset, limit, response.status, entry)
+        return response
+
     async def list_tasks(self, request: Request) -> Response:
         """Answer ``GET /admin/tasks``.
 
@@ -630,7 +657,7 @@ class DemoSource:
             )
         except ValueError as exc:
             raise HttpError(400, str(exc)) from exc
-        created = TaskRuntime(request.task_id, TaskState(config))
+        created = TaskRuntime(request.task_id, TaskState(config), paging=spec.paging)
         self.tasks[request.task_id] = created
         return json_response(created.describe())
 
@@ -697,7 +724,10 @@ class DemoSource:
             "count": all list requests, "dropped": requests past the cap}``.
         """
         runtime = self._task(request.task_id)
-        entries = [{"offset": offset, "limit": limit, "status": status} for offset, limit, status in runtime.log]
+        entries = [
+            {"offset": offset, "limit": limit, "status": status, **(entry or {})}
+            for offset, limit, status, entry in runtime.log
+        ]
         return json_response(
             {
                 "requests": entries,
@@ -745,6 +775,14 @@ class DemoSource:
             raise HttpError(400, "ref must be an ISO-8601 time") from exc
         truth = ground_truth(config, runtime.state.total, ref, days, tolerance, runtime.faults)
         return json_response(truth)
+
+
+def read_list(_options: PagingOptions, query: dict[str, str], _body: bytes) -> tuple[int, int, None]:
+    """The offsets of ``GET /api/{task}/list?offset=&limit=``.
+
+    :raises HttpError: 400 if one is not an integer.
+    """
+    return query_int(query, "offset", 0), query_int(query, "limit", DEFAULT_LIMIT), None
 
 
 def _task_index(parts: tuple[str, ...]) -> int | None:

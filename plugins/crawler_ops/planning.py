@@ -102,11 +102,13 @@ def fill_gaps(lo: int, hi: int, batch_size: int, taken: Iterable[Batch] = ()) ->
     return list(iter_gaps(lo, hi, batch_size, taken))
 
 
-def iter_gaps(lo: int, hi: int, batch_size: int, taken: Iterable[Batch] = ()) -> Iterator[Batch]:
+def iter_gaps(lo: int, hi: int, batch_size: int, taken: Iterable[Batch] = (), aligned: bool = False) -> Iterator[Batch]:
     """New batches over ``[lo, hi)`` minus ``taken``, newest first, made one at a time.
 
     Each gap is cut from its top: ``[g_hi - b, g_hi)``, ``[g_hi - 2b, g_hi - b)``, ..., the last batch
-    clipped at the gap's start, so the oldest partial batch is included.
+    clipped at the gap's start, so the oldest partial batch is included. ``aligned``: cut at the multiples of
+    ``b`` instead (the pages of a page paginator), so no batch straddles two pages; a gap's top and bottom
+    batches may then be partial.
     """
     if batch_size < 1:
         raise ValueError(f"batch_size must be >= 1, got {batch_size}")
@@ -120,7 +122,18 @@ def iter_gaps(lo: int, hi: int, batch_size: int, taken: Iterable[Batch] = ()) ->
             break
     if cursor > lo:
         gaps.append((lo, cursor))
+    if aligned:
+        return (batch for g_lo, g_hi in gaps for batch in aligned_cuts(g_lo, g_hi, batch_size))
     return (Batch(max(g_lo, top - batch_size), top) for g_lo, g_hi in gaps for top in range(g_hi, g_lo, -batch_size))
+
+
+def aligned_cuts(lo: int, hi: int, batch_size: int) -> Iterator[Batch]:
+    """``[lo, hi)`` cut at the multiples of ``batch_size``, newest first."""
+    top = hi
+    while top > lo:
+        bottom = max(lo, (top - 1) // batch_size * batch_size)
+        yield Batch(bottom, top)
+        top = bottom
 
 
 def plan_batches(
@@ -130,9 +143,10 @@ def plan_batches(
     done: Sequence[Batch] = (),
     pending: Sequence[Batch] = (),
     floor: int | None = None,
+    aligned: bool = False,
 ) -> list[Batch]:
     """Batches to crawl now, newest first: all of :func:`iter_plan`."""
-    return list(iter_plan(total, watermark, batch_size, done, pending, floor))
+    return list(iter_plan(total, watermark, batch_size, done, pending, floor, aligned))
 
 
 def iter_plan(
@@ -142,6 +156,7 @@ def iter_plan(
     done: Sequence[Batch] = (),
     pending: Sequence[Batch] = (),
     floor: int | None = None,
+    aligned: bool = False,
 ) -> Iterator[Batch]:
     """Batches to crawl now, newest first, made one at a time.
 
@@ -154,13 +169,14 @@ def iter_plan(
         reaches past a shrunken total ends at it (its row is clipped the same way), one above it waits.
     :param floor: no new batches below this offset (a first crawl's expiry floor); pending rows below it
         are still planned.
+    :param aligned: new batches are cut at the multiples of ``batch_size`` (see :func:`iter_gaps`).
     """
     if total <= watermark:
         return iter(())
     start = watermark if floor is None else max(watermark, floor)
     in_range = [b if b.hi <= total else Batch(b.lo, total) for b in pending if watermark <= b.lo < total]
     in_range.sort(key=lambda b: b.lo, reverse=True)
-    new = iter_gaps(start, total, batch_size, [*done, *in_range])
+    new = iter_gaps(start, total, batch_size, [*done, *in_range], aligned)
     # Both are newest first and disjoint: merging them keeps the plan newest first.
     return heapq.merge(new, in_range, key=lambda b: -b.lo)
 

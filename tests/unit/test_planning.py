@@ -260,6 +260,27 @@ def test_plan_and_done_rows_cover_every_offset_above_the_watermark_exactly_once(
 
 
 @PROPERTY
+@given(plan_inputs())
+@example((1050, 0, 100, [], []))
+@example((2300, 2050, 100, [], []))
+def test_an_aligned_plan_covers_every_offset_once_and_no_new_batch_straddles_a_page(
+    case: tuple[int, int, int, list[Batch], list[Batch]],
+) -> None:
+    total, watermark, batch_size, done, pending = case
+    plan = plan_batches(total, watermark, batch_size, done=done, pending=pending, aligned=True)
+
+    if watermark >= total:
+        assert plan == []
+        return
+    assert _covered_exactly_once([(b.lo, b.hi) for b in [*plan, *done]], watermark, total)
+    los = [b.lo for b in plan]
+    assert los == sorted(los, reverse=True), "batches are planned newest first"
+    assert set(pending) <= set(plan), "pending rows are planned again with their exact boundaries"
+    for batch in set(plan) - set(pending):
+        assert batch.lo // batch_size == (batch.hi - 1) // batch_size, f"{batch} straddles a page of {batch_size}"
+
+
+@PROPERTY
 @given(plan_inputs(), st.integers(0, 1_100_000))
 def test_floor_limits_new_batches_while_pending_rows_below_it_are_still_planned(
     case: tuple[int, int, int, list[Batch], list[Batch]], floor: int

@@ -14,12 +14,13 @@ from datetime import datetime
 from typing import Any, Literal, Union, get_args, get_origin
 
 import annotated_types
-from pydantic import BaseModel
+from pydantic import BaseModel, JsonValue
 from pydantic.fields import FieldInfo
 
 from crawler_ops.config.loading import CONFIG_ENV, DEFAULT_CONFIG, EXECUTOR_DEFAULTS, SHARED_DEFAULTS, TOP_LEVEL
 from crawler_ops.config.models import CrawlTaskConfig, DagSettings, ExecutorTaskConfig, MaintenanceConfig
 from crawler_ops.config.sections import FilterConfig, KafkaConfig, NotifyConfig, SourceConfig
+from crawler_ops.config.source_paging import PaginatorConfig, RequestConfig
 
 SIMPLE_TYPES = {str: "string", int: "integer", float: "number", bool: "boolean", datetime: "date or date-time"}
 BOUNDS = {annotated_types.Gt: ">", annotated_types.Ge: "≥", annotated_types.Lt: "<", annotated_types.Le: "≤"}
@@ -50,6 +51,19 @@ SECTIONS = (
         "An entry of `tasks`; each key may also come from `defaults`. It takes the [DAG settings](#dag-settings) too.",
     ),
     Section("Source", "source", SourceConfig, "`source:` of a crawl task (or of `defaults`)."),
+    Section(
+        "Source paginator",
+        "source-paginator",
+        PaginatorConfig,
+        "`source.paginator:`: how the source numbers its pages (see [docs/sources.md](sources.md)).",
+    ),
+    Section(
+        "Source request",
+        "source-request",
+        RequestConfig,
+        "`source.request:`: the request of one page, as templates over `{task}`, `{offset}`, `{limit}`, `{page}`, "
+        "`{page_size}`, `{window_start}`, `{window_end}`, `{ref}` (see [docs/sources.md](sources.md)).",
+    ),
     Section("Filter", "filter", FilterConfig, "`filter:` of a crawl task (or of `defaults`)."),
     Section("Kafka", "kafka", KafkaConfig, "`kafka:` of a crawl task (or of `defaults`)."),
     Section("Notify", "notify", NotifyConfig, "`notify:` of a crawl task (or of `defaults`); absent: no webhook."),
@@ -155,6 +169,10 @@ def type_name(annotation: Any) -> str:
     if origin is tuple:
         item = type_name(args[0])
         return f"list, each {item}" if get_origin(args[0]) is Literal else f"list of {item}"
+    if origin is dict:
+        return f"mapping of {type_name(args[0])} to {type_name(args[1])}"
+    if annotation is JsonValue:
+        return "any JSON"
     if isinstance(annotation, type) and issubclass(annotation, BaseModel):
         return f"[{ANCHORS[annotation]}](#{ANCHORS[annotation]})"
     return SIMPLE_TYPES[annotation]

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from crawler_ops.config.checks import known_timezone
+from crawler_ops.config.source_paging import PaginatorConfig, RequestConfig, check_request, default_query
 from crawler_ops.filtering import DateRule
 from crawler_ops.lineage import env_bootstrap_servers, kafka_server
 
@@ -27,8 +28,8 @@ class StrictModel(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
-class SourceConfig(StrictModel):
-    """How to ask the HTTP source for its total and its pages. Paths may contain ``{task}``."""
+class SourceShape(StrictModel):
+    """What the HTTP source's total and pages look like: where to ask, which requests, where the answers are."""
 
     conn_id: str = Field(
         "demo_source",
@@ -40,14 +41,55 @@ class SourceConfig(StrictModel):
         description="the source's own id for this data set, put for {task} in count_path and page_path; "
         "defaults to the task id",
     )
-    count_path: str = Field("/api/{task}/count", description="path of the request that returns the source's total")
+    count_path: str | None = Field(
+        "/api/{task}/count",
+        description="path of the request that returns the source's total; null: the source has none, and the total "
+        "is probed from pages of batch_size records (about 2 log2(total / batch_size) requests, each through the "
+        "rate limit)",
+    )
     page_path: str = Field(
         "/api/{task}/list", description="path of the request that returns one page (batch_size records)"
     )
     total_path: str = Field("data.total", description="dotted JSON path of the total in the count response")
     records_path: str = Field("data.data", description="dotted JSON path of the record list in a page response")
-    offset_param: str = Field("offset", description="query parameter carrying a page's start offset")
-    limit_param: str = Field("limit", description="query parameter carrying a page's size in records")
+    offset_param: str = Field("offset", description="query parameter carrying a page's start offset (offset paginator)")
+    limit_param: str = Field(
+        "limit", description="query parameter carrying a page's size in records (offset paginator)"
+    )
+    paginator: PaginatorConfig = Field(
+        PaginatorConfig(), description="how the source numbers its pages: by offset (the default) or by page number"
+    )
+    request: RequestConfig = Field(
+        RequestConfig(),
+        description="the request of one page: method, path, and query, header and JSON body templates; default: GET "
+        "page_path with the paginator's parameters",
+    )
+
+    @model_validator(mode="after")
+    def _sendable_request(self) -> SourceShape:
+        check_request(self.paginator, self.request, self.page_query)
+        return self
+
+    @property
+    def page_query(self) -> dict[str, str]:
+        """The query templates of a page request: ``request.query``, else the paginator's parameters when there is
+        no body, else none."""
+        if self.request.query is not None:
+            return dict(self.request.query)
+        if self.request.body is not None:
+            return {}
+        return default_query(self.paginator, self.offset_param, self.limit_param)
+
+    @property
+    def request_path(self) -> str:
+        """The path template of a page request."""
+        return self.request.path if self.request.path is not None else self.page_path
+
+
+class SourceConfig(SourceShape):
+    """How to ask the HTTP source for its total and its pages (:class:`SourceShape`), and how hard: timeouts,
+    retries, rate limits, memory. Paths may contain ``{task}``."""
+
     timeout_s: float = Field(
         30.0,
         gt=0,

@@ -49,7 +49,9 @@ def plan_run(run: RunContext) -> list[ChunkPlan]:
             ensure_topics(run)
         if params.replay or run.backfill_interval is not None:
             lo, hi = range_to_read(run, source, total)
-            batches = take_batches(run, iter_gaps(lo, hi, cfg.batch_size), total, lo)
+            batches = take_batches(
+                run, iter_gaps(lo, hi, cfg.batch_size, aligned=cfg.source.paginator.pages), total, lo
+            )
             mode: RunMode = "replay" if params.replay else "backfill"
             watermark, first = None, False
             if not params.dry_run:
@@ -158,7 +160,8 @@ def plan_locked(
         if first and total > 0:
             boundary = probe_window_start(source, total, run)
             floor = max(start, expiry_floor(boundary, cfg.batch_size, cfg.max_expired_batches))
-        batches = take_batches(run, iter_plan(total, start, cfg.batch_size, done, pending, floor=floor), total, floor)
+        planned = iter_plan(total, start, cfg.batch_size, done, pending, floor, cfg.source.paginator.pages)
+        batches = take_batches(run, planned, total, floor)
         if not params.dry_run:
             if floor > start:
                 expired = fill_gaps(start, floor, floor - start, [*done, *pending])

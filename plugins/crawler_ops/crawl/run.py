@@ -187,12 +187,15 @@ class RunContext:
     def source(self) -> SourceApiHook:
         """The source hook, paced by this process's limiter of the source connection, which shares the rate through
         the task's crawler database."""
+        from crawler_ops.hooks.paging import Paging
         from crawler_ops.hooks.ratelimit import limiter_for
         from crawler_ops.hooks.source import SourceApiHook
 
         fields = head_fields(self.cfg.filter.date_fields, self.cfg.kafka.key_field)
         limiter = limiter_for(self.cfg.source, self.cfg.postgres_conn_id)
-        return SourceApiHook(self.cfg.source, self.cfg.id, self.cfg.source_task, fields, limiter)
+        window = self.window
+        paging = Paging.of_task(self.cfg, self.ref, (window.start, window.end))
+        return SourceApiHook(self.cfg.source, self.cfg.id, self.cfg.source_task, fields, limiter, paging)
 
     def store(self) -> CrawlStoreHook:
         from crawler_ops.hooks.store import CrawlStoreHook

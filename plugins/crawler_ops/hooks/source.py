@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-import functools
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from contextlib import nullcontext
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
@@ -15,6 +14,7 @@ from airflow.sdk import BaseHook
 from crawler_ops.config import SourceConfig
 from crawler_ops.errors import SourceError, SourcePausedError, StatusTableError
 from crawler_ops.hooks.deadline import DeadlineTransport, deadline, environment_proxy
+from crawler_ops.hooks.paging import DEFAULT_BATCH_SIZE, Paging, Send, join_pages, probe_total
 from crawler_ops.hooks.responses import (
     COUNT_BODY_BYTES,
     count_total,
@@ -74,6 +74,7 @@ class SourceApiHook(BaseHook):
     :param limiter: this process's limiter of the source connection, which the caller builds from the crawler
         database (:func:`crawler_ops.hooks.ratelimit.limiter_for`); the hook uses it until :meth:`close`. Without
         one, requests are not limited. The hook itself never talks to PostgreSQL.
+    :param paging: how offsets become requests (:class:`~crawler_ops.hooks.paging.Paging`); default: outside a run.
     """
 
     conn_name_attr = "source_conn_id"
@@ -88,6 +89,7 @@ class SourceApiHook(BaseHook):
         source_task: str,
         fields: tuple[str, ...] = (),
         limiter: SourceLimiter | None = None,
+        paging: Paging | None = None,
     ) -> None:
         super().__init__()
         self.source = source
@@ -97,6 +99,7 @@ class SourceApiHook(BaseHook):
         self.max_bytes = int(source.max_response_mb * 1024 * 1024)
         self.limiter = limiter
         self.attached = limiter is not None
+        self.paging = paging or Paging.outside_a_run(source, source_task, DEFAULT_BATCH_SIZE)
         if limiter is not None:
             limiter.attach()
 
@@ -117,16 +120,17 @@ class SourceApiHook(BaseHook):
     # ----------------------------------------------------------------- API
 
     def get_total(self) -> int:
-        document = self.get_json(self.url_for(self.source.count_path), {}, "count", max_bytes=COUNT_BODY_BYTES)
+        """The source's total: its count endpoint's answer, or probed from pages without one (``count_path: null``)."""
+        if self.source.count_path is None:
+            return probe_total(self.get_page, self.paging.batch_size, f"task {self.task_label}")
+        document = self.get_json(Send(self.url_for(self.source.count_path)), "count", max_bytes=COUNT_BODY_BYTES)
         return count_total(document, self.source.total_path, f"task {self.task_label}")
 
     def get_page(self, offset: int, limit: int) -> Page:
-        """The records of one page as raw JSON, one per record, with the values of :attr:`fields` of each."""
-        params = {self.source.offset_param: offset, self.source.limit_param: limit}
-        where = f"offsets [{offset}, {offset + limit})"
-        return self.get_json(
-            self.url_for(self.source.page_path), params, where, functools.partial(self.read_page, limit=limit)
-        )
+        """The records of offsets ``[offset, offset + limit)`` as raw JSON, one per record, with the values of
+        :attr:`fields` of each: one request, or the pages holding them (:meth:`Paging.calls`)."""
+        calls, task = self.paging.calls(offset, offset + limit), f"task {self.task_label}"
+        return join_pages([self.get_json(c.send, c.where, self.paging.reader(c, self.fields, task)) for c in calls])
 
     def read_page(self, body: bytes, limit: int | None = None) -> Page:
         """The records of a page's body, with the values of :attr:`fields` of each (:func:`decode_page`); with
@@ -136,14 +140,9 @@ class SourceApiHook(BaseHook):
     # ----------------------------------------------------------------- transport
 
     def get_json(
-        self,
-        path: str,
-        params: Mapping[str, Any],
-        what: str,
-        decode: Callable[[bytes], Any] | None = None,
-        max_bytes: int | None = None,
+        self, request: Send, what: str, decode: Callable[[bytes], Any] | None = None, max_bytes: int | None = None
     ) -> Any:
-        """GET and decode JSON, retrying 5xx / 429 / timeouts / truncated bodies with bounded backoff.
+        """Send and decode JSON, retrying 5xx / 429 / timeouts / truncated bodies with bounded backoff.
 
         With a typed ``decode``, a body of the wrong shape fails at once (retrying will not fix it). ``max_bytes``:
         a smaller cap than ``source.max_response_mb`` for the body (a count answer's).
@@ -151,7 +150,7 @@ class SourceApiHook(BaseHook):
         attempt = 0
         while True:
             try:
-                return self._get_once(path, params, what, decode, max_bytes)
+                return self._get_once(request, what, decode, max_bytes)
             except SourceError as exc:
                 # A paused source fails the request at once: waiting here would outlive its deadline as well.
                 if not exc.retriable or attempt >= self.source.max_retries or isinstance(exc, SourcePausedError):
@@ -164,12 +163,12 @@ class SourceApiHook(BaseHook):
                 time.sleep(delay)
                 attempt += 1
 
-    def _get_once(self, path: str, params: Mapping[str, Any], what: str, decode: Decode, max_bytes: int | None) -> Any:
-        label = f"task {self.task_label}: GET {path} {what}"
+    def _get_once(self, request: Send, what: str, decode: Decode, max_bytes: int | None) -> Any:
+        label = f"task {self.task_label}: {request.method} {request.path} {what}"
         # The wait for the source's rate limit comes before the request's deadline starts.
         try:
             with self.limiter.request() if self.limiter is not None else nullcontext():
-                body = self._fetch(path, params, label, what, max_bytes)
+                body = self._fetch(request, label, what, max_bytes)
         except SourcePausedError as exc:  # the limiter: no slot before the deadline
             raise SourcePausedError(f"{label}: {exc}", retriable=True, retry_after=exc.retry_after) from exc
         except StatusTableError as exc:  # only the limiter talks to PostgreSQL here
@@ -178,15 +177,13 @@ class SourceApiHook(BaseHook):
             ) from exc
         return decode_body(body, decode, label, self.source.records_path)
 
-    def _fetch(
-        self, path: str, params: Mapping[str, Any], label: str, what: str, max_bytes: int | None = None
-    ) -> bytes:
-        """One GET within ``source.deadline_s``: the body of a 200, else a :class:`SourceError` (a 429 or a
+    def _fetch(self, request: Send, label: str, what: str, max_bytes: int | None = None) -> bytes:
+        """One request within ``source.deadline_s``: the body of a 200, else a :class:`SourceError` (a 429 or a
         Retry-After also slows down every worker on the connection)."""
         started = time.monotonic()
         with deadline(self.source.deadline_s) as end:
             try:
-                with self.client.stream("GET", path, params=dict(params)) as response:
+                with self.client.stream(**request.httpx()) as response:
                     if response.status_code != 200:
                         asked = response.headers.get("retry-after")
                         retry_after = retry_after_seconds(asked, self.source.max_retry_after_s)

@@ -38,12 +38,12 @@ class CrawlLineage:
     publishes: bool
 
     def source(self) -> DatasetName:
-        """The source data set: the connection's base URL and the task's page path."""
+        """The source data set: the connection's base URL and the path of its page requests."""
         from crawler_ops.hooks.source import SourceApiHook, base_url
 
         cfg = self.cfg
         hook = SourceApiHook(cfg.source, cfg.id, cfg.source_task)
-        return http_dataset(base_url(hook.get_connection(cfg.source.conn_id)), hook.url_for(cfg.source.page_path))
+        return http_dataset(base_url(hook.get_connection(cfg.source.conn_id)), hook.url_for(cfg.source.request_path))
 
     def topic(self) -> DatasetName:
         """The topic, named by the Kafka connection's first bootstrap server."""

@@ -28,6 +28,7 @@ from crawler_ops.hooks.bounded import (
     bounded,
 )
 from crawler_ops.hooks.deadline import deadline
+from crawler_ops.hooks.paging import Paging
 from crawler_ops.hooks.producer import IdempotentProducerHook
 from crawler_ops.hooks.reports import CrawlReportHook
 from crawler_ops.hooks.source import SourceApiHook
@@ -248,7 +249,7 @@ def source_total(cfg: CrawlTaskConfig, end: float | None = None) -> dict[str, An
     default: the status deadline from now)."""
     left = STATUS_DEADLINE_S if end is None else end - time.monotonic()
     quick = cfg.source.model_copy(update={"max_retries": 0, "timeout_s": min(cfg.source.timeout_s, STATUS_DEADLINE_S)})
-    source = SourceApiHook(quick, cfg.id, cfg.source_task)
+    source = SourceApiHook(quick, cfg.id, cfg.source_task, paging=Paging.of_task(cfg))
     try:
         with deadline(left):
             return {"source_total": source.get_total()}

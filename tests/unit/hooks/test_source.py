@@ -472,3 +472,61 @@ def test_a_source_paused_beyond_the_deadline_fails_the_request_at_once_naming_ta
 
     assert err.value.retriable is True, "Airflow's retries take over"
     assert hook.limiter.requests == 1 and sleeps == [] and fake.requests == [], "no wait, no retry inside the hook"
+
+
+# --------------------------------------------------------------------------- paginators and request templates
+
+
+def test_a_post_search_sends_the_json_body_and_template_headers_of_its_batch(fake, connection):
+    fake.replies = [page_body([{"id": 1}, {"id": 2}])]
+    request = {"method": "POST", "path": "/api/{task}/search", "headers": {"X-Task": "{task}"}}
+    hook = make_hook(request={**request, "body": {"from": "{offset}", "size": "{limit}", "q": "t={task}"}})
+
+    assert len(hook.get_page(200, 2)) == 2
+
+    (sent,) = fake.requests
+    assert (sent.method, sent.url.path, dict(sent.url.params)) == ("POST", "/api/remote_jobs/search", {})
+    assert msgspec.json.decode(sent.content) == {"from": 200, "size": 2, "q": "t=remote_jobs"}
+    assert sent.headers["x-task"] == "remote_jobs"
+
+
+def model_pages(total: int, fixed: int | None = None) -> Callable[[httpx.Request], httpx.Response]:
+    """A page-numbered source (first page 1) of records 0..total-1, with a page_size parameter or a fixed size."""
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        size = fixed or int(request.url.params["page_size"])
+        start = (int(request.url.params["page"]) - 1) * size
+        return page_body([{"id": i} for i in range(start, min(start + size, total))])
+
+    return answer
+
+
+def test_a_fixed_page_size_reads_the_page_holding_a_record_and_takes_that_record(fake, connection):
+    hook = make_hook(paginator={"type": "page", "size_param": None})
+    served = model_pages(2_000, fixed=100)
+    fake.replies = [served(httpx.Request("GET", "http://s/?page=13"))]
+
+    (record,) = hook.get_page(1_234, 1)
+
+    assert msgspec.json.decode(record) == {"id": 1_234}
+    assert dict(fake.requests[0].url.params) == {"page": "13"}
+
+
+@pytest.mark.parametrize("fixed", [None, 100], ids=["size-param", "fixed-size"])
+def test_without_a_count_endpoint_the_total_is_probed_from_pages(monkeypatch, connection, fixed):
+    seen: list[httpx.Request] = []
+    served = model_pages(1_234, fixed)
+    real_client = httpx.Client
+
+    def transport(request: httpx.Request) -> httpx.Response:
+        seen.append(request)
+        return served(request)
+
+    monkeypatch.setattr(
+        httpx, "Client", lambda **kwargs: real_client(**{**kwargs, "transport": httpx.MockTransport(transport)})
+    )
+    hook = make_hook(count_path=None, paginator={"type": "page", "size_param": None if fixed else "page_size"})
+
+    assert hook.get_total() == 1_234
+    assert all(r.url.path == "/api/remote_jobs/list" for r in seen), "no count request"
+    assert len(seen) <= 2 * (1_234 // 100 + 1).bit_length() + 2
