@@ -189,10 +189,12 @@ class RunContext:
         the task's crawler database."""
         from crawler_ops.hooks.ratelimit import limiter_for
         from crawler_ops.hooks.source import SourceApiHook
+        from crawler_ops.hooks.tokens import token_for
 
         fields = head_fields(self.cfg.filter.date_fields, self.cfg.kafka.key_field)
         limiter = limiter_for(self.cfg.source, self.cfg.postgres_conn_id)
-        return SourceApiHook(self.cfg.source, self.cfg.id, self.cfg.source_task, fields, limiter)
+        token = token_for(self.cfg.source, self.cfg.postgres_conn_id)
+        return SourceApiHook(self.cfg.source, self.cfg.id, self.cfg.source_task, fields, limiter, token)
 
     def store(self) -> CrawlStoreHook:
         from crawler_ops.hooks.store import CrawlStoreHook
