@@ -34,6 +34,7 @@ from tests.support import (
     runner_result,
     spawn_runner,
 )
+from tests.waiting import wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -192,20 +193,20 @@ def crawl_in_processes(cfg: CrawlTaskConfig, run_id: str, kill: dict[str, Any] |
 
 
 def test_parallel_chunks_make_one_token_request_per_expiry(auth: Auth, kafka_bootstrap: str) -> None:
-    ttl = 1.0
-    auth.create(6_000, {"type": "oauth2", "client_id": "crawler", "client_secret": "s3cret-cc", "token_ttl_s": ttl})
-    auth.source.faults(auth.task, latency_ms=60)
+    ttl = 0.5
+    auth.create(12_000, {"type": "oauth2", "client_id": "crawler", "client_secret": "s3cret-cc", "token_ttl_s": ttl})
+    auth.source.faults(auth.task, latency_ms=100)
     auth.connect(login="crawler", password="s3cret-cc")
     crawl = {"type": "oauth2_client_credentials", "token_url": auth.token_url}
-    cfg = auth.task_config(crawl, max_chunks=4, min_batches_per_chunk=1, source={"concurrency": 3})
+    cfg = auth.task_config(crawl, max_chunks=4, min_batches_per_chunk=1, source={"concurrency": 2})
 
     run, chunks, results = crawl_in_processes(cfg, "expiring")
 
     assert len(chunks) == 4 and commit_run(run, chunks, results).status == "success"
-    published_exactly_the_source(auth.source, kafka_bootstrap, cfg, 6_000)
+    published_exactly_the_source(auth.source, kafka_bootstrap, cfg, 12_000)
     state = auth.state()
     issued = state["issued_at"]
-    assert len(issued) >= 3, f"the crawl outlived several tokens ({len(issued)} issued): nothing was tested"
+    assert len(issued) >= 4, f"the crawl outlived several tokens ({len(issued)} issued): nothing was tested"
     # A token is renewed a tenth of its lifetime before it expires, by one worker: none sooner after the last.
     gaps = [later - earlier for earlier, later in itertools.pairwise(issued)]
     assert min(gaps) >= 0.9 * ttl - 0.05, f"tokens requested {min(gaps):.3f}s apart (lifetime {ttl}s): {gaps}"
@@ -213,25 +214,27 @@ def test_parallel_chunks_make_one_token_request_per_expiry(auth: Auth, kafka_boo
 
 
 def test_a_401_leads_to_one_renewal_shared_by_every_worker(auth: Auth, kafka_bootstrap: str) -> None:
-    auth.create(3_000, {"type": "oauth2", "client_id": "crawler", "client_secret": "s3cret-cc", "token_ttl_s": 600})
+    auth.create(18_000, {"type": "oauth2", "client_id": "crawler", "client_secret": "s3cret-cc", "token_ttl_s": 600})
+    auth.source.faults(auth.task, latency_ms=100)
     auth.connect(login="crawler", password="s3cret-cc")
-    cfg = auth.task_config(
-        {"type": "oauth2_client_credentials", "token_url": auth.token_url}, max_chunks=3, min_batches_per_chunk=1
-    )
+    crawl = {"type": "oauth2_client_credentials", "token_url": auth.token_url}
+    cfg = auth.task_config(crawl, max_chunks=3, min_batches_per_chunk=1, source={"concurrency": 2})
     run = RunContext(cfg=cfg, run_id="revoked", ref=REF, params=RunParams())
     chunks = plan_run(run)  # takes the first token
-    auth.revoke()  # as a provider ending a session early: the stored token now gets 401s
-
     workers = [
         spawn_runner("chunk_runner.py", chunk_spec(cfg, run.run_id, REF, chunk, map_index=index))
         for index, chunk in enumerate(chunks)
     ]
+    # More requests in flight than two chunks send at once: every worker is crawling with the first token.
+    wait_until(lambda: auth.source.in_flight(auth.task)["in_flight"] >= 5, 120, "three chunks crawling at once")
+    auth.revoke()  # as a provider ending a session early: every worker's next request gets a 401
+
     results = [runner_result(worker) for worker in workers]
 
     assert commit_run(run, chunks, results).status == "success"
-    published_exactly_the_source(auth.source, kafka_bootstrap, cfg, 3_000)
+    published_exactly_the_source(auth.source, kafka_bootstrap, cfg, 18_000)
     state = auth.state()
-    assert state["refused"] >= 1, "the revoked token was sent and refused"
+    assert state["refused"] >= 3, "the revoked token was sent and refused"
     assert state["token_requests"] == 2, "the first token, and one renewal after the 401s of every worker"
 
 

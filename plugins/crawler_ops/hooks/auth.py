@@ -18,13 +18,13 @@ import re
 import threading
 import time
 from collections import deque
-from collections.abc import Generator
+from collections.abc import Callable, Generator
 from typing import TYPE_CHECKING, Any
 
 import httpx
 
 from crawler_ops.config import SourceConfig
-from crawler_ops.errors import SourceError
+from crawler_ops.errors import SourceError, StatusTableError
 from crawler_ops.hooks.deadline import DeadlineTransport, deadline, environment_proxy
 from crawler_ops.hooks.responses import read_bounded, retry_after_seconds
 from crawler_ops.hooks.tokens import DEFAULT_LIFETIME_S, Grant, Issued, SharedToken, seed_of
@@ -114,16 +114,23 @@ class OAuth2Auth(httpx.Auth):
         self.grant, self.token = grant, token
 
     def auth_flow(self, request: httpx.Request) -> Generator[httpx.Request, httpx.Response, None]:
-        token = self.token.current(self.grant)
-        remember(token)
+        token = self.shared(self.token.current, self.grant)
         request.headers["Authorization"] = f"Bearer {token}"
         response = yield request
         if response.status_code != 401:
             return
-        token = self.token.renew(self.grant, token)
-        remember(token)
+        token = self.shared(self.token.renew, self.grant, token)
         request.headers["Authorization"] = f"Bearer {token}"
         yield request
+
+    def shared(self, step: Callable[..., str], *args: Any) -> str:
+        """The token from the shared row; PostgreSQL failing there fails the request, retriable, naming the task."""
+        try:
+            token = step(*args)
+        except StatusTableError as exc:
+            raise SourceError(f"task {self.grant.label}: {exc}", retriable=True) from exc
+        remember(token)
+        return token
 
 
 class TokenGrant(Grant):

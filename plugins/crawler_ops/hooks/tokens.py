@@ -146,6 +146,8 @@ class Grant:
     and the request itself."""
 
     seed: str | None
+    #: names the task in errors
+    label: str
 
     def request(self, refresh_token: str | None) -> Issued:
         raise NotImplementedError

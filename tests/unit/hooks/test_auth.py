@@ -16,7 +16,7 @@ import httpx
 import pytest
 
 from crawler_ops.config import SourceConfig
-from crawler_ops.errors import SourceError
+from crawler_ops.errors import SourceError, StatusTableError
 from crawler_ops.hooks.source import SourceApiHook
 from crawler_ops.hooks.tokens import Issued, SharedToken, TokenRow
 from tests.unit.hooks.mock_http import route_clients
@@ -254,3 +254,17 @@ def test_a_refused_grant_names_the_providers_error_code_only(connection, monkeyp
 
     assert "answered HTTP 401 (invalid_client)" in str(failure.value) and "cs-wrong" not in str(failure.value)
     assert "task jobs" in str(failure.value) and not failure.value.retriable
+
+
+def test_postgresql_failing_under_the_token_fails_the_request_retriable_naming_the_task(provider, connection):
+    connection(login="app", password="cs-1")
+    row = MemoryRow()
+
+    def down() -> tuple[str | None, float]:
+        raise StatusTableError("the OAuth2 token of source 'src': PostgreSQL failed: gone")
+
+    row.read = down  # type: ignore[method-assign]
+
+    with pytest.raises(SourceError, match="task jobs: the OAuth2 token of source 'src': PostgreSQL failed") as failure:
+        hook(oauth2(), SharedToken(row)).get_total()
+    assert failure.value.retriable and provider.requests == []
