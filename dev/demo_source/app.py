@@ -745,6 +745,8 @@ class DemoSource:
         :return: the token, or the OAuth2 error.
         """
         auth = self._auth(request.task_id)
+        if auth.options.token_latency_ms:
+            await asyncio.sleep(auth.options.token_latency_ms / 1000)
         status, answer = auth.grant(request.headers, request.body)
         return json_response(answer, status)
 

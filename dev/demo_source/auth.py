@@ -7,7 +7,7 @@
   by HTTP basic auth or as form fields ``client_id`` / ``client_secret``). Access tokens expire ``token_ttl_s``
   after they were issued. With ``rotate``, each refresh issues a new refresh token; the one used stays valid until
   its successor is first used (a reuse interval, as Okta and Auth0 offer), then it and its other successors stop
-  working.
+  working. ``token_latency_ms`` delays each token answer (a slow identity provider).
 
 Anything else answers 401 (an expired, revoked or unknown token), and the token endpoint 400 ``invalid_grant`` or 401
 ``invalid_client`` as RFC 6749 says. ``GET /admin/tasks/{task}/auth`` reports the token requests (the tests read
@@ -40,6 +40,7 @@ class AuthOptions(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     refresh_token: str | None = None
     rotate: bool = False
     token_ttl_s: float = 3600.0
+    token_latency_ms: int = 0
 
 
 @dataclass

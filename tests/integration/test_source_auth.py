@@ -194,7 +194,9 @@ def crawl_in_processes(cfg: CrawlTaskConfig, run_id: str, kill: dict[str, Any] |
 
 def test_parallel_chunks_make_one_token_request_per_expiry(auth: Auth, kafka_bootstrap: str) -> None:
     ttl = 0.5
-    auth.create(12_000, {"type": "oauth2", "client_id": "crawler", "client_secret": "s3cret-cc", "token_ttl_s": ttl})
+    # A slow provider: workers that need a token while one renews it wait on the row lock.
+    demo = {"type": "oauth2", "client_id": "crawler", "client_secret": "s3cret-cc", "token_ttl_s": ttl}
+    auth.create(12_000, {**demo, "token_latency_ms": 150})
     auth.source.faults(auth.task, latency_ms=100)
     auth.connect(login="crawler", password="s3cret-cc")
     crawl = {"type": "oauth2_client_credentials", "token_url": auth.token_url}
