@@ -269,3 +269,23 @@ def test_a_kill_between_the_providers_answer_and_the_commit_does_not_lock_the_so
     reset_tokens()
     assert replace(run, try_number=3).source().get_total() == 1_000
     assert auth.state()["grants"] == {"refresh_token": 4}
+
+
+def test_a_lost_connection_to_the_token_row_is_replaced_within_the_request(auth: Auth, pg_uri: str) -> None:
+    auth.create(100, {"type": "oauth2", "client_id": "crawler", "client_secret": "s3cret-cc", "token_ttl_s": 600})
+    auth.connect(login="crawler", password="s3cret-cc")
+    crawl = {"type": "oauth2_client_credentials", "token_url": auth.token_url}
+    # No retry of the request, as the status view asks: the lost connection is replaced within it.
+    cfg = auth.task_config(crawl, source={"max_retries": 0})
+    run = RunContext(cfg=cfg, run_id="lost", ref=REF, params=RunParams())
+    source = run.source()
+    assert source.get_total() == 100
+    assert source.token is not None
+    backend = source.token.store.db.info.backend_pid
+    query(pg_uri, "SELECT pg_terminate_backend(%s)", backend)  # a server restart, as this process sees it
+    source.token.forget()  # the token is to be read from the row again
+
+    assert source.get_total() == 100
+
+    assert source.token.store.db.info.backend_pid != backend
+    assert auth.state()["token_requests"] == 1, "the stored token was read again, not renewed"

@@ -100,7 +100,11 @@ class SourceTokenStore:
     def read(self) -> tuple[str | None, float]:
         """The stored token and the seconds it stays valid, without a lock."""
         try:
-            row = self.db.execute(read_sql("auth/read"), {"source": self.conn_id}).fetchone()
+            try:
+                row = self.db.execute(read_sql("auth/read"), {"source": self.conn_id}).fetchone()
+            except psycopg.OperationalError:  # a connection lost (a server restart): once more on a new one
+                self.close()
+                row = self.db.execute(read_sql("auth/read"), {"source": self.conn_id}).fetchone()
         except psycopg.Error as exc:
             self.close()
             raise self.failed(exc) from exc
