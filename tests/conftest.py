@@ -29,7 +29,7 @@ from tests import namespace
 
 if TYPE_CHECKING:
     from crawler_ops.config import CrawlTaskConfig, ExecutorTaskConfig
-    from tests.support import DemoSource, SourceProxy
+    from tests.support import DemoSource, Receiver, SourceProxy
 
 REPO = Path(__file__).resolve().parent.parent
 STACK_DIR = Path(os.environ.get("CRAWLER_OPS_STACK_DIR", REPO / ".stack")).resolve()
@@ -156,8 +156,8 @@ def namespace_cleanup(request: pytest.FixtureRequest) -> Iterator[None]:
 @pytest.fixture(autouse=True)
 def process_state() -> Iterator[None]:
     """Each test leaves the process as the session set it up: the environment is restored after it, and the
-    process-wide caches that carry state from one call to the next (the sources' limiters, the status view's
-    answers) start empty for the next test, in the modules that are loaded."""
+    process-wide caches that carry state from one call to the next (the sources' limiters and OAuth2 tokens, the
+    status view's answers) start empty for the next test, in the modules that are loaded."""
     environ = dict(os.environ)
     yield
     for name in set(os.environ) - set(environ):
@@ -168,6 +168,9 @@ def process_state() -> Iterator[None]:
     ratelimit = sys.modules.get("crawler_ops.hooks.ratelimit")
     if ratelimit is not None:
         ratelimit.reset_limiters()
+    tokens = sys.modules.get("crawler_ops.hooks.tokens")
+    if tokens is not None:
+        tokens.reset_tokens()
     web = sys.modules.get("crawler_ops.ops.web")
     if web is not None:
         web.REPORTS = web.ReportCache()
@@ -236,6 +239,19 @@ def source_proxy(source_url: str, monkeypatch: pytest.MonkeyPatch, unique_id: st
     monkeypatch.setenv(f"AIRFLOW_CONN_{proxy.conn_id.upper()}", proxy.connection())
     yield proxy
     proxy.close()
+
+
+@pytest.fixture
+def receiver(monkeypatch: pytest.MonkeyPatch, unique_id: str) -> Iterator[Receiver]:
+    """A webhook receiver (:class:`tests.support.Receiver`), as the connection ``hook_<unique id>`` whose secret is
+    the one :func:`tests.support.verified` checks."""
+    from tests.support import Receiver
+
+    hook = Receiver()
+    conn = {"conn_type": "http", "host": hook.url, "password": "s3cret-秘密"}
+    monkeypatch.setenv(f"AIRFLOW_CONN_HOOK_{unique_id.upper()}", json.dumps(conn))
+    yield hook
+    hook.server.shutdown()
 
 
 @pytest.fixture

@@ -12,6 +12,8 @@ All state lives in memory in a :class:`DemoSource` instance. Routes:
 * ``GET /admin/tasks/{task}/truth?ref=&days=&tolerance_s=``
 * the paging modes of :mod:`demo_source.paging`: ``GET /api/{task}/pages``, ``POST /api/{task}/search``, and a
   count endpoint that answers 404 (a task's ``paging`` options)
+* ``POST /oauth/{task}/token``, ``GET /admin/tasks/{task}/auth``, ``POST /admin/tasks/{task}/auth/revoke``: a task
+  created with ``auth`` wants it on its ``/api`` requests (``demo_source.auth``)
 
 With an admin token (``DEMO_SOURCE_ADMIN_TOKEN``, which ``dev/stack.py`` sets) every ``/admin`` route wants
 ``Authorization: Bearer <token>`` and answers 401 without it.
@@ -37,6 +39,7 @@ from urllib.parse import parse_qsl
 
 import msgspec
 
+from demo_source.auth import AuthOptions, AuthState
 from demo_source.data import (
     NO_FAULTS,
     Faults,
@@ -100,6 +103,7 @@ class TaskBody(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     history_days: int = 365
     append_step_s: int = 60
     paging: PagingOptions = msgspec.field(default_factory=PagingOptions)
+    auth: AuthOptions | None = None
 
 
 class AppendBody(msgspec.Struct, forbid_unknown_fields=True):
@@ -122,6 +126,7 @@ class Request:
     task_id: str
     query: dict[str, str]
     body: bytes
+    headers: dict[bytes, bytes] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -276,6 +281,7 @@ class TaskRuntime:
     counters: dict[str, int] = field(default_factory=dict)
     in_flight: int = 0
     peak_in_flight: int = 0
+    auth: AuthState | None = None
 
     def __post_init__(self) -> None:
         """Seed the fault RNG from the task's seed."""
@@ -423,6 +429,9 @@ class DemoSource:
                 pattern: {method: functools.partial(self.paged, read=read) for method, read in readers.items()}
                 for pattern, readers in PAGING_ROUTES.items()
             },
+            ("oauth", "*", "token"): {"POST": self.token},
+            ("admin", "tasks", "*", "auth"): {"GET": self.get_auth},
+            ("admin", "tasks", "*", "auth", "revoke"): {"POST": self.revoke_auth},
         }
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -468,7 +477,11 @@ class DemoSource:
         body = await _read_body(receive) if scope["method"] in ("PUT", "POST") else b""
         query = dict(parse_qsl(scope.get("query_string", b"").decode("latin-1")))
         task_id = parts[index] if index is not None else ""
-        return await handler(Request(scope["method"], task_id, query, body))
+        headers = dict(scope.get("headers", ()))
+        auth = self.tasks[task_id].auth if parts[0] == "api" and task_id in self.tasks else None
+        if auth is not None and not auth.allows(headers, query):
+            return error_response(401, "missing, expired or unknown credentials", ((b"www-authenticate", b"Bearer"),))
+        return await handler(Request(scope["method"], task_id, query, body, headers))
 
     def _admin_allowed(self, scope: Scope) -> bool:
         """Whether the request may use the admin API: no token configured, or the right one sent."""
@@ -657,7 +670,8 @@ class DemoSource:
             )
         except ValueError as exc:
             raise HttpError(400, str(exc)) from exc
-        created = TaskRuntime(request.task_id, TaskState(config), paging=spec.paging)
+        auth = None if spec.auth is None else AuthState(spec.auth)
+        created = TaskRuntime(request.task_id, TaskState(config), paging=spec.paging, auth=auth)
         self.tasks[request.task_id] = created
         return json_response(created.describe())
 
@@ -755,6 +769,37 @@ class DemoSource:
         runtime.clear_requests()
         return json_response({"cleared": cleared})
 
+    async def token(self, request: Request) -> Response:
+        """Answer ``POST /oauth/{task}/token`` with the task's auth (404 for a task without OAuth2).
+
+        :return: the token, or the OAuth2 error.
+        """
+        auth = self._auth(request.task_id)
+        if auth.options.token_latency_ms:
+            await asyncio.sleep(auth.options.token_latency_ms / 1000)
+        status, answer = auth.grant(request.headers, request.body)
+        return json_response(answer, status)
+
+    async def get_auth(self, request: Request) -> Response:
+        """Answer ``GET /admin/tasks/{task}/auth``: the token requests and refusals so far.
+
+        :return: :meth:`AuthState.describe`.
+        """
+        return json_response(self._auth(request.task_id).describe())
+
+    async def revoke_auth(self, request: Request) -> Response:
+        """Revoke every access token of the task: ``POST /admin/tasks/{task}/auth/revoke``.
+
+        :return: ``{"revoked": n}``.
+        """
+        return json_response({"revoked": self._auth(request.task_id).revoke()})
+
+    def _auth(self, task_id: str) -> AuthState:
+        runtime = self.tasks.get(task_id)
+        if runtime is None or runtime.auth is None or runtime.auth.options.type != "oauth2":
+            raise HttpError(404, f"task {task_id} has no OAuth2 auth")
+        return runtime.auth
+
     async def truth(self, request: Request) -> Response:
         """Answer ``GET /admin/tasks/{task}/truth`` from the true dates.
 
@@ -791,7 +836,7 @@ def _task_index(parts: tuple[str, ...]) -> int | None:
     :param parts: the non-empty path segments.
     :return: 1 for ``/api/{task}/...``, 2 for ``/admin/tasks/{task}...``, else ``None``.
     """
-    if len(parts) == _API_PARTS and parts[0] == "api":
+    if len(parts) == _API_PARTS and parts[0] in ("api", "oauth"):
         return 1
     if len(parts) >= _ADMIN_TASK_PARTS and parts[:2] == ("admin", "tasks"):
         return 2

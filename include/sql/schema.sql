@@ -98,6 +98,20 @@ CREATE TABLE IF NOT EXISTS crawler_ops.source_rate (
     updated_at timestamptz NOT NULL DEFAULT now()
 );
 
+-- One row per source connection with OAuth2 auth: the access token every worker shares (crawler_ops.hooks.tokens),
+-- valid until expires_at (PostgreSQL's clock, a margin before the provider's expiry), and the newest refresh token,
+-- seeded from the connection secret whose SHA-256 is seed (a new secret in the connection starts over from it).
+-- Holds secrets, as the connections do: grant access to crawler_ops as to Airflow's metadata database.
+CREATE TABLE IF NOT EXISTS crawler_ops.source_token (
+    source         text PRIMARY KEY,
+    access_token   text,
+    expires_at     timestamptz,
+    refresh_token  text,
+    seed           text,
+    token_requests bigint NOT NULL DEFAULT 0,
+    updated_at     timestamptz NOT NULL DEFAULT now()
+);
+
 -- Upgrades of tables made by earlier versions; each checks the catalog first, so no lock is taken when done.
 DO $$
 BEGIN

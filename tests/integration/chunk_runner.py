@@ -4,7 +4,8 @@ Usage: python tests/integration/chunk_runner.py '<json: config, run_id, ref, map
 
 ``kill`` ({"point": "before_commit" | "after_commit", "nth": N}) makes the process SIGKILL itself at the N-th
 batch with messages: once its messages reached the broker but before Kafka confirms (commits) it, or after
-Kafka did and before PostgreSQL marks it done.
+Kafka did and before PostgreSQL marks it done. ``{"point": "token_saved"}``: once it wrote an OAuth2 token the
+provider just issued into the source's token row, before that transaction commits.
 """
 
 from __future__ import annotations
@@ -48,8 +49,23 @@ def arm(point: str, nth: int) -> None:
         cls.confirm = wrap(cls.confirm)  # type: ignore[method-assign]
 
 
+def arm_token_saved() -> None:
+    """Die once the provider's answer is written into the token row, before the transaction commits."""
+    from crawler_ops.hooks.tokens import SourceTokenStore
+
+    save = SourceTokenStore.save
+
+    def save_then_die(self: SourceTokenStore, *args: Any) -> None:
+        save(self, *args)
+        os.kill(os.getpid(), signal.SIGKILL)
+
+    SourceTokenStore.save = save_then_die  # type: ignore[method-assign]
+
+
 def main(spec: dict[str, Any]) -> None:
-    if spec.get("kill"):
+    if (spec.get("kill") or {}).get("point") == "token_saved":
+        arm_token_saved()
+    elif spec.get("kill"):
         arm(spec["kill"]["point"], spec["kill"]["nth"])
     run = RunContext(
         cfg=CrawlTaskConfig.model_validate(spec["config"]),

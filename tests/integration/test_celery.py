@@ -5,6 +5,7 @@ the stack's PostgreSQL). What reached Kafka and PostgreSQL is checked against th
 from __future__ import annotations
 
 import contextlib
+import itertools
 import json
 import os
 import signal
@@ -15,6 +16,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+import httpx
 import psutil
 import psycopg
 import pytest
@@ -50,13 +52,33 @@ def crawl_entry(task_id: str) -> dict[str, Any]:
     return cfg.model_dump(mode="json")
 
 
+# 16 chunks of 5 pages on two workers (two slots each) sharing one OAuth2 token of TOKEN_TTL_S seconds.
+OAUTH_TOTAL, TOKEN_TTL_S, CLIENT_SECRET = 8_000, 1.0, "s3cret-celery-client"
+
+
+def oauth_entry(task_id: str) -> dict[str, Any]:
+    auth = {"type": "oauth2_client_credentials", "token_url": f"/oauth/{task_id}/token"}
+    cfg = make_task(
+        task_id,
+        batch_size=BATCH,
+        min_batches_per_chunk=1,
+        max_chunks=16,
+        max_parallel_chunks=16,
+        retries=3,
+        retry_delay_s=1,
+        paused=True,
+        source={"concurrency": 1, "conn_id": f"auth_{task_id}", "auth": auth},
+    )
+    return cfg.model_dump(mode="json")
+
+
 EXECUTOR_ROWS = 400
 
 
 @pytest.fixture(scope="module")
 def task_ids() -> dict[str, str]:
     suffix = unique_name()
-    return {name: f"celery_{name}_{suffix}" for name in ("spread", "kill", "executor")}
+    return {name: f"celery_{name}_{suffix}" for name in ("spread", "kill", "executor", "oauth")}
 
 
 @pytest.fixture(scope="module")
@@ -99,7 +121,9 @@ def celery_env(
     """The environment every `airflow-up` of this module runs with: a config holding this module's tasks. A
     service restarted without it would serve the default config, where none of these DAGs exists."""
     config = tmp_path_factory.mktemp("celery") / "tasks.yaml"
-    crawls = [crawl_entry(task_ids[name]) for name in ("spread", "kill")]
+    crawls = [*(crawl_entry(task_ids[name]) for name in ("spread", "kill")), oauth_entry(task_ids["oauth"])]
+    url = httpx.URL(stack["CRAWLER_OPS_SOURCE_URL"])
+    oauth_conn = {"conn_type": "http", "host": url.host, "port": url.port, "schema": "http", "login": "crawler"}
     document = {"tasks": crawls, "executors": [executor_entry(task_ids["executor"], executor_schema)]}
     config.write_text(yaml.safe_dump(document, allow_unicode=True), encoding="utf-8")
     env = {
@@ -110,6 +134,7 @@ def celery_env(
         # The executor's user function lives in the tests and logs its calls to this schema.
         "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])),
         "CRAWLER_OPS_TEST_SCHEMA": executor_schema,
+        f"AIRFLOW_CONN_AUTH_{task_ids['oauth'].upper()}": json.dumps({**oauth_conn, "password": CLIENT_SECRET}),
     }
     return env
 
@@ -120,7 +145,8 @@ def celery(celery_env: dict[str, str], task_ids: dict[str, str]) -> Iterator[Air
     with airflow_services(celery_env, *CELERY_UP) as api:
         state = json.loads(STATE_FILE.read_text())["airflow"]
         assert state["executor"] == "celery" and state["workers"] == list(WORKERS)
-        for dag_id in [f"crawl_{task_ids['spread']}", f"crawl_{task_ids['kill']}", f"exec_{task_ids['executor']}"]:
+        crawls = [f"crawl_{task_ids[name]}" for name in ("spread", "kill", "oauth")]
+        for dag_id in [*crawls, f"exec_{task_ids['executor']}"]:
             api.wait_for_dag(dag_id)
             assert api.http.patch(f"/dags/{dag_id}", json={"is_paused": False}).status_code == 200
         yield api
@@ -231,6 +257,32 @@ def test_a_worker_killed_mid_chunk_loses_nothing_the_other_worker_finishes_the_r
     assert {m.key for m in messages} == in_window(source, task, celery, dag_id, run_id), "records lost"
     repeated = duplicated_offsets(messages)
     assert len({offset // BATCH for offset in repeated}) <= len(victims), f"more than a batch per kill: {repeated}"
+
+
+def test_sixteen_chunks_on_two_workers_make_one_token_request_per_expiry(celery, source_url, kafka_bootstrap, task_ids):
+    task = task_ids["oauth"]
+    dag_id = f"crawl_{task}"
+    source = DemoSource(source_url)
+    ref = datetime.now(UTC).replace(microsecond=0)
+    auth = {"type": "oauth2", "client_id": "crawler", "client_secret": CLIENT_SECRET, "token_ttl_s": TOKEN_TTL_S}
+    auth["token_latency_ms"] = 300  # a slow provider: workers that need a token meanwhile wait on the row lock
+    source.create(task, total=OAUTH_TOTAL, ref=ref - timedelta(minutes=1), in_window_share=1.0, auth=auth)
+    source.faults(task, latency_ms=200)
+
+    run_id, state = celery.run(dag_id)
+
+    assert state == "success"
+    chunks = chunk_instances(celery, dag_id, run_id)
+    assert len(chunks) == 16 and {ti["hostname"] for ti in chunks} == set(WORKERS)
+    keys = [m.key for m in read_topic(kafka_bootstrap, f"test.{task}")]
+    assert sorted(keys) == sorted(in_window(source, task, celery, dag_id, run_id)) and len(keys) == OAUTH_TOTAL
+    state = source._json("GET", f"/admin/tasks/{task}/auth")
+    issued = state["issued_at"]
+    assert len(issued) >= 3, f"the run outlived several tokens ({len(issued)} issued): nothing was tested"
+    # One worker renews a token a tenth of its lifetime before it expires; no token comes sooner after the last.
+    gaps = [later - earlier for earlier, later in itertools.pairwise(issued)]
+    assert min(gaps) >= 0.9 * TOKEN_TTL_S - 0.05, f"tokens {min(gaps):.3f}s apart (lifetime {TOKEN_TTL_S}s): {gaps}"
+    assert state["refused_grants"] == 0
 
 
 def test_no_process_of_the_stack_listens_beyond_loopback(celery):

@@ -8,7 +8,6 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -19,7 +18,7 @@ import pytest
 from confluent_kafka import Consumer
 
 from crawler_ops.config import CrawlTaskConfig
-from tests.support import Receiver, make_task, query, read_topic, run_record, verified, watermark
+from tests.support import make_task, query, read_topic, run_record, verified, watermark
 
 pytestmark = pytest.mark.integration
 
@@ -198,15 +197,6 @@ def test_status_cli_names_an_unknown_task_and_survives_an_unreachable_source(uni
 
 
 # --------------------------------------------------------------------------- webhooks
-
-
-@pytest.fixture
-def receiver(monkeypatch: pytest.MonkeyPatch, unique_id: str) -> Iterator[Receiver]:
-    hook = Receiver()
-    conn = {"conn_type": "http", "host": hook.url, "password": "s3cret-秘密"}
-    monkeypatch.setenv(f"AIRFLOW_CONN_HOOK_{unique_id.upper()}", json.dumps(conn))
-    yield hook
-    hook.server.shutdown()
 
 
 def test_webhooks_are_signed_and_carry_the_run_summary(source, receiver, pg_uri, unique_id, run_dag):

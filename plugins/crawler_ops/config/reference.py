@@ -20,6 +20,7 @@ from pydantic.fields import FieldInfo
 from crawler_ops.config.loading import CONFIG_ENV, DEFAULT_CONFIG, EXECUTOR_DEFAULTS, SHARED_DEFAULTS, TOP_LEVEL
 from crawler_ops.config.models import CrawlTaskConfig, DagSettings, ExecutorTaskConfig, MaintenanceConfig
 from crawler_ops.config.sections import FilterConfig, KafkaConfig, NotifyConfig, SourceConfig
+from crawler_ops.config.source_auth import SourceAuth
 from crawler_ops.config.source_paging import PaginatorConfig, RequestConfig
 
 SIMPLE_TYPES = {str: "string", int: "integer", float: "number", bool: "boolean", datetime: "date or date-time"}
@@ -63,6 +64,13 @@ SECTIONS = (
         RequestConfig,
         "`source.request:`: the request of one page, as templates over `{task}`, `{offset}`, `{limit}`, `{page}`, "
         "`{page_size}`, `{window_start}`, `{window_end}`, `{ref}` (see [docs/sources.md](sources.md)).",
+    ),
+    Section(
+        "Source auth",
+        "source-auth",
+        SourceAuth,
+        "`source.auth:` of a crawl task (or of `defaults`); one section per type in "
+        "[sources.md](sources.md#authentication).",
     ),
     Section("Filter", "filter", FilterConfig, "`filter:` of a crawl task (or of `defaults`)."),
     Section("Kafka", "kafka", KafkaConfig, "`kafka:` of a crawl task (or of `defaults`)."),
@@ -154,7 +162,9 @@ def table(model: type[BaseModel], fields: Mapping[str, FieldInfo]) -> list[str]:
         if not description:
             raise ValueError(f"{model.__name__}.{name} has no description; give it Field(description=...)")
         kind = ", ".join([type_name(field.annotation), *bounds(field)])
-        rows.append(f"| `{name}` | {cell(kind)} | {cell(default_text(field))} | {cell(markdown(description))} |")
+        rows.append(
+            f"| `{field.alias or name}` | {cell(kind)} | {cell(default_text(field))} | {cell(markdown(description))} |"
+        )
     return rows
 
 

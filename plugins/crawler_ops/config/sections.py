@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from crawler_ops.config.checks import known_timezone
+from crawler_ops.config.source_auth import SourceAuth
 from crawler_ops.config.source_paging import PaginatorConfig, RequestConfig, check_request, default_query
 from crawler_ops.filtering import DateRule
 from crawler_ops.lineage import env_bootstrap_servers, kafka_server
@@ -33,8 +34,12 @@ class SourceShape(StrictModel):
 
     conn_id: str = Field(
         "demo_source",
-        description="Airflow HTTP connection of the source: schema, host and port of its URL, login/password for "
-        "basic auth, extra = HTTP headers; the rate limit and the pool crawler_source_<conn_id> belong to it",
+        description="Airflow HTTP connection of the source: schema, host and port of its URL, the secrets of auth "
+        "(login/password for basic auth by default), extra = HTTP headers; the rate limit, the pool "
+        "crawler_source_<conn_id> and an OAuth2 token belong to it",
+    )
+    auth: SourceAuth = Field(
+        SourceAuth(), description="how requests authenticate; secrets come from the connection only (see below)"
     )
     task: str | None = Field(
         None,

@@ -190,12 +190,16 @@ class RunContext:
         from crawler_ops.hooks.paging import Paging
         from crawler_ops.hooks.ratelimit import limiter_for
         from crawler_ops.hooks.source import SourceApiHook
+        from crawler_ops.hooks.tokens import token_for
 
         fields = head_fields(self.cfg.filter.date_fields, self.cfg.kafka.key_field)
         limiter = limiter_for(self.cfg.source, self.cfg.postgres_conn_id)
         window = self.window
         paging = Paging.of_task(self.cfg, self.ref, (window.start, window.end))
-        return SourceApiHook(self.cfg.source, self.cfg.id, self.cfg.source_task, fields, limiter, paging)
+        token = token_for(self.cfg.source, self.cfg.postgres_conn_id)
+        return SourceApiHook(
+            self.cfg.source, self.cfg.id, self.cfg.source_task, fields, limiter, paging=paging, token=token
+        )
 
     def store(self) -> CrawlStoreHook:
         from crawler_ops.hooks.store import CrawlStoreHook

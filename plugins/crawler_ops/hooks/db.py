@@ -45,6 +45,32 @@ def create_schema(cur: Cursor) -> None:
     cur.execute(read_sql("schema"))
 
 
+def row_connection(
+    hook: PostgresHook, settings: dict[str, str], add_row: str, params: dict[str, Any]
+) -> psycopg.Connection:
+    """An autocommit connection of its own for one shared row of a source (its pacing, its token): the session
+    ``settings`` (such as lock_timeout) set, and the row added by the statement ``add_row`` (the schema created
+    first when a request comes before any plan created it)."""
+    try:
+        db = cast(psycopg.Connection, hook.get_conn())
+    except psycopg.OperationalError as exc:
+        raise StatusTableError(f"cannot connect to PostgreSQL (connection '{hook.postgres_conn_id}'): {exc}") from exc
+    db.autocommit = True
+    try:
+        for name, value in settings.items():
+            db.execute(f"SET {name} = '{value}'")
+        try:
+            db.execute(read_sql(add_row), params)
+        except psycopg.errors.UndefinedTable:
+            with db.transaction(), db.cursor() as cur:
+                create_schema(cur)
+            db.execute(read_sql(add_row), params)
+    except BaseException:
+        db.close()
+        raise
+    return db
+
+
 def schema_exists(cur: Cursor) -> bool:
     return cur.execute(read_sql("view/schema_exists")).fetchone() is not None
 

@@ -46,13 +46,13 @@ from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass
 from functools import cached_property
-from typing import Any, Protocol, cast
+from typing import Any, Protocol
 
 import psycopg
 
 from crawler_ops.config import SourceConfig
 from crawler_ops.errors import SourcePausedError, StatusTableError
-from crawler_ops.hooks.db import CrawlerDbHook, create_schema
+from crawler_ops.hooks.db import CrawlerDbHook, row_connection
 from crawler_ops.sqlfiles import read_sql
 
 log = logging.getLogger(__name__)
@@ -113,29 +113,11 @@ class SourceRateStore:
 
     @cached_property
     def db(self) -> psycopg.Connection[Any]:
-        try:
-            db = cast(psycopg.Connection, self.hook.get_conn())
-        except psycopg.OperationalError as exc:
-            raise StatusTableError(
-                f"cannot connect to PostgreSQL (connection '{self.hook.postgres_conn_id}'): {exc}"
-            ) from exc
-        db.autocommit = True
-        try:
-            # Every fetch thread of the process waits on this connection: a held row lock or a hung server must
-            # fail a request, not stall them all.
-            db.execute(f"SET lock_timeout = '{LOCK_TIMEOUT_MS}ms'")
-            db.execute(f"SET statement_timeout = '{STATEMENT_TIMEOUT_MS}ms'")
-            try:
-                db.execute(read_sql("ratelimit/add_source"), {"source": self.source.conn_id, "ceiling": self.ceiling})
-            except psycopg.errors.UndefinedTable:
-                # A first request before any plan created the schema (plan asks for the total first).
-                with db.transaction(), db.cursor() as cur:
-                    create_schema(cur)
-                db.execute(read_sql("ratelimit/add_source"), {"source": self.source.conn_id, "ceiling": self.ceiling})
-        except BaseException:
-            db.close()
-            raise
-        return db
+        # Every fetch thread of the process waits on this connection: a held row lock or a hung server must fail a
+        # request, not stall them all.
+        timeouts = {"lock_timeout": f"{LOCK_TIMEOUT_MS}ms", "statement_timeout": f"{STATEMENT_TIMEOUT_MS}ms"}
+        params = {"source": self.source.conn_id, "ceiling": self.ceiling}
+        return row_connection(self.hook, timeouts, "ratelimit/add_source", params)
 
     def close(self) -> None:
         """Close the connection (a later call opens another)."""

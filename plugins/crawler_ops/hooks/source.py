@@ -13,6 +13,7 @@ from airflow.sdk import BaseHook
 
 from crawler_ops.config import SourceConfig
 from crawler_ops.errors import SourceError, SourcePausedError, StatusTableError
+from crawler_ops.hooks.auth import extra_headers, redact, source_auth
 from crawler_ops.hooks.deadline import DeadlineTransport, deadline, environment_proxy
 from crawler_ops.hooks.paging import DEFAULT_BATCH_SIZE, Paging, Send, join_pages, probe_total
 from crawler_ops.hooks.responses import (
@@ -28,6 +29,7 @@ from crawler_ops.records import Page
 
 if TYPE_CHECKING:
     from crawler_ops.hooks.ratelimit import SourceLimiter
+    from crawler_ops.hooks.tokens import SharedToken
 
 #: Turns a body into its typed value (None: any JSON).
 Decode = Callable[[bytes], Any] | None
@@ -45,12 +47,13 @@ def base_url(conn: Any) -> str:
     return f"{base}:{conn.port}" if conn.port else base
 
 
-def http_client(conn: Any, source: SourceConfig) -> httpx.Client:
-    """A keep-alive client for the connection: base URL from schema/host/port, basic auth from login/password,
-    headers from the extra; as many connections as pages in flight (plus two)."""
+def http_client(conn: Any, source: SourceConfig, label: str = "", token: SharedToken | None = None) -> httpx.Client:
+    """A keep-alive client for the connection: base URL from schema/host/port, ``source.auth`` with the connection's
+    secrets (:mod:`crawler_ops.hooks.auth`; ``token``: its shared OAuth2 token), headers from the extra; as many
+    connections as pages in flight (plus two)."""
     base = base_url(conn)
-    headers = {str(k): str(v) for k, v in (conn.extra_dejson or {}).items() if not isinstance(v, (dict, list))}
-    auth = httpx.BasicAuth(conn.login, conn.password or "") if conn.login else None
+    headers = extra_headers(conn, source)
+    auth = source_auth(conn, source, base, label or source.conn_id, token)
     limits = httpx.Limits(max_connections=source.concurrency + 2, max_keepalive_connections=source.concurrency + 2)
     # Loading the CA bundle for a verifying TLS context costs 0.1-0.2 s per client; a plain-HTTP source
     # (redirects are not followed) never uses it.
@@ -63,17 +66,16 @@ def http_client(conn: Any, source: SourceConfig) -> httpx.Client:
 class SourceApiHook(BaseHook):
     """Reads the total and the pages of one data set of a paginated HTTP JSON API.
 
-    The Airflow connection gives the base URL (schema, host, port), optional basic auth (login/password)
-    and extra HTTP headers (the connection's extra, a JSON object of header names to values).
+    The Airflow connection gives the base URL, the secrets of ``source.auth`` and headers (:func:`http_client`).
 
     :param source: the task's source config (paths, JSON paths, timeouts, retry policy).
     :param task_label: the crawl task id, used in error messages.
     :param source_task: the source's own id of the data set.
-    :param fields: record fields each page's decode also reads (:func:`crawler_ops.records.head_fields`),
-        so filtering does not decode every record again.
-    :param limiter: this process's limiter of the source connection, which the caller builds from the crawler
-        database (:func:`crawler_ops.hooks.ratelimit.limiter_for`); the hook uses it until :meth:`close`. Without
-        one, requests are not limited. The hook itself never talks to PostgreSQL.
+    :param fields: record fields each page's decode also reads for the filter (:func:`crawler_ops.records.head_fields`).
+    :param limiter: this process's limiter of the source connection (:func:`crawler_ops.hooks.ratelimit.limiter_for`),
+        used until :meth:`close` (none: requests are not limited), and ``token`` its shared OAuth2 token
+        (:func:`crawler_ops.hooks.tokens.token_for`): the caller builds both from the crawler database, the hook
+        itself never talks to PostgreSQL.
     :param paging: how offsets become requests (:class:`~crawler_ops.hooks.paging.Paging`); default: outside a run.
     """
 
@@ -90,6 +92,7 @@ class SourceApiHook(BaseHook):
         fields: tuple[str, ...] = (),
         limiter: SourceLimiter | None = None,
         paging: Paging | None = None,
+        token: SharedToken | None = None,
     ) -> None:
         super().__init__()
         self.source = source
@@ -97,7 +100,7 @@ class SourceApiHook(BaseHook):
         self.source_task = source_task
         self.fields = fields
         self.max_bytes = int(source.max_response_mb * 1024 * 1024)
-        self.limiter = limiter
+        self.limiter, self.token = limiter, token
         self.attached = limiter is not None
         self.paging = paging or Paging.outside_a_run(source, source_task, DEFAULT_BATCH_SIZE)
         if limiter is not None:
@@ -105,7 +108,7 @@ class SourceApiHook(BaseHook):
 
     @cached_property
     def client(self) -> httpx.Client:
-        return http_client(self.get_connection(self.source.conn_id), self.source)
+        return http_client(self.get_connection(self.source.conn_id), self.source, self.task_label, self.token)
 
     def close(self) -> None:
         if "client" in self.__dict__:
@@ -190,7 +193,7 @@ class SourceApiHook(BaseHook):
                         if self.limiter is not None and (response.status_code == 429 or retry_after is not None):
                             self.limiter.throttle(retry_after)
                         raise SourceError(
-                            f"{label} answered HTTP {response.status_code}: {error_excerpt(response)!r}",
+                            f"{label} answered HTTP {response.status_code}: {redact(error_excerpt(response))!r}",
                             retriable=response.status_code in RETRIABLE_STATUS,
                             retry_after=retry_after,
                         )

@@ -32,6 +32,7 @@ from crawler_ops.hooks.paging import Paging
 from crawler_ops.hooks.producer import IdempotentProducerHook
 from crawler_ops.hooks.reports import CrawlReportHook
 from crawler_ops.hooks.source import SourceApiHook
+from crawler_ops.hooks.tokens import token_for
 from crawler_ops.results import RECORD_COUNTERS
 from crawler_ops.status_table import STATUS_NAMES
 
@@ -249,7 +250,9 @@ def source_total(cfg: CrawlTaskConfig, end: float | None = None) -> dict[str, An
     default: the status deadline from now)."""
     left = STATUS_DEADLINE_S if end is None else end - time.monotonic()
     quick = cfg.source.model_copy(update={"max_retries": 0, "timeout_s": min(cfg.source.timeout_s, STATUS_DEADLINE_S)})
-    source = SourceApiHook(quick, cfg.id, cfg.source_task, paging=Paging.of_task(cfg))
+    source = SourceApiHook(
+        quick, cfg.id, cfg.source_task, paging=Paging.of_task(cfg), token=token_for(quick, cfg.postgres_conn_id)
+    )
     try:
         with deadline(left):
             return {"source_total": source.get_total()}

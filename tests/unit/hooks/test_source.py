@@ -24,6 +24,7 @@ from crawler_ops.config import SourceConfig
 from crawler_ops.errors import SourceError
 from crawler_ops.hooks import source as source_module
 from crawler_ops.hooks.source import MAX_RETRY_AFTER_S, SourceApiHook
+from tests.unit.hooks.mock_http import route_clients
 from tests.waiting import wait_until
 
 Reply = httpx.Response | Exception
@@ -65,10 +66,7 @@ def sleeps(monkeypatch: pytest.MonkeyPatch) -> list[float]:
 def fake(monkeypatch: pytest.MonkeyPatch, sleeps: list[float]) -> FakeSource:
     """Route every httpx client the hook builds through a :class:`FakeSource`."""
     served = FakeSource()
-    real_client = httpx.Client
-    monkeypatch.setattr(
-        httpx, "Client", lambda **kwargs: real_client(**{**kwargs, "transport": httpx.MockTransport(served)})
-    )
+    route_clients(monkeypatch, served)
     return served
 
 
