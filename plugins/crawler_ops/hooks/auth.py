@@ -133,7 +133,7 @@ class OAuth2Auth(httpx.Auth):
         return token
 
 
-class TokenGrant(Grant):
+class TokenGrant:
     """A token request to the provider (RFC 6749 §4.4 client credentials, §6 refresh token), bounded by the source's
     deadline and retried like a page request.
 

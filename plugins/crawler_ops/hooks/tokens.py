@@ -23,7 +23,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import cached_property
-from typing import Any
+from typing import Any, Protocol
 
 import psycopg
 
@@ -145,7 +145,7 @@ class SourceTokenStore:
         return StatusTableError(f"the OAuth2 token of source '{self.conn_id}': PostgreSQL failed: {exc}")
 
 
-class Grant:
+class Grant(Protocol):
     """How a token is asked for (:class:`crawler_ops.hooks.auth.TokenGrant`): the seed its refresh token starts from
     and the request itself."""
 
@@ -153,8 +153,7 @@ class Grant:
     #: names the task in errors
     label: str
 
-    def request(self, refresh_token: str | None) -> Issued:
-        raise NotImplementedError
+    def request(self, refresh_token: str | None) -> Issued: ...
 
 
 class SharedToken:
