@@ -90,12 +90,31 @@ def backfill_runs(airflow: AirflowApi, dag_id: str, count: int) -> list[dict[str
 
 def wait_until_idle(airflow: AirflowApi, dag_id: str) -> None:
     deadline = time.monotonic() + RUN_TIMEOUT_S
-    while any(
-        r["state"] in ("queued", "running")
-        for r in airflow.http.get(f"/dags/{dag_id}/dagRuns", params={"limit": 100}).json()["dag_runs"]
-    ):
+    while any(r["state"] in ("queued", "running") for r in _runs(airflow, dag_id)):
         assert time.monotonic() < deadline, f"{dag_id} still has active runs"
         time.sleep(1)
+
+
+def pause_when_idle(airflow: AirflowApi, dag_id: str) -> None:
+    """Pause ``dag_id`` at a moment it has no queued or running run.
+
+    The scheduler neither starts nor advances the runs of a paused DAG, so pausing while a scheduled run is
+    queued would leave it queued forever. Pausing takes the DAG's row, which the scheduler holds while it
+    creates runs: a run created before the pause is visible right after it, and then the DAG is unpaused to
+    let that run finish before trying again."""
+    deadline = time.monotonic() + RUN_TIMEOUT_S
+    while True:
+        wait_until_idle(airflow, dag_id)
+        assert airflow.http.patch(f"/dags/{dag_id}", json={"is_paused": True}).status_code == 200
+        active = [r["dag_run_id"] for r in _runs(airflow, dag_id) if r["state"] in ("queued", "running")]
+        if not active:
+            return
+        assert time.monotonic() < deadline, f"{dag_id} kept starting runs: {active}"
+        assert airflow.http.patch(f"/dags/{dag_id}", json={"is_paused": False}).status_code == 200
+
+
+def _runs(airflow: AirflowApi, dag_id: str) -> list[dict]:
+    return airflow.http.get(f"/dags/{dag_id}/dagRuns", params={"limit": 100}).json()["dag_runs"]
 
 
 def wait_for_first_scheduled_run(airflow: AirflowApi, dag_id: str) -> None:

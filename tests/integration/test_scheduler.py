@@ -19,6 +19,7 @@ from tests.integration.airflow_api import (
     AirflowApi,
     airflow_cli,
     backfill_runs,
+    pause_when_idle,
     wait_for_first_scheduled_run,
     wait_until_idle,
 )
@@ -239,8 +240,7 @@ def test_an_executor_dag_runs_on_its_schedule_and_from_a_rest_trigger(airflow, p
 
     assert state == "success"
     # Pause the minutely schedule so no new run starts between listing the runs and counting the rows.
-    assert airflow.http.patch(f"/dags/{dag_id}", json={"is_paused": True}).status_code == 200
-    wait_until_idle(airflow, dag_id)
+    pause_when_idle(airflow, dag_id)
     runs = finished_runs(airflow, dag_id, "scheduled") + finished_runs(airflow, dag_id, "manual")
     assert all(r["state"] == "success" for r in runs)
     counts = dict(query(pg_uri, f'SELECT status, count(*) FROM public."status_{task_ids["executor"]}" GROUP BY 1'))
