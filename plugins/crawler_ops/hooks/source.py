@@ -24,6 +24,7 @@ from crawler_ops.hooks.responses import (
     error_excerpt,
     read_bounded,
     retry_after_seconds,
+    retry_delay,
 )
 from crawler_ops.records import Page
 
@@ -210,11 +211,3 @@ class SourceApiHook(BaseHook):
                 ) from exc
             except httpx.TransportError as exc:
                 raise SourceError(f"{label} failed: {exc!r}", retriable=True) from exc
-
-
-def retry_delay(source: SourceConfig, exc: SourceError, attempt: int) -> float:
-    """Seconds before retry ``attempt + 1``: the source's own Retry-After (validated and capped where it was read)
-    wins over the exponential backoff."""
-    if exc.retry_after is not None:
-        return min(exc.retry_after, source.max_retry_after_s)
-    return min(source.backoff_s * 2**attempt, source.max_backoff_s)
