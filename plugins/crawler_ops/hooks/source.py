@@ -123,10 +123,11 @@ class SourceApiHook(BaseHook):
 
     # ----------------------------------------------------------------- API
 
-    def get_total(self) -> int:
-        """The source's total: its count endpoint's answer, or probed from pages without one (``count_path: null``)."""
+    def get_total(self, known: int | None = None) -> int:
+        """The source's total: its count endpoint's answer, or probed from pages without one (``count_path: null``),
+        starting from ``known``, a total it had before."""
         if self.source.count_path is None:
-            return probe_total(self.get_page, self.paging.batch_size, f"task {self.task_label}")
+            return probe_total(self.get_page, self.paging.batch_size, f"task {self.task_label}", known)
         document = self.get_json(Send(self.url_for(self.source.count_path)), "count", max_bytes=COUNT_BODY_BYTES)
         return count_total(document, self.source.total_path, f"task {self.task_label}")
 
