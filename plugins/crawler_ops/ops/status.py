@@ -248,6 +248,8 @@ def iso(value: Any) -> Any:
 def source_total(cfg: CrawlTaskConfig, end: float | None = None) -> dict[str, Any]:
     """The source's current total, asked once (no retries), answered or failed by ``end`` (a monotonic time;
     default: the status deadline from now)."""
+    if cfg.source.paginator.sequential:  # a feed walked page after page has no total to ask for
+        return {"source_total": None}
     left = STATUS_DEADLINE_S if end is None else end - time.monotonic()
     quick = cfg.source.model_copy(update={"max_retries": 0, "timeout_s": min(cfg.source.timeout_s, STATUS_DEADLINE_S)})
     source = SourceApiHook(
