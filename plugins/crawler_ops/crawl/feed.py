@@ -155,13 +155,13 @@ class FeedLedger(StatusTableLedger):
     def rows(self) -> FeedRows:
         return FeedRows(self.store.task_id)
 
-    def resume(self, batch: Batch) -> tuple[Batch, str | None]:
+    def resume(self, batch: Batch) -> tuple[Batch, str | None] | None:
         """Where the walk of the plan starting at ``batch`` goes on: its first page not done (a retry after a kill
-        finds the pages before it done), and the position stored with it."""
+        finds the pages before it done), and the position stored with it; None when every page is done."""
         with self.store.transaction() as cur:
             pages = self.rows.pages(cur, batch.lo)
         page = next((page for page in pages if page.status != DONE), None)
-        return (batch, None) if page is None else (Batch(page.lo, page.lo + 1), page.position)
+        return None if page is None else (Batch(page.lo, page.lo + 1), page.position)
 
     def renew_in(self, cur: Cursor, batch: Batch | None) -> bool:
         if batch is None:
@@ -203,7 +203,11 @@ class FeedWalk:
         """Fetch, filter, publish and record pages from ``batch`` on until the stop."""
         position = None
         if batch is not None and isinstance(self.ledger, FeedLedger):
-            batch, position = self.ledger.resume(batch)
+            resumed = self.ledger.resume(batch)
+            if resumed is None:
+                log.info("task %s: every page of the feed plan from page %d is done", self.cfg.id, batch.lo)
+                return
+            batch, position = resumed
         if batch is None or not self.ledger.claim(batch):
             raise StatusTableError(
                 f"task {self.cfg.id}: feed page {batch} is done, parked or held by another worker; nothing read"
