@@ -171,3 +171,29 @@ def test_a_cursor_refused_on_resume_fails_naming_the_page_and_the_reset(source, 
 
     with pytest.raises(Exception, match=r"refused feed page 1's stored position 'o500'.*\"reset\": true"):
         crawl_chunk(replace(run, try_number=2), chunk)
+
+
+@pytest.mark.parametrize("point", ["before_commit", "after_commit"])
+def test_with_exactly_once_delivery_a_sigkill_mid_walk_publishes_every_record_once(
+    point, source, kafka_bootstrap, pg_uri, unique_id
+):
+    source.create(unique_id, total=800, ref=REF, in_window_share=1.0, feed={"next": "cursor"})
+    cfg = feed_task(unique_id, "cursor", kafka={"delivery": "exactly_once"})
+    run = RunContext(cfg=cfg, run_id="feed-eo", ref=REF, params=RunParams(), map_index=0)
+    (chunk,) = plan_run(run)
+
+    # before_commit: the third page's transaction is open; after_commit: Kafka committed it, PostgreSQL did not
+    worker = spawn_chunk(cfg, run.run_id, REF, chunk, kill={"point": point, "nth": 3})
+    worker.communicate(timeout=300)
+    assert worker.returncode == -signal.SIGKILL
+    result = crawl_chunk(replace(run, try_number=2), chunk)
+    assert commit_run(run, [chunk], [result]).status == "success"
+
+    messages = read_topic(kafka_bootstrap, cfg.kafka.topic)
+    assert {m.key for m in messages} == truth(source, unique_id, REF), "nothing lost"
+    assert not duplicates(messages), "nothing published twice (read_committed)"
+    asked = Counter(positions(feed_requests(source, unique_id)))
+    assert [n for n in asked.values() if n > 1] == [2], "the killed page read again (for its next position only)"
+    assert result["published"] == 600, (
+        "the retry's six pages, the killed one counted once (from its marker if committed)"
+    )

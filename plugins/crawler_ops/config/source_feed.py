@@ -32,18 +32,13 @@ def check_feed_placeholders(kind: str, where: str, names: Sequence[str]) -> None
             )
 
 
-def check_feed_task(kind: str, key_field: str | None, delivery: str) -> None:
+def check_feed_task(kind: str, key_field: str | None) -> None:
     """A feed stops at the newest record the last crawl saw, found by its key: ValueError naming the field when the
-    task has no key, or asks for a delivery the feed does not keep (the config's checks name the task)."""
+    task has no key (the config's checks name the task)."""
     if kind not in SEQUENTIAL:
         return
     if key_field is None:
         raise ValueError(
             f"kafka.key_field is null, but a {kind} paginator finds where the last crawl stopped by "
             "the key of the newest record it saw; name the records' unique key field in kafka.key_field"
-        )
-    if delivery == "exactly_once":
-        raise ValueError(
-            f"kafka.delivery exactly_once is not available with a {kind} paginator (a feed page killed "
-            "mid-publish is published again, at most one page per kill); use delivery: at_least_once"
         )

@@ -21,11 +21,12 @@ from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import Any
 
-from crawler_ops.crawl.batch_filter import BatchFilter
+from crawler_ops.crawl.batch_filter import BatchFilter, FilteredBatch
 from crawler_ops.crawl.ledger import DryRunLedger, Ledger, StatusTableLedger
 from crawler_ops.crawl.run import RunContext
 from crawler_ops.errors import ConfigError, SourceError, StatusTableError
 from crawler_ops.filtering import DateRule, record_date
+from crawler_ops.hooks.exactly_once import TransactionalPublisher
 from crawler_ops.hooks.feed import FeedPage, feed_reader, feed_send
 from crawler_ops.hooks.feed_rows import FeedRows, Mark, PageRow
 from crawler_ops.hooks.producer import Publisher
@@ -208,6 +209,8 @@ class FeedWalk:
                 log.info("task %s: every page of the feed plan from page %d is done", self.cfg.id, batch.lo)
                 return
             batch, position = resumed
+            if isinstance(self.publisher, TransactionalPublisher) and self.publisher.markers:
+                self.publisher.markers.generations.update(self.ledger.generations([batch]))
         if batch is None or not self.ledger.claim(batch):
             raise StatusTableError(
                 f"task {self.cfg.id}: feed page {batch} is done, parked or held by another worker; nothing read"
@@ -216,9 +219,7 @@ class FeedWalk:
         for _ in range(self.cfg.max_planned_batches):
             page = self.fetch(batch, position)
             keep, stop = stop_at(page, self.source.fields, self.key_field, self.cfg.filter.rule, self.mark, self.since)
-            filtered = self.filter.filter(batch, page.records[:keep], exact=False)
-            self.publisher.send(batch, filtered.messages, filtered.outcome(published=filtered.kept).counts)
-            outcome = filtered.outcome(published=self.publisher.confirm())
+            outcome = self.publish(batch, page.records[:keep])
             following = None if stop or page.next is None else Batch(batch.lo + 1, batch.lo + 2)
             if following is not None and page.next == position:
                 raise SourceError(f"task {self.cfg.id}: feed page {batch.lo} names itself as the next", retriable=False)
@@ -232,6 +233,18 @@ class FeedWalk:
             "without reaching the mark, the window's start or the feed's end; raise max_planned_batches",
             retriable=False,
         )
+
+    def publish(self, batch: Batch, records: Sequence[Any]) -> BatchOutcome:
+        """Filter and publish a page's kept records and wait for Kafka; with exactly-once delivery, a page whose
+        transaction an earlier attempt committed (its marker) is only recorded done, and its page was read again
+        only for the position of the next."""
+        prior = self.publisher.delivered(batch)
+        if prior is not None:
+            log.info("task %s: feed page %d was delivered by an earlier attempt; recorded done", self.cfg.id, batch.lo)
+            return FilteredBatch(batch, prior=prior).outcome(published=0)
+        filtered = self.filter.filter(batch, records, exact=False)
+        self.publisher.send(batch, filtered.messages, filtered.outcome(published=filtered.kept).counts)
+        return filtered.outcome(published=self.publisher.confirm())
 
     @property
     def since(self) -> datetime:
@@ -260,6 +273,8 @@ class FeedWalk:
                 newest(page, self.source.fields, self.key_field, self.cfg.filter.rule) if first else None
             )
         _, held = self.ledger.finish(outcome, following)
+        if following is not None and isinstance(self.publisher, TransactionalPublisher) and self.publisher.markers:
+            self.publisher.markers.generations[following.lo] = self.run.run_id  # the run that created its row
         self.counts += outcome.counts
         self.current = None
         if following is not None and not held:
@@ -277,7 +292,9 @@ def crawl_feed(
     source = run.source()
     walk: FeedWalk | None = None
     try:
-        publisher = publisher_for(run, list(payload.batches), ledger)
+        # One transactional id for every attempt of every run of the feed (batch [0, 1) stands for it): each
+        # fences the one before it, whose open transaction is aborted.
+        publisher = publisher_for(run, [Batch(0, 1)], ledger)
         walk = FeedWalk(run, source, ledger, publisher, read_mark(run))
         try:
             walk.walk(batch)

@@ -54,7 +54,6 @@ def test_a_feeds_default_query_sends_the_page_size_and_the_cursor(paginator, que
         ),
         ({"paginator": {"type": "link_header"}, "request": {"query": {}}}, {}, r"no template sends \{limit\}"),
         ({"paginator": {"type": "link_header"}}, {"key_field": None}, "kafka.key_field is null, but a link_header"),
-        ({"paginator": {"type": "cursor"}}, {"delivery": "exactly_once"}, "exactly_once is not available"),
     ],
 )
 def test_validation_refuses_what_a_feed_cannot_do_naming_the_field(source, kafka, message):
