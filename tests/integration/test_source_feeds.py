@@ -56,6 +56,15 @@ def truth(source: DemoSource, task: str, ref: datetime) -> set[str]:
     return set(source.truth(task, ref, days=7, tolerance_s=TOLERANCE_S)["in_window_ids"])
 
 
+def pages_to_window(source: DemoSource, task: str, total: int, ref: datetime) -> int:
+    """The pages a first crawl reads: up to the first page (of 100, newest first) whose records are all older than
+    the window, by the source's true dates (the truth's ids in the window)."""
+    window = truth(source, task, ref)
+    ids = [r["id"] for lo in range(0, total, 500) for r in source.records(task, lo, min(500, total - lo))][::-1]
+    pages = [ids[lo : lo + 100] for lo in range(0, total, 100)]
+    return next((n + 1 for n, page in enumerate(pages) if not window.intersection(page)), len(pages))
+
+
 def feed_state(pg_uri: str, task: str) -> tuple[Any, ...]:
     import psycopg
 
@@ -82,7 +91,7 @@ def test_a_feed_is_crawled_exactly_then_incrementally_down_to_the_mark(
     assert first == truth(source, unique_id, REF), "exactly the window's records"
     asked = positions(feed_requests(source, unique_id))
     assert asked[0] is None and len(set(asked)) == len(asked), f"no page fetched twice: {asked}"
-    assert len(asked) < 11, "the first crawl stopped at the window instead of reading the whole feed"
+    assert len(asked) == pages_to_window(source, unique_id, 1_050, REF), "stopped after the first page all older"
     pages, mark, rows = feed_state(pg_uri, unique_id)
     assert pages == len(asked) and mark is not None and rows == 0, "plan closed: pages counted, mark saved, rows pruned"
 
@@ -197,3 +206,16 @@ def test_with_exactly_once_delivery_a_sigkill_mid_walk_publishes_every_record_on
     assert result["published"] == 600, (
         "the retry's six pages, the killed one counted once (from its marker if committed)"
     )
+
+
+def test_a_dry_run_walks_the_feed_and_records_nothing(source, kafka_bootstrap, pg_uri, unique_id, run_dag):
+    source.create(unique_id, total=1_050, ref=REF, in_window_share=0.5, feed={"next": "cursor"})
+    cfg = feed_task(unique_id, "cursor")
+
+    assert run_dag(cfg, REF, conf={"dry_run": True}) == "success"
+
+    asked = positions(feed_requests(source, unique_id))
+    assert asked[0] is None and 1 < len(asked) < 11 and len(set(asked)) == len(asked)
+    assert feed_state(pg_uri, unique_id) == (None, None, 0), "no progress, no mark, no page rows"
+    with pytest.raises(Exception, match="(?i)topic"):
+        read_topic(kafka_bootstrap, cfg.kafka.topic, timeout=5)
