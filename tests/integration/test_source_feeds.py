@@ -18,7 +18,16 @@ from crawler_ops.crawl.chunk import crawl_chunk
 from crawler_ops.crawl.commit import commit_run
 from crawler_ops.crawl.plan import plan_run
 from crawler_ops.crawl.run import RunContext, RunParams
-from tests.support import DemoSource, duplicates, make_task, read_topic, run_record, spawn_chunk, watermark
+from tests.support import (
+    DemoSource,
+    MissingTopic,
+    duplicates,
+    make_task,
+    read_topic,
+    run_record,
+    spawn_chunk,
+    watermark,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -217,5 +226,5 @@ def test_a_dry_run_walks_the_feed_and_records_nothing(source, kafka_bootstrap, p
     asked = positions(feed_requests(source, unique_id))
     assert asked[0] is None and 1 < len(asked) < 11 and len(set(asked)) == len(asked)
     assert feed_state(pg_uri, unique_id) == (None, None, 0), "no progress, no mark, no page rows"
-    with pytest.raises(Exception, match="(?i)topic"):
+    with pytest.raises(MissingTopic):
         read_topic(kafka_bootstrap, cfg.kafka.topic, timeout=5)
