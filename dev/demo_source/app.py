@@ -12,6 +12,8 @@ All state lives in memory in a :class:`DemoSource` instance. Routes:
 * ``GET /admin/tasks/{task}/truth?ref=&days=&tolerance_s=``
 * the paging modes of :mod:`demo_source.paging`: ``GET /api/{task}/pages``, ``POST /api/{task}/search``, and a
   count endpoint that answers 404 (a task's ``paging`` options)
+* ``GET /api/{task}/feed``: the records newest first, each page naming the next by a cursor, a next link or a Link
+  header (a task's ``feed`` options, :mod:`demo_source.feed`)
 * ``POST /oauth/{task}/token``, ``GET /admin/tasks/{task}/auth``, ``POST /admin/tasks/{task}/auth/revoke``: a task
   created with ``auth`` wants it on its ``/api`` requests (``demo_source.auth``)
 
