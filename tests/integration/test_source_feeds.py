@@ -228,3 +228,28 @@ def test_a_dry_run_walks_the_feed_and_records_nothing(source, kafka_bootstrap, p
     assert feed_state(pg_uri, unique_id) == (None, None, 0), "no progress, no mark, no page rows"
     with pytest.raises(MissingTopic):
         read_topic(kafka_bootstrap, cfg.kafka.topic, timeout=5)
+
+
+def test_records_appended_while_a_plan_is_open_wait_for_the_run_after_it(source, kafka_bootstrap, pg_uri, unique_id):
+    source.create(unique_id, total=1_000, ref=REF, in_window_share=1.0, append_step_s=60, feed={"next": "cursor"})
+    before = truth(source, unique_id, REF)
+    cfg = feed_task(unique_id, "cursor")
+    run = RunContext(cfg=cfg, run_id="feed-open", ref=REF, params=RunParams(), map_index=0)
+    (chunk,) = plan_run(run)
+    worker = spawn_chunk(cfg, run.run_id, REF, chunk, kill={"point": "before_commit", "nth": 3})
+    worker.communicate(timeout=300)
+    assert commit_run(run, [chunk], []).status == "failed"
+
+    source.append(unique_id, 150)  # at the front of the feed: the open plan's stored positions stay valid
+    resumed = replace(run, run_id="feed-resumed")
+    (rest,) = plan_run(resumed)
+    assert commit_run(resumed, [rest], [crawl_chunk(resumed, rest)]).status == "success"
+    assert {m.key for m in read_topic(kafka_bootstrap, cfg.kafka.topic)} == before, "the open plan's records only"
+
+    source.clear_requests(unique_id)
+    after = replace(run, run_id="feed-after")
+    (plan,) = plan_run(after)
+    assert commit_run(after, [plan], [crawl_chunk(after, plan)]).status == "success"
+    keys = {m.key for m in read_topic(kafka_bootstrap, cfg.kafka.topic)}
+    assert keys - before == truth(source, unique_id, REF) - before and len(keys - before) == 150
+    assert len(feed_requests(source, unique_id)) == 2, "150 new records: the second page holds the plan's mark"
