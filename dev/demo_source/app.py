@@ -12,6 +12,8 @@ All state lives in memory in a :class:`DemoSource` instance. Routes:
 * ``GET /admin/tasks/{task}/truth?ref=&days=&tolerance_s=``
 * the paging modes of :mod:`demo_source.paging`: ``GET /api/{task}/pages``, ``POST /api/{task}/search``, and a
   count endpoint that answers 404 (a task's ``paging`` options)
+* ``GET /api/{task}/feed``: the records newest first, each page naming the next by a cursor, a next link or a Link
+  header (a task's ``feed`` options, :mod:`demo_source.feed`)
 * ``POST /oauth/{task}/token``, ``GET /admin/tasks/{task}/auth``, ``POST /admin/tasks/{task}/auth/revoke``: a task
   created with ``auth`` wants it on its ``/api`` requests (``demo_source.auth``)
 
@@ -52,6 +54,7 @@ from demo_source.data import (
     task_seed,
     utc_midnight,
 )
+from demo_source.feed import FeedOptions, serve_feed
 from demo_source.paging import ROUTES as PAGING_ROUTES
 from demo_source.paging import PagingError, PagingOptions, Reader
 
@@ -104,6 +107,7 @@ class TaskBody(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     append_step_s: int = 60
     paging: PagingOptions = msgspec.field(default_factory=PagingOptions)
     auth: AuthOptions | None = None
+    feed: FeedOptions = msgspec.field(default_factory=FeedOptions)
 
 
 class AppendBody(msgspec.Struct, forbid_unknown_fields=True):
@@ -282,6 +286,7 @@ class TaskRuntime:
     in_flight: int = 0
     peak_in_flight: int = 0
     auth: AuthState | None = None
+    feed: FeedOptions = field(default_factory=FeedOptions)
 
     def __post_init__(self) -> None:
         """Seed the fault RNG from the task's seed."""
@@ -410,6 +415,7 @@ class DemoSource:
             ("healthz",): {"GET": self.healthz},
             ("api", "*", "count"): {"GET": self.count},
             ("api", "*", "list"): {"GET": self.list_records},
+            ("api", "*", "feed"): {"GET": self.feed},
             ("admin", "tasks"): {"GET": self.list_tasks},
             ("admin", "tasks", "*"): {"GET": self.get_task, "PUT": self.put_task, "DELETE": self.delete_task},
             ("admin", "tasks", "*", "append"): {"POST": self.append},
@@ -632,6 +638,14 @@ class DemoSource:
         runtime.record_list(offset, limit, response.status, entry)
         return response
 
+    async def feed(self, request: Request) -> Response:
+        """Answer ``GET /api/{task}/feed`` (:mod:`demo_source.feed`) and log it."""
+        runtime = self._task(request.task_id)
+        host = request.headers.get(b"host", b"").decode()
+        answer = serve_feed(runtime.config, runtime.state.total, runtime.feed, request.query, host)
+        runtime.record_list(answer.offset, answer.served, answer.status, answer.entry)
+        return Response(answer.status, answer.body, answer.headers)
+
     async def list_tasks(self, request: Request) -> Response:
         """Answer ``GET /admin/tasks``.
 
@@ -671,7 +685,7 @@ class DemoSource:
         except ValueError as exc:
             raise HttpError(400, str(exc)) from exc
         auth = None if spec.auth is None else AuthState(spec.auth)
-        created = TaskRuntime(request.task_id, TaskState(config), paging=spec.paging, auth=auth)
+        created = TaskRuntime(request.task_id, TaskState(config), paging=spec.paging, auth=auth, feed=spec.feed)
         self.tasks[request.task_id] = created
         return json_response(created.describe())
 

@@ -133,6 +133,18 @@ BEGIN
                       AND table_name = 'progress' AND column_name = 'last_ref_time') THEN
         ALTER TABLE crawler_ops.progress ADD COLUMN last_ref_time timestamptz;
     END IF;
+    -- Sequential feeds (cursor, next_link, link_header paginators): the position that fetches a page's batch row
+    -- (its cursor or link; null: the feed's first page), the newest record a plan's first page held (its key and
+    -- date: the mark the plan's commit saves), and the task's mark, where the next crawl stops.
+    IF NOT EXISTS (SELECT 1 FROM information_schema.columns WHERE table_schema = 'crawler_ops'
+                      AND table_name = 'batch_status' AND column_name = 'cursor') THEN
+        ALTER TABLE crawler_ops.batch_status ADD COLUMN cursor text, ADD COLUMN mark text,
+                                             ADD COLUMN mark_date timestamptz;
+    END IF;
+    IF NOT EXISTS (SELECT 1 FROM information_schema.columns WHERE table_schema = 'crawler_ops'
+                      AND table_name = 'progress' AND column_name = 'feed_mark') THEN
+        ALTER TABLE crawler_ops.progress ADD COLUMN feed_mark text, ADD COLUMN feed_mark_date timestamptz;
+    END IF;
     -- Before crawl_error, dead letters had their own table: move its rows over once, then drop it.
     IF to_regclass('crawler_ops.dead_letter') IS NOT NULL THEN
         INSERT INTO crawler_ops.crawl_error (task_id, run_id, kind, source_offset, reason, record, created_at)

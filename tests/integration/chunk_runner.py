@@ -5,7 +5,8 @@ Usage: python tests/integration/chunk_runner.py '<json: config, run_id, ref, map
 ``kill`` ({"point": "before_commit" | "after_commit", "nth": N}) makes the process SIGKILL itself at the N-th
 batch with messages: once its messages reached the broker but before Kafka confirms (commits) it, or after
 Kafka did and before PostgreSQL marks it done. ``{"point": "token_saved"}``: once it wrote an OAuth2 token the
-provider just issued into the source's token row, before that transaction commits.
+provider just issued into the source's token row, before that transaction commits. ``{"point": "feed_page_done",
+"nth": N}``: once the transaction that records the N-th page of a feed done has committed.
 """
 
 from __future__ import annotations
@@ -62,9 +63,27 @@ def arm_token_saved() -> None:
     SourceTokenStore.save = save_then_die  # type: ignore[method-assign]
 
 
+def arm_feed_page_done(nth: int) -> None:
+    """Die once the transaction that records the ``nth`` feed page done has committed."""
+    from crawler_ops.crawl.feed import FeedLedger
+
+    finish, seen = FeedLedger.finish, {"pages": 0}
+
+    def finish_then_die(self: FeedLedger, *args: Any) -> tuple[int, bool]:
+        result = finish(self, *args)
+        seen["pages"] += 1
+        if seen["pages"] == nth:
+            os.kill(os.getpid(), signal.SIGKILL)
+        return result
+
+    FeedLedger.finish = finish_then_die  # type: ignore[method-assign]
+
+
 def main(spec: dict[str, Any]) -> None:
     if (spec.get("kill") or {}).get("point") == "token_saved":
         arm_token_saved()
+    elif (spec.get("kill") or {}).get("point") == "feed_page_done":
+        arm_feed_page_done(spec["kill"]["nth"])
     elif spec.get("kill"):
         arm(spec["kill"]["point"], spec["kill"]["nth"])
     run = RunContext(

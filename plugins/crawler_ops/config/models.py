@@ -12,7 +12,7 @@ from datetime import UTC, date, datetime
 from typing import Any, ClassVar, Literal
 from zoneinfo import ZoneInfo
 
-from pydantic import Field, ValidationInfo, field_validator
+from pydantic import Field, ValidationInfo, field_validator, model_validator
 
 from crawler_ops.config.checks import (
     SPECIAL_SCHEDULES,
@@ -24,6 +24,7 @@ from crawler_ops.config.checks import (
     known_timezone,
 )
 from crawler_ops.config.sections import FilterConfig, KafkaConfig, NotifyConfig, SourceConfig, StrictModel
+from crawler_ops.config.source_feed import check_feed_task
 
 ALL_CATEGORIES = "*"
 DAG_SCHEDULE = (
@@ -171,6 +172,11 @@ class CrawlTaskConfig(DagSettings):
     @classmethod
     def _dotted(cls, value: str | None) -> str | None:
         return check_dotted(value)
+
+    @model_validator(mode="after")
+    def _feed_has_key(self) -> CrawlTaskConfig:
+        check_feed_task(self.source.paginator.type, self.kafka.key_field)
+        return self
 
     @property
     def dag_id(self) -> str:

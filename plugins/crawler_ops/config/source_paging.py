@@ -15,8 +15,10 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, JsonValue
 
+from crawler_ops.config.source_feed import SEQUENTIAL, check_feed_placeholders, feed_query
+
 #: The names a template may use: the data set's id, the batch's offsets, its page, the run's window and reference.
-PLACEHOLDERS = ("task", "offset", "limit", "page", "page_size", "window_start", "window_end", "ref")
+PLACEHOLDERS = ("task", "offset", "limit", "page", "page_size", "cursor", "window_start", "window_end", "ref")
 #: Only a page paginator numbers pages.
 PAGE_PLACEHOLDERS = frozenset({"page", "page_size"})
 # Values a template is formatted with when checked, so a format spec that cannot apply fails validation.
@@ -27,6 +29,7 @@ SAMPLE_VALUES: Mapping[str, Any] = {
     "limit": 1,
     "page": 1,
     "page_size": 1,
+    "cursor": "c",
     "window_start": _SAMPLE_TIME,
     "window_end": _SAMPLE_TIME,
     "ref": _SAMPLE_TIME,
@@ -39,12 +42,16 @@ class _Section(BaseModel):
 
 
 class PaginatorConfig(_Section):
-    """How the source numbers its pages. Both kinds read pages in parallel and keep the exact watermark."""
+    """How the source numbers its pages. offset and page read pages in parallel and keep the exact watermark;
+    cursor, next_link and link_header walk a newest-first feed page after page (see docs/sources.md)."""
 
-    type: Literal["offset", "page"] = Field(
+    type: Literal["offset", "page", "cursor", "next_link", "link_header"] = Field(
         "offset",
         description="offset: a batch [lo, hi) is asked as offset lo, limit hi - lo; page: as page number "
-        "lo // batch_size + first_page (batch_size is the page size; batches are cut at page boundaries)",
+        "lo // batch_size + first_page (batch_size is the page size; batches are cut at page boundaries); cursor, "
+        "next_link, link_header: a newest-first feed read page after page from its first page, each page naming "
+        "the next by a token in the body (cursor_path), a URL in the body (next_path) or an RFC 8288 Link header "
+        "(rel=next), down to the newest record the last crawl saw",
     )
     page_param: str = Field("page", min_length=1, description="page: the parameter carrying the page number")
     first_page: int = Field(1, ge=0, le=1, description="page: the number of the source's first page")
@@ -54,10 +61,32 @@ class PaginatorConfig(_Section):
         description="page: the parameter carrying the page size; null: the source's pages have a fixed size, "
         "which batch_size must equal (a page of more records fails the batch, naming batch_size)",
     )
+    cursor_path: str = Field(
+        "next_cursor", min_length=1, description="cursor: dotted JSON path of the next page's token in a page's body"
+    )
+    cursor_param: str = Field(
+        "cursor",
+        min_length=1,
+        description="cursor: the query parameter carrying the token when request.query is not given (left out of "
+        "the first page's request)",
+    )
+    next_path: str = Field(
+        "next", min_length=1, description="next_link: dotted JSON path of the next page's URL in a page's body"
+    )
 
     @property
     def pages(self) -> bool:
         return self.type == "page"
+
+    @property
+    def next_field(self) -> str:
+        """Where a page's body names the next page: the cursor's path, or the next link's."""
+        return self.cursor_path if self.type == "cursor" else self.next_path
+
+    @property
+    def sequential(self) -> bool:
+        """A feed read page after page, each page naming the next."""
+        return self.type in SEQUENTIAL
 
 
 class RequestConfig(_Section):
@@ -80,6 +109,8 @@ class RequestConfig(_Section):
 
 def default_query(paginator: PaginatorConfig, offset_param: str, limit_param: str) -> dict[str, str]:
     """The query of a page request when ``request.query`` is not given and there is no body."""
+    if paginator.sequential:
+        return feed_query(paginator.type, paginator.cursor_param, limit_param)
     if not paginator.pages:
         return {offset_param: "{offset}", limit_param: "{limit}"}
     query = {paginator.page_param: "{page}"}
@@ -145,11 +176,14 @@ def check_request(paginator: PaginatorConfig, request: RequestConfig, query: Map
             names = template_names(template)
         except ValueError as exc:
             raise ValueError(f"{where}: {exc}") from None
+        check_feed_placeholders(paginator.type, where, names)
         wrong = sorted(PAGE_PLACEHOLDERS.intersection(names)) if not paginator.pages else []
         if wrong:
-            raise ValueError(f"{where}: {{{wrong[0]}}} needs paginator type page (the paginator is offset)")
+            raise ValueError(f"{where}: {{{wrong[0]}}} needs paginator type page (the paginator is {paginator.type})")
         used.update(names)
     needed = ["page"] if paginator.pages else ["offset", "limit"]
+    if paginator.sequential:
+        needed = ["cursor", "limit"] if paginator.type == "cursor" else ["limit"]
     if paginator.pages and paginator.size_param is not None:
         needed.append("page_size")
     missing = [name for name in needed if name not in used]

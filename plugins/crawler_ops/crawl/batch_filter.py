@@ -77,10 +77,11 @@ class BatchFilter:
         self.early_stop = early_stop
         self.empty_streak = 0
 
-    def filter(self, batch: Batch, records: Sequence[Any]) -> FilteredBatch:
-        """Filter a fetched page into messages (nothing is produced yet); a short page is an error."""
+    def filter(self, batch: Batch, records: Sequence[Any], exact: bool = True) -> FilteredBatch:
+        """Filter a fetched page into messages (nothing is produced yet); a short page is an error, unless not
+        ``exact`` (a feed's page holds what the source sends)."""
         cfg = self.cfg
-        if len(records) != batch.size:
+        if exact and len(records) != batch.size:
             raise SourceError(
                 f"task {cfg.id}: page [{batch.lo}, {batch.hi}) returned {len(records)} records, "
                 f"expected {batch.size} (short page or shrinking source); not marked done",

@@ -40,6 +40,7 @@ from typing import Any
 
 from crawler_ops.config import CrawlTaskConfig
 from crawler_ops.crawl.batch_filter import BatchFilter, FilteredBatch
+from crawler_ops.crawl.feed import crawl_feed
 from crawler_ops.crawl.ledger import Ledger, ledger_for
 from crawler_ops.crawl.run import RunContext
 from crawler_ops.errors import StatusTableError
@@ -389,6 +390,8 @@ def log_progress(crawler: ChunkCrawler, offset: int, elapsed_s: float) -> None:
 def crawl_chunk(run: RunContext, payload: ChunkPlan) -> dict[str, Any]:
     """Crawl one planned chunk (``payload``: its label, batches and whether it is a first crawl); returns
     the chunk's result for XCom. The run's kind picks the ledger and the publisher, here and nowhere else."""
+    if run.cfg.source.paginator.sequential:
+        return crawl_feed(run, payload, publisher_for)
     owner = f"{run.run_id}|{run.map_index}"
     token = f"{owner}|{run.try_number}|{uuid.uuid4().hex[:12]}"
     batches = list(payload.batches)

@@ -12,6 +12,7 @@ from typing import Any
 import psycopg
 
 from crawler_ops.config import CrawlTaskConfig
+from crawler_ops.crawl.feed import advance_feed
 from crawler_ops.crawl.run import RunContext
 from crawler_ops.errors import CrawlerError
 from crawler_ops.hooks.store import CrawlStoreHook, Cursor
@@ -70,6 +71,8 @@ def advance(
 ) -> tuple[int | None, list[Batch]]:
     """Raise the watermark over the done batches, save progress, prune the rows it covers, give back the
     run's claims. Returns the new watermark and the planned batches left undone."""
+    if run.cfg.source.paginator.sequential:
+        return advance_feed(store, cur, run, record)
     done = store.batches.done(cur, above=0)
     if old is None and not done:
         # Nothing is done yet (an empty source, or every batch failed): without a watermark the next run is

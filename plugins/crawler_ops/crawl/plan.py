@@ -12,6 +12,7 @@ from itertools import islice
 
 import psycopg
 
+from crawler_ops.crawl.feed import plan_feed
 from crawler_ops.crawl.ledger import parked_message
 from crawler_ops.crawl.run import RunContext
 from crawler_ops.errors import CrawlerError, SourceError
@@ -42,6 +43,8 @@ log = logging.getLogger(__name__)
 def plan_run(run: RunContext) -> list[ChunkPlan]:
     """Count, read the watermark and status rows, plan batches newest first, group them into chunks."""
     cfg, params = run.cfg, run.params
+    if cfg.source.paginator.sequential:
+        return plan_feed(run, ensure_topics)
     source = run.source()
     try:
         total = source.get_total()

@@ -26,20 +26,22 @@ _FORMATTER = string.Formatter()
 
 @dataclass(frozen=True)
 class Send:
-    """One request: its path, query parameters, method, headers and JSON body (None: none)."""
+    """One request: its path, query parameters, method, headers and JSON body (None: none); ``links``: its answer's
+    Link headers are kept with the body (:class:`crawler_ops.hooks.feed.LinkedBody`)."""
 
     path: str
     params: Mapping[str, Any] = field(default_factory=dict)
     method: str = "GET"
     headers: Mapping[str, str] = field(default_factory=dict)
     body: Any = None
+    links: bool = False
 
     def httpx(self) -> dict[str, Any]:
         """The arguments of ``httpx.Client.stream`` that send it."""
         return {
             "method": self.method,
             "url": self.path,
-            "params": dict(self.params),
+            "params": dict(self.params) or None,  # none: the query of a URL given whole (a next link) stays
             "headers": self.headers,
             "json": self.body,
         }

@@ -15,6 +15,7 @@ from crawler_ops.config import SourceConfig
 from crawler_ops.errors import SourceError, SourcePausedError, StatusTableError
 from crawler_ops.hooks.auth import extra_headers, redact, source_auth
 from crawler_ops.hooks.deadline import DeadlineTransport, deadline, environment_proxy
+from crawler_ops.hooks.feed import LinkedBody
 from crawler_ops.hooks.paging import DEFAULT_BATCH_SIZE, Paging, Send, join_pages, probe_total
 from crawler_ops.hooks.responses import (
     COUNT_BODY_BYTES,
@@ -200,7 +201,8 @@ class SourceApiHook(BaseHook):
                             retry_after=retry_after,
                         )
                     if max_bytes is None:
-                        return read_bounded(response, self.max_bytes, label)
+                        body = read_bounded(response, self.max_bytes, label)
+                        return LinkedBody.of(body, response.headers.get_list("link")) if request.links else body
                     return read_bounded(response, max_bytes, label, f"{what} answer", f"{max_bytes // 1024} KiB")
             except httpx.TimeoutException as exc:
                 if time.monotonic() < end:

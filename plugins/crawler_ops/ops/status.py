@@ -247,8 +247,9 @@ def iso(value: Any) -> Any:
 
 def source_total(cfg: CrawlTaskConfig, end: float | None = None) -> dict[str, Any]:
     """The source's current total, asked once (no retries), answered or failed by ``end`` (a monotonic time;
-    default: the status deadline from now); none for a source without a count endpoint."""
-    if cfg.source.count_path is None:
+    default: the status deadline from now); none for a feed (walked page after page, it has no total) or a source
+    without a count endpoint."""
+    if cfg.source.paginator.sequential or cfg.source.count_path is None:
         # Without a count endpoint the total is found by probing pages, a dozen requests or more: only a run's plan
         # spends them (within the connection's rate budget), and the report shows the total that plan found.
         return {"source_total": None}

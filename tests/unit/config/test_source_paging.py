@@ -53,7 +53,7 @@ def test_a_body_replaces_the_default_query() -> None:
         ({"request": {"headers": {"X": "{ref:%Q"}}}, r"request\.headers\.X: '\{ref:%Q' is no template"),
         ({"request": {"query": {"o": "{offset:%Y}", "l": "{limit}"}}}, r"format spec '%Y' does not apply"),
         ({"request": {"path": "/x/{task!r}"}}, r"request\.path: .* converts"),
-        ({"paginator": {"type": "cursor"}}, r"source\.paginator\.type"),
+        ({"paginator": {"type": "seek"}}, r"source\.paginator\.type"),
         ({"paginator": {"type": "page", "first_page": 2}}, r"source\.paginator\.first_page"),
     ],
     ids=[

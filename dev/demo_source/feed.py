@@ -1,0 +1,85 @@
+"""A newest-first feed of a task's records, the way cursor and link paginated APIs serve them.
+
+Per task, in the body of ``PUT /admin/tasks/{task}``: ``"feed": {"next": "cursor", "other_host": null,
+"expire_cursors": false}``:
+
+* ``next``: how a page names the next one: ``cursor`` (a token at ``data.next_cursor``, sent back as
+  ``?cursor=``), ``next_link`` (a relative URL at ``data.next``), ``link_header`` (an absolute URL in
+  ``Link: <...>; rel="next"``);
+* ``other_host``: links point to this base URL instead (``http://elsewhere.invalid``), as a hostile or misconfigured
+  source would;
+* ``expire_cursors``: every request with a position answers 410, as a source whose cursors expired does.
+
+Route: ``GET /api/{task}/feed?limit=&cursor=`` (cursor) or ``?limit=&before=`` (links). Page 1 holds the newest
+``limit`` records (offsets ``total - 1`` down), each next page the ``limit`` records before the last one served: a
+position is the offset of the last record served (``o<offset>``), so positions stay valid while records are
+appended at the front. Each request is logged like ``/list`` with ``route: feed``, ``position`` (null: the first
+page), ``offset`` (the oldest record served) and ``limit`` (records served).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import msgspec
+
+from demo_source.data import TaskConfig, make_page
+
+DEFAULT_LIMIT = 100
+MAX_LIMIT = 1000
+_ENCODER = msgspec.json.Encoder()
+
+
+class FeedOptions(msgspec.Struct, forbid_unknown_fields=True, kw_only=True, frozen=True):
+    """A task's feed options (see the module doc)."""
+
+    next: Literal["cursor", "next_link", "link_header"] = "cursor"
+    other_host: str | None = None
+    expire_cursors: bool = False
+
+
+@dataclass(frozen=True)
+class FeedAnswer:
+    """A feed request's answer and what the request log keeps of it."""
+
+    status: int
+    body: bytes
+    headers: tuple[tuple[bytes, bytes], ...]
+    offset: int | None
+    served: int | None
+    entry: dict[str, Any]
+
+
+def error(status: int, msg: str, entry: dict[str, Any]) -> FeedAnswer:
+    return FeedAnswer(status, _ENCODER.encode({"code": status, "msg": msg}), (), None, None, entry)
+
+
+def serve_feed(config: TaskConfig, total: int, options: FeedOptions, query: dict[str, str], host: str) -> FeedAnswer:
+    """The page a feed request asks for (``host``: the request's Host header, for absolute links)."""
+    position = query.get("cursor" if options.next == "cursor" else "before")
+    entry: dict[str, Any] = {"method": "GET", "route": "feed", "position": position}
+    try:
+        limit = int(query.get("limit", DEFAULT_LIMIT))
+        end = total if position is None else int(position.removeprefix("o"))
+    except ValueError:
+        return error(400, "limit must be an integer and a position o<offset>", entry)
+    if not 1 <= limit <= MAX_LIMIT or not 0 <= end <= total:
+        return error(400, f"limit must be within [1, {MAX_LIMIT}] and a position within the feed", entry)
+    if position is not None and options.expire_cursors:
+        return error(410, f"position {position} expired", entry)
+    start = max(0, end - limit)
+    records = list(reversed(make_page(config, start, end)))
+    following = f"o{start}" if start > 0 else None
+    data: dict[str, Any] = {"data": records}
+    headers: tuple[tuple[bytes, bytes], ...] = ()
+    base = options.other_host or f"http://{host}"
+    link = None if following is None else f"/api/{config.task_id}/feed?limit={limit}&before={following}"
+    if options.next == "cursor":
+        data["next_cursor"] = following
+    elif options.next == "next_link":
+        data["next"] = None if link is None else (base + link if options.other_host else link)
+    elif link is not None:
+        headers = ((b"link", f'<{base}{link}>; rel="next", <{base}/api/{config.task_id}/feed>; rel="first"'.encode()),)
+    body = _ENCODER.encode({"code": 0, "msg": "ok", "data": data})
+    return FeedAnswer(200, body, headers, start, end - start, entry)
