@@ -13,6 +13,7 @@ import psycopg
 
 from crawler_ops.config import CrawlTaskConfig
 from crawler_ops.crawl.run import RunContext
+from crawler_ops.crawl.window import view_shortfall
 from crawler_ops.errors import CrawlerError
 from crawler_ops.hooks.store import CrawlStoreHook, Cursor
 from crawler_ops.planning import Batch, ChunkPlan, advance_watermark
@@ -41,8 +42,11 @@ def commit_run(run: RunContext, chunks: Sequence[ChunkPlan], results: Sequence[A
                 new, unfinished = advance(store, cur, run, record, planned, old)
             elif len(results) < len(chunks):
                 unfinished = planned
-            status: RunStatus = "success" if not unfinished else "failed"
             errors = list(record.errors) if record else []
+            shortfall = view_shortfall(run, record)
+            if shortfall is not None:
+                errors.append(shortfall)
+            status: RunStatus = "success" if not unfinished and shortfall is None else "failed"
             store.finish_run(cur, run.run_id, status, new, errors)
     finally:
         store.close()

@@ -14,6 +14,7 @@ import psycopg
 
 from crawler_ops.crawl.ledger import parked_message
 from crawler_ops.crawl.run import RunContext
+from crawler_ops.crawl.window import counted_window_start
 from crawler_ops.errors import CrawlerError, SourceError
 from crawler_ops.filtering import DateRule, record_date
 from crawler_ops.hooks.exactly_once import MARKER_TOPIC_CONFIG
@@ -282,17 +283,30 @@ def probe_offset(source: SourceApiHook, total: int, rule: DateRule, moment: date
 
 
 def probe_window_start(source: SourceApiHook, total: int, run: RunContext) -> int:
-    """Where a first crawl's window starts: offsets below are older than the window."""
+    """Where a first crawl's window starts: offsets below are older than the window (counted with a window
+    filter, else searched for)."""
+    if run.cfg.source.window_filter is not None:
+        return counted_window_start(run, total)
     offset = probe_offset(source, total, run.cfg.filter.rule, run.window.start, run.cfg.source.concurrency)
     log.info("task %s: probed the window start at offset %d of %d", run.cfg.id, offset, total)
     return offset
 
 
 def range_to_read(run: RunContext, source: SourceApiHook, total: int) -> tuple[int, int]:
-    """The offsets a replay names, or those a backfill finds by probing its interval's two ends (one batch of
-    margin each side for records that are only roughly in time order)."""
+    """The offsets a replay names, a backfill's filtered view (``source.window_filter``: all of it), or those a
+    backfill finds by probing its interval's two ends (one batch of margin each side for records that are only
+    roughly in time order)."""
     if run.params.replay:
         return run.params.replay_from or 0, min(run.params.replay_to or 0, total)
+    if run.reads_filtered_view:  # the total is the filtered view's count
+        log.info(
+            "task %s: backfill of [%s, %s) reads the %d records of its filtered view",
+            run.cfg.id,
+            run.window.start,
+            run.window.end,
+            total,
+        )
+        return 0, total
     window, margin = run.window, run.cfg.batch_size
     width = run.cfg.source.concurrency
     lo = probe_offset(source, total, run.cfg.filter.rule, window.start, width)
