@@ -56,7 +56,7 @@ from demo_source.data import (
 )
 from demo_source.paging import ROUTES as PAGING_ROUTES
 from demo_source.paging import PagingError, PagingOptions, Reader
-from demo_source.window import Views, WindowOptions, page_offsets, window_of
+from demo_source.window import Views, WindowOptions, page_offsets, view_count, window_of
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -539,7 +539,7 @@ class DemoSource:
                 return error_response(faults.error_status, "injected error")
             window = window_of(request.query)
             if window is not None:
-                return ok_response({"total": len(self._view(runtime, window))})
+                return ok_response({"total": view_count(self._view(runtime, window), runtime.window)})
             return ok_response({"total": runtime.state.total})
         except ValueError as exc:
             return error_response(400, f"invalid from/to: {exc}")

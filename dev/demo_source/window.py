@@ -5,9 +5,10 @@ the task to its records whose true date lies in ``[from, to)``: the filtered vie
 0, so ``/list?offset=0&limit=100&from=..&to=..`` is the view's first 100 records and ``/count?from=..&to=..`` its size.
 Times are ISO 8601; without an offset they are Asia/Shanghai wall times, as the records' own dates.
 
-Per task, in the body of ``PUT /admin/tasks/{task}``: ``"window": {"drop_every": 0}``; ``drop_every: n`` is a fault:
-the view's pages silently leave out every n-th record of the view (offsets ``n - 1, 2n - 1, ...``), while its count
-stays true, as a source whose filter loses rows does.
+Per task, in the body of ``PUT /admin/tasks/{task}``: ``"window": {"drop_every": 0, "count_short": 0}``, two faults
+of a source whose filter loses rows: with ``drop_every: n`` the view's pages silently leave out every n-th record of
+the view (offsets ``n - 1, 2n - 1, ...``) while its count stays true; with ``count_short: n`` the view's count is
+``n`` less than the records its pages hold.
 """
 
 from __future__ import annotations
@@ -30,6 +31,12 @@ class WindowOptions(msgspec.Struct, forbid_unknown_fields=True, kw_only=True, fr
     """A task's window-filter options (see the module doc)."""
 
     drop_every: Annotated[int, msgspec.Meta(ge=0)] = 0
+    count_short: Annotated[int, msgspec.Meta(ge=0)] = 0
+
+
+def view_count(view: list[int], options: WindowOptions) -> int:
+    """What the count of a filtered view answers (less than its records under ``count_short``)."""
+    return max(0, len(view) - options.count_short)
 
 
 def window_of(query: dict[str, str]) -> tuple[int, int] | None:

@@ -22,7 +22,7 @@ from crawler_ops.crawl.run import RunContext, RunParams
 from crawler_ops.errors import SourceError
 from crawler_ops.hooks.source import SourceApiHook
 from crawler_ops.ops.status import stored_status
-from tests.support import DemoSource, duplicates, make_task, read_topic, run_record, watermark
+from tests.support import DemoSource, duplicates, make_task, query, read_topic, run_record, watermark
 
 pytestmark = pytest.mark.integration
 
@@ -147,3 +147,29 @@ def test_a_filtered_first_crawl_with_appends_between_its_counts_then_an_incremen
     assert set(m.key for m in messages) == wanted, "0 lost"
     assert not duplicates(messages), "0 duplicates"
     assert watermark(pg_uri, unique_id) == 22_500
+
+
+def test_a_first_crawl_whose_window_count_leaves_out_records_fails_and_leaves_no_watermark(
+    source, kafka_bootstrap, pg_uri, unique_id
+):
+    now = datetime.now(UTC).replace(microsecond=0)
+    source.create(
+        unique_id, total=6_000, ref=now - timedelta(hours=1), in_window_share=0.3, window={"count_short": 300}
+    )
+    cfg = make_task(unique_id, max_expired_batches=1, source={"window_filter": WINDOW_FILTER})
+    run = RunContext(cfg, "first", now, RunParams())
+
+    summary = crawl(run)[1]
+
+    count = len(source.ids_since(unique_id, run.window.start)) - 300
+    assert summary.status == "failed"
+    record = run_record(pg_uri, unique_id)
+    assert record["window_count"] == count
+    message = next(e for e in record["errors"] if "window filter" in e)
+    assert f"task {unique_id}: window filter: the source counted {count} records dated from" in message
+    assert f"{run.window.start.isoformat()} on, and the first crawl kept {record['kept']} of" in message
+    assert record["kept"] > count
+    assert message in json.dumps(stored_status(cfg), default=str), "the status view shows why the run failed"
+    assert watermark(pg_uri, unique_id) is None, "a failed first crawl sets no watermark"
+    rows = query(pg_uri, "SELECT count(*) FROM crawler_ops.batch_status WHERE task_name = %s", unique_id)
+    assert rows == [(0,)], "nor keeps batch rows that would skip records below the counted window start"

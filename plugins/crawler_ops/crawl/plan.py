@@ -157,9 +157,12 @@ def plan_locked(
         # Parked batches are neither fetched nor planned over: they hold the watermark until skipped.
         done = [r.batch for r in rows if r.status in (DONE, PARKED)]
         pending = [r.batch for r in rows if r.status not in (DONE, PARKED)]
-        floor = start
+        floor, counted = start, None
         if first and total > 0:
-            boundary = probe_window_start(source, total, run)
+            if cfg.source.window_filter is not None:  # counted, not searched for
+                boundary, counted = counted_window_start(run, total)
+            else:
+                boundary = probe_window_start(source, total, run)
             floor = max(start, expiry_floor(boundary, cfg.batch_size, cfg.max_expired_batches))
         planned = iter_plan(total, start, cfg.batch_size, done, pending, floor, cfg.source.paginator.pages)
         batches = take_batches(run, planned, total, floor)
@@ -168,13 +171,22 @@ def plan_locked(
                 expired = fill_gaps(start, floor, floor - start, [*done, *pending])
                 store.batches.insert(cur, expired, run.run_id, expired=True)
                 log.info(
-                    "task %s: first crawl; offsets below %d are older than the window (probed), recorded as expired",
+                    "task %s: first crawl; offsets below %d are older than the window, recorded as expired",
                     cfg.id,
                     floor,
                 )
             known = set(pending)
             store.batches.insert(cur, [b for b in batches if b not in known], run.run_id)
-            store.start_run(cur, run.run_id, mode, run.ref, total=total, watermark=watermark, planned=len(batches))
+            store.start_run(
+                cur,
+                run.run_id,
+                mode,
+                run.ref,
+                total=total,
+                watermark=watermark,
+                planned=len(batches),
+                window_count=counted,
+            )
             if shrink_note:
                 store.add_run_error(cur, run.run_id, shrink_note)
         note_older_reference(run, store, cur)
@@ -283,10 +295,7 @@ def probe_offset(source: SourceApiHook, total: int, rule: DateRule, moment: date
 
 
 def probe_window_start(source: SourceApiHook, total: int, run: RunContext) -> int:
-    """Where a first crawl's window starts: offsets below are older than the window (counted with a window
-    filter, else searched for)."""
-    if run.cfg.source.window_filter is not None:
-        return counted_window_start(run, total)
+    """Where a first crawl's window starts: offsets below are older than the window."""
     offset = probe_offset(source, total, run.cfg.filter.rule, run.window.start, run.cfg.source.concurrency)
     log.info("task %s: probed the window start at offset %d of %d", run.cfg.id, offset, total)
     return offset

@@ -20,9 +20,9 @@ from crawler_ops.results import RunRecord
 log = logging.getLogger(__name__)
 
 
-def counted_window_start(run: RunContext, total: int) -> int:
-    """A first crawl's window start among the unfiltered offsets ``[0, total)``: ``total`` minus the source's count
-    of the window, taken after ``total`` (module doc)."""
+def counted_window_start(run: RunContext, total: int) -> tuple[int, int]:
+    """A first crawl's window start among the unfiltered offsets ``[0, total)`` (``total`` minus the source's count
+    of the window, taken after ``total``: module doc), and that count."""
     view = run.source(filtered=True)
     try:
         count = view.get_total()
@@ -38,7 +38,28 @@ def counted_window_start(run: RunContext, total: int) -> int:
         start,
         total,
     )
-    return start
+    return start, count
+
+
+def window_failure(run: RunContext, record: RunRecord | None) -> str | None:
+    """Why a run's records disagree with the count the source reported for its window (:func:`view_shortfall`,
+    :func:`counted_excess`); None when they agree, or the run counted no window."""
+    return view_shortfall(run, record) or counted_excess(run, record)
+
+
+def counted_excess(run: RunContext, record: RunRecord | None) -> str | None:
+    """A first crawl that counted its window keeps at most that count: every record it keeps is in the window and
+    was in the source when the count was taken. Keeping more means the source's count leaves out records its pages
+    hold, so the window start taken from it is too high and records just below it may be lost."""
+    if record is None or record.window_count is None or record.counts.kept <= record.window_count:
+        return None
+    return (
+        f"task {run.cfg.id}: window filter: the source counted {record.window_count} records dated from "
+        f"{run.window.start.isoformat()} on, and the first crawl kept {record.counts.kept} of offsets below "
+        f"{record.total}: its count leaves out records, so the window start counted from it is too high; the first "
+        "crawl failed and set no watermark (its batch rows are forgotten): fix the source's filter, or remove "
+        "source.window_filter, and run again"
+    )
 
 
 def view_shortfall(run: RunContext, record: RunRecord | None) -> str | None:
