@@ -13,6 +13,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
+import yaml
 
 from crawler_ops.config import CrawlTaskConfig
 from crawler_ops.crawl.chunk import crawl_chunk
@@ -22,7 +23,7 @@ from crawler_ops.crawl.run import RunContext, RunParams
 from crawler_ops.errors import SourceError
 from crawler_ops.hooks.source import SourceApiHook
 from crawler_ops.ops.status import stored_status
-from tests.support import DemoSource, duplicates, make_task, query, read_topic, run_record, watermark
+from tests.support import DemoSource, cli, duplicates, make_task, query, read_topic, run_record, watermark
 
 pytestmark = pytest.mark.integration
 
@@ -173,3 +174,17 @@ def test_a_first_crawl_whose_window_count_leaves_out_records_fails_and_leaves_no
     assert watermark(pg_uri, unique_id) is None, "a failed first crawl sets no watermark"
     rows = query(pg_uri, "SELECT count(*) FROM crawler_ops.batch_status WHERE task_name = %s", unique_id)
     assert rows == [(0,)], "nor keeps batch rows that would skip records below the counted window start"
+
+
+def test_validate_rejects_a_window_filter_that_does_not_send_both_bounds(tmp_path, unique_id):
+    cfg = make_task(unique_id, source={"window_filter": WINDOW_FILTER})
+    entry = cfg.model_dump(mode="json")
+    entry["source"]["window_filter"]["query"] = {"from": "{window_start:%Y-%m-%d}"}
+    path = tmp_path / "tasks.yaml"
+    path.write_text(yaml.safe_dump({"tasks": [entry]}, allow_unicode=True))
+
+    result = cli("validate", str(path))
+
+    assert result.returncode != 0
+    assert unique_id in result.stdout + result.stderr
+    assert "window_filter: no query or body template sends {window_end}" in result.stdout + result.stderr

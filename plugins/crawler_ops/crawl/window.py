@@ -28,7 +28,7 @@ def counted_window_start(run: RunContext, total: int) -> tuple[int, int]:
         count = view.get_total()
     finally:
         view.close()
-    start = max(0, total - count)
+    start = window_start(total, count)
     log.info(
         "task %s: the source counts %d records in the window [%s, %s]; the window starts at offset %d of %d",
         run.cfg.id,
@@ -39,6 +39,12 @@ def counted_window_start(run: RunContext, total: int) -> tuple[int, int]:
         total,
     )
     return start, count
+
+
+def window_start(total: int, count: int) -> int:
+    """The first offset of a window the source counts ``count`` records in, ``total`` being counted before: records
+    appended between the two counts are in the window (they are new), so this is never above the true start."""
+    return max(0, total - count)
 
 
 def window_failure(run: RunContext, record: RunRecord | None) -> str | None:
