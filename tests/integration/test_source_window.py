@@ -188,3 +188,52 @@ def test_validate_rejects_a_window_filter_that_does_not_send_both_bounds(tmp_pat
     assert result.returncode != 0
     assert unique_id in result.stdout + result.stderr
     assert "window_filter: no query or body template sends {window_end}" in result.stdout + result.stderr
+
+
+def test_a_filter_sent_in_the_wrong_zone_fails_the_backfill_for_the_records_dated_outside_the_window(
+    source, pg_uri, unique_id
+):
+    ref = datetime.now(UTC).replace(minute=0, second=0, microsecond=0) - DAY
+    source.create(unique_id, total=5_000, ref=ref, in_window_share=0.5)
+    # The window is sent as UTC wall times, which the source reads as Shanghai's: 8 hours early.
+    cfg = make_task(
+        unique_id,
+        filter={"timezone": "UTC", "date_fields": ["Collect_time"]},
+        source={"window_filter": WINDOW_FILTER},
+    )
+    start, end = ref - 3 * DAY, ref - DAY
+
+    results, summary = backfill(cfg, start, end)[1:]
+
+    assert not any(isinstance(r, Exception) for r in results), "every page was full"
+    assert summary.status == "failed"
+    record = run_record(pg_uri, unique_id)
+    # Collect_time is up to 15 minutes after the true date the source filters by: about the records of the 8 hours
+    # before the window (the view's first), less a few at its edge.
+    early = record["expired"]
+    assert 0 < early <= len(source.ids_between(unique_id, start - timedelta(hours=8), start + timedelta(minutes=15)))
+    message = (
+        f"task {unique_id}: window filter: the source counted {record['total']} records dated in "
+        f"[{start.isoformat()}, {end.isoformat()}) and the run received {record['fetched']}, {early} of them dated "
+        "outside it: the source's filter drops or misplaces records; the backfill failed"
+    )
+    assert message in record["errors"]
+
+
+def test_a_filtered_backfill_reads_the_view_by_page_number_with_a_page_paginator(source, kafka_bootstrap, unique_id):
+    ref = datetime.now(UTC).replace(minute=0, second=0, microsecond=0) - DAY
+    source.create(unique_id, total=8_000, ref=ref, in_window_share=0.4)
+    cfg = make_task(
+        unique_id,
+        source={"page_path": "/api/{task}/pages", "paginator": {"type": "page"}, "window_filter": WINDOW_FILTER},
+    )
+    start, end = ref - 2 * DAY, ref - DAY
+    source.clear_requests(unique_id)
+
+    summary = backfill(cfg, start, end)[2]
+
+    assert summary.status == "success", summary.errors
+    truth = source.ids_between(unique_id, start, end)
+    assert sorted(m.key for m in read_topic(kafka_bootstrap, cfg.kafka.topic)) == sorted(truth)
+    pages = sorted(r["page"] for r in source._json("GET", f"/admin/tasks/{unique_id}/requests")["requests"])
+    assert pages == list(range(1, -(-len(truth) // 100) + 1)), "pages 1.. of the view, each once"

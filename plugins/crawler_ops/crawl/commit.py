@@ -38,7 +38,7 @@ def commit_run(run: RunContext, chunks: Sequence[ChunkPlan], results: Sequence[A
             record = store.read_run(cur, run.run_id)
             old = new = store.read_watermark(cur)
             unfinished: list[Batch] = []
-            failure = window_failure(run, record)
+            failure = window_failure(run, record, complete=len(results) == len(chunks))
             if run.uses_status_table and failure is not None:  # a first crawl: it leaves nothing behind
                 store.reset(cur)
             elif run.uses_status_table:

@@ -47,10 +47,11 @@ def window_start(total: int, count: int) -> int:
     return max(0, total - count)
 
 
-def window_failure(run: RunContext, record: RunRecord | None) -> str | None:
+def window_failure(run: RunContext, record: RunRecord | None, complete: bool) -> str | None:
     """Why a run's records disagree with the count the source reported for its window (:func:`view_shortfall`,
-    :func:`counted_excess`); None when they agree, or the run counted no window."""
-    return view_shortfall(run, record) or counted_excess(run, record)
+    :func:`counted_excess`); None when they agree, or the run counted no window. ``complete``: every chunk of the
+    run finished."""
+    return view_shortfall(run, record, complete) or counted_excess(run, record)
 
 
 def counted_excess(run: RunContext, record: RunRecord | None) -> str | None:
@@ -68,9 +69,10 @@ def counted_excess(run: RunContext, record: RunRecord | None) -> str | None:
     )
 
 
-def view_shortfall(run: RunContext, record: RunRecord | None) -> str | None:
+def view_shortfall(run: RunContext, record: RunRecord | None, complete: bool) -> str | None:
     """Why a backfill that read its window's filtered view did not receive what the source counted: fewer records
-    than the count (its ``total``), or records dated outside the window; None when it did (or read no view)."""
+    than the count (its ``total``), or records dated outside the window; None when it did (or read no view). When
+    chunks failed (not ``complete``), their errors say why, and this only says how much was received."""
     if not run.reads_filtered_view or record is None or record.total is None:
         return None
     counts, window = record.counts, run.window
@@ -79,6 +81,10 @@ def view_shortfall(run: RunContext, record: RunRecord | None) -> str | None:
     outside = f", {counts.expired} of them dated outside it" if counts.expired else ""
     return (
         f"task {run.cfg.id}: window filter: the source counted {record.total} records dated in "
-        f"[{window.start.isoformat()}, {window.end.isoformat()}) and the run received {counts.fetched}{outside}: the "
-        "source's filter drops or misplaces records; the backfill failed"
+        f"[{window.start.isoformat()}, {window.end.isoformat()}) and the run received {counts.fetched}{outside}"
+        + (
+            ": the source's filter drops or misplaces records; the backfill failed"
+            if complete or counts.expired
+            else " (chunks failed: see their errors)"
+        )
     )
