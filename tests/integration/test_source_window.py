@@ -23,7 +23,7 @@ from crawler_ops.crawl.run import RunContext, RunParams
 from crawler_ops.errors import SourceError
 from crawler_ops.hooks.source import SourceApiHook
 from crawler_ops.ops.status import stored_status
-from tests.support import DemoSource, cli, duplicates, make_task, query, read_topic, run_record, watermark
+from tests.support import cli, duplicates, make_task, query, read_topic, run_record, watermark
 
 pytestmark = pytest.mark.integration
 
@@ -32,12 +32,6 @@ DAY = timedelta(days=1)
 WINDOW_FILTER = {
     "query": {"from": "{window_start:%Y-%m-%d %H:%M:%S}", "to": "{window_end:%Y-%m-%d %H:%M:%S}"},
 }
-
-
-def requests_seen(source: DemoSource, task: str) -> dict[str, int]:
-    """The count and page requests the source answered for ``task`` since its log was cleared."""
-    counters = source._json("GET", f"/admin/tasks/{task}")["requests"]
-    return {"count": counters.get("count", 0), "list": counters.get("list", 0)}
 
 
 def backfill(cfg: CrawlTaskConfig, start: datetime, end: datetime) -> tuple[RunContext, list[Any], Any]:
@@ -73,7 +67,7 @@ def test_a_filtered_backfill_publishes_exactly_its_window_with_fewer_requests_th
         source.clear_requests(unique_id)
         *_, summary = backfill(cfg, start, end)
         assert summary.status == "success", summary.errors
-        seen[cfg.id] = requests_seen(source, unique_id)
+        seen[cfg.id] = source.requests_seen(unique_id)
         keys = [m.key for m in read_topic(kafka_bootstrap, cfg.kafka.topic)]
         assert sorted(keys) == sorted(truth), f"{cfg.id}: exactly the window's records, once each"
         assert watermark(pg_uri, cfg.id) is None, "backfills never touch the watermark"
