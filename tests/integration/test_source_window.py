@@ -114,11 +114,11 @@ def test_a_filtered_first_crawl_with_appends_between_its_counts_then_an_incremen
     get_total = SourceApiHook.get_total
     appended = []
 
-    def appends_around_the_window_count(hook: SourceApiHook) -> int:
+    def appends_around_the_window_count(hook: SourceApiHook, known: int | None = None) -> int:
         if not hook.paging.filtered:
-            return get_total(hook)
+            return get_total(hook, known)
         appended.append(source.append(unique_id, 1_000))
-        count = get_total(hook)
+        count = get_total(hook, known)
         appended.append(source.append(unique_id, 1_000))
         return count
 

@@ -24,6 +24,7 @@ from crawler_ops.hooks.responses import (
     error_excerpt,
     read_bounded,
     retry_after_seconds,
+    retry_delay,
 )
 from crawler_ops.records import Page
 
@@ -122,12 +123,13 @@ class SourceApiHook(BaseHook):
 
     # ----------------------------------------------------------------- API
 
-    def get_total(self) -> int:
+    def get_total(self, known: int | None = None) -> int:
         """The source's total (of the window's filtered view with a filtered :attr:`paging`): its count endpoint's
-        answer, or probed from pages without one (``count_path: null``)."""
+        answer, or probed from pages without one (``count_path: null``), starting from ``known``, a total it had
+        before."""
         count = self.paging.count_request()
         if count is None:
-            return probe_total(self.get_page, self.paging.batch_size, f"task {self.task_label}")
+            return probe_total(self.get_page, self.paging.batch_size, f"task {self.task_label}", known)
         document = self.get_json(count[0], "count", max_bytes=COUNT_BODY_BYTES)
         return count_total(document, count[1], f"task {self.task_label}")
 
@@ -212,11 +214,3 @@ class SourceApiHook(BaseHook):
                 ) from exc
             except httpx.TransportError as exc:
                 raise SourceError(f"{label} failed: {exc!r}", retriable=True) from exc
-
-
-def retry_delay(source: SourceConfig, exc: SourceError, attempt: int) -> float:
-    """Seconds before retry ``attempt + 1``: the source's own Retry-After (validated and capped where it was read)
-    wins over the exponential backoff."""
-    if exc.retry_after is not None:
-        return min(exc.retry_after, source.max_retry_after_s)
-    return min(source.backoff_s * 2**attempt, source.max_backoff_s)
