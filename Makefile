@@ -81,6 +81,8 @@ bench: stack-up
 	$(BIN)/python bench/crawl_bench.py $(BENCH_ARGS)
 	$(BIN)/python bench/chunk_parts.py --latency 0
 	$(BIN)/python bench/chunk_parts.py --latency 50
+	$(BIN)/python bench/window_bench.py
+	$(BIN)/python bench/window_bench.py --batch-size 100 --concurrency 8
 
 # docker-compose.yaml under a real Docker engine (dev/compose/engine.sh starts it and builds stand-in images; root).
 # COMPOSE_TEST_ARGS=--keep leaves a failed project running for a look; docs/deploy.md has the phases and timings.

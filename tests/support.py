@@ -69,6 +69,11 @@ class DemoSource:
         """List requests since the last clear, excluding one-record window probes."""
         return [r for r in self._json("GET", f"/admin/tasks/{task}/requests")["requests"] if r["limit"] != 1]
 
+    def requests_seen(self, task: str) -> dict[str, int]:
+        """The count and page requests the source answered for ``task`` since its log was cleared."""
+        counters = self._json("GET", f"/admin/tasks/{task}")["requests"]
+        return {"count": counters.get("count", 0), "list": counters.get("list", 0)}
+
     def clear_requests(self, task: str) -> None:
         self._json("DELETE", f"/admin/tasks/{task}/requests")
 

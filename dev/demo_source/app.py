@@ -14,6 +14,7 @@ All state lives in memory in a :class:`DemoSource` instance. Routes:
   count endpoint that answers 404 (a task's ``paging`` options)
 * ``GET /api/{task}/feed``: the records newest first, each page naming the next by a cursor, a next link or a Link
   header (a task's ``feed`` options, :mod:`demo_source.feed`)
+* ``from`` and ``to`` on the page routes and ``/count``: the records dated in a window (``demo_source.window``)
 * ``POST /oauth/{task}/token``, ``GET /admin/tasks/{task}/auth``, ``POST /admin/tasks/{task}/auth/revoke``: a task
   created with ``auth`` wants it on its ``/api`` requests (``demo_source.auth``)
 
@@ -50,6 +51,7 @@ from demo_source.data import (
     TaskState,
     ground_truth,
     make_page,
+    make_record,
     parse_ref,
     task_seed,
     utc_midnight,
@@ -57,6 +59,7 @@ from demo_source.data import (
 from demo_source.feed import FeedOptions, serve_feed
 from demo_source.paging import ROUTES as PAGING_ROUTES
 from demo_source.paging import PagingError, PagingOptions, Reader
+from demo_source.window import Views, WindowOptions, page_offsets, view_count, window_of
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -108,6 +111,7 @@ class TaskBody(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     paging: PagingOptions = msgspec.field(default_factory=PagingOptions)
     auth: AuthOptions | None = None
     feed: FeedOptions = msgspec.field(default_factory=FeedOptions)
+    window: WindowOptions = msgspec.field(default_factory=WindowOptions)
 
 
 class AppendBody(msgspec.Struct, forbid_unknown_fields=True):
@@ -287,6 +291,8 @@ class TaskRuntime:
     peak_in_flight: int = 0
     auth: AuthState | None = None
     feed: FeedOptions = field(default_factory=FeedOptions)
+    window: WindowOptions = field(default_factory=WindowOptions)
+    views: Views = field(default_factory=Views)
 
     def __post_init__(self) -> None:
         """Seed the fault RNG from the task's seed."""
@@ -537,7 +543,12 @@ class DemoSource:
                 await asyncio.sleep(faults.latency_ms / 1000)
             if runtime.draw(faults.error_rate):
                 return error_response(faults.error_status, "injected error")
+            window = window_of(request.query)
+            if window is not None:
+                return ok_response({"total": view_count(self._view(runtime, window), runtime.window)})
             return ok_response({"total": runtime.state.total})
+        except ValueError as exc:
+            return error_response(400, f"invalid from/to: {exc}")
         finally:
             runtime.request_finished()
 
@@ -628,11 +639,18 @@ class DemoSource:
         runtime.request_started()
         try:
             offset, limit, entry = read(runtime.paging, request.query, request.body)
-            response = await self._list_page(runtime, offset, limit)
+            window = window_of(request.query)
+            if window is None:
+                response = await self._list_page(runtime, offset, limit)
+            else:
+                entry = {**(entry or {}), "from": request.query["from"], "to": request.query["to"]}
+                response = self._view_page(runtime, window, offset, limit)
         except PagingError as exc:
             entry, response = exc.entry, error_response(400, str(exc))
         except HttpError as exc:
             response = error_response(exc.status, exc.msg)
+        except ValueError as exc:
+            response = error_response(400, f"invalid from/to: {exc}")
         finally:
             runtime.request_finished()
         runtime.record_list(offset, limit, response.status, entry)
@@ -645,6 +663,20 @@ class DemoSource:
         answer = serve_feed(runtime.config, runtime.state.total, runtime.feed, request.query, host)
         runtime.record_list(answer.offset, answer.served, answer.status, answer.entry)
         return Response(answer.status, answer.body, answer.headers)
+
+    def _view(self, runtime: TaskRuntime, window: tuple[int, int]) -> list[int]:
+        """The offsets of the task's records dated in ``window`` (:mod:`demo_source.window`)."""
+        return runtime.views.offsets(runtime.config, runtime.generation, runtime.state.total, window)
+
+    def _view_page(self, runtime: TaskRuntime, window: tuple[int, int], offset: int, limit: int) -> Response:
+        """Records ``[offset, offset + limit)`` of the filtered view of ``window`` (``total``: the view's size)."""
+        if offset < 0 or not 1 <= limit <= MAX_LIMIT:
+            raise HttpError(400, f"offset must be >= 0 and limit within [1, {MAX_LIMIT}]")
+        view = self._view(runtime, window)
+        records = [
+            make_record(runtime.config, o, runtime.faults) for o in page_offsets(view, offset, limit, runtime.window)
+        ]
+        return ok_response({"total": len(view), "data": records})
 
     async def list_tasks(self, request: Request) -> Response:
         """Answer ``GET /admin/tasks``.
@@ -685,7 +717,9 @@ class DemoSource:
         except ValueError as exc:
             raise HttpError(400, str(exc)) from exc
         auth = None if spec.auth is None else AuthState(spec.auth)
-        created = TaskRuntime(request.task_id, TaskState(config), paging=spec.paging, auth=auth, feed=spec.feed)
+        created = TaskRuntime(
+            request.task_id, TaskState(config), paging=spec.paging, auth=auth, feed=spec.feed, window=spec.window
+        )
         self.tasks[request.task_id] = created
         return json_response(created.describe())
 

@@ -63,6 +63,8 @@ CREATE TABLE IF NOT EXISTS crawler_ops.crawl_run (
     -- commit adds only what came since)
     committed_kept      bigint NOT NULL DEFAULT 0,
     committed_published bigint NOT NULL DEFAULT 0,
+    -- a first crawl with source.window_filter: the records the source counted in its window
+    window_count   bigint,
     PRIMARY KEY (task_id, run_id)
 );
 
@@ -128,6 +130,10 @@ BEGIN
     IF NOT EXISTS (SELECT 1 FROM information_schema.columns WHERE table_schema = 'crawler_ops'
                       AND table_name = 'crawl_run' AND column_name = 'notes') THEN
         ALTER TABLE crawler_ops.crawl_run ADD COLUMN notes jsonb NOT NULL DEFAULT '[]'::jsonb;
+    END IF;
+    IF NOT EXISTS (SELECT 1 FROM information_schema.columns WHERE table_schema = 'crawler_ops'
+                      AND table_name = 'crawl_run' AND column_name = 'window_count') THEN
+        ALTER TABLE crawler_ops.crawl_run ADD COLUMN window_count bigint;
     END IF;
     IF NOT EXISTS (SELECT 1 FROM information_schema.columns WHERE table_schema = 'crawler_ops'
                       AND table_name = 'progress' AND column_name = 'last_ref_time') THEN

@@ -100,6 +100,7 @@ class RunRecord:
     :param counts: what the run's finished batches added up to so far.
     :param committed_kept: of ``counts.kept``, what a commit of this run already added to the task's totals (a
         retried commit adds only what came since); ``committed_published`` likewise.
+    :param window_count: a first crawl with ``source.window_filter``: the records the source counted in its window.
     """
 
     mode: RunMode
@@ -116,6 +117,7 @@ class RunRecord:
     finished_at: datetime | None = None
     committed_kept: int = 0
     committed_published: int = 0
+    window_count: int | None = None
 
     @classmethod
     def from_row(cls, row: Mapping[str, Any]) -> RunRecord:
@@ -135,6 +137,7 @@ class RunRecord:
             finished_at=row.get("finished_at"),
             committed_kept=int(row.get("committed_kept") or 0),
             committed_published=int(row.get("committed_published") or 0),
+            window_count=row.get("window_count"),
         )
 
     @property

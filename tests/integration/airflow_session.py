@@ -44,6 +44,7 @@ def task_ids() -> dict[str, str]:
     return {
         "rest": f"rest_{suffix}",
         "backfill": f"backfill_{suffix}",
+        "window_backfill": f"window_backfill_{suffix}",
         "eo_backfill": f"eo_backfill_{suffix}",
         "minutely": f"minutely_{suffix}",
         "executor": f"exec{suffix}",
@@ -77,6 +78,7 @@ def session_tasks(task_ids: dict[str, str]) -> list[dict[str, Any]]:
     tasks = [
         make_task(task_ids["rest"]),
         make_task(task_ids["backfill"], schedule=TWICE_A_DAY, batch_size=500),
+        window_backfill_task(task_ids["window_backfill"]),
         exactly_once_backfill_task(task_ids["eo_backfill"]),
         make_task(task_ids["minutely"], schedule="* * * * *"),
         ops_task(task_ids["ops"]),
@@ -85,6 +87,12 @@ def session_tasks(task_ids: dict[str, str]) -> list[dict[str, Any]]:
         make_task(task_ids["ui"]),
     ]
     return [{**task.model_dump(mode="json"), "paused": True} for task in tasks]
+
+
+def window_backfill_task(task_id: str) -> CrawlTaskConfig:
+    """A scheduled task to backfill on a source that filters by date (demo source: ``from`` and ``to``)."""
+    window = {"query": {"from": "{window_start:%Y-%m-%d %H:%M:%S}", "to": "{window_end:%Y-%m-%d %H:%M:%S}"}}
+    return make_task(task_id, schedule=TWICE_A_DAY, batch_size=500, source={"window_filter": window})
 
 
 def exactly_once_backfill_task(task_id: str) -> CrawlTaskConfig:
@@ -131,6 +139,7 @@ def airflow(
     # The scheduled tasks' data must exist before their first scheduled run looks at it.
     source = DemoSource(stack["CRAWLER_OPS_SOURCE_URL"])
     source.create(task_ids["backfill"], total=20_000, ref=BACKFILL_REF, in_window_share=0.5)
+    source.create(task_ids["window_backfill"], total=20_000, ref=BACKFILL_REF, in_window_share=0.5)
     source.create(task_ids["eo_backfill"], total=8_000, ref=BACKFILL_REF, in_window_share=0.5)
     source.create(
         task_ids["minutely"],

@@ -14,6 +14,7 @@ from typing import Any
 import httpx
 import pytest
 
+from crawler_ops.config import CrawlTaskConfig
 from tests.integration.airflow_api import (
     RUN_TIMEOUT_S,
     AirflowApi,
@@ -23,7 +24,7 @@ from tests.integration.airflow_api import (
     wait_for_first_scheduled_run,
     wait_until_idle,
 )
-from tests.integration.airflow_session import SHANGHAI, TWICE_A_DAY, cancel_task, ops_task
+from tests.integration.airflow_session import SHANGHAI, TWICE_A_DAY, cancel_task, ops_task, window_backfill_task
 from tests.support import (
     DemoSource,
     create_topic,
@@ -124,24 +125,33 @@ def wait_for_reruns(
         time.sleep(1)
 
 
+def backfill_two_days(
+    airflow: AirflowApi, pg_uri: str, source: DemoSource, cfg: CrawlTaskConfig
+) -> tuple[list[dict[str, Any]], int | None]:
+    """After the task's first scheduled run (its window holds no data), with the source's request log cleared:
+    ``airflow backfill create`` from 2026-10-05 to 2026-10-07, whose runs start at each fire between them (01:00 and
+    10:00 UTC of two days), all successful. Returns the four runs and the watermark before them."""
+    wait_for_first_scheduled_run(airflow, cfg.dag_id)
+    before = watermark(pg_uri, cfg.id)
+    source.clear_requests(cfg.id)
+    created = airflow_cli(
+        "backfill", "create", "--dag-id", cfg.dag_id, "--from-date", "2026-10-05", "--to-date", "2026-10-07"
+    )
+    assert created.returncode == 0, created.stdout[-2000:] + created.stderr[-2000:]
+    runs = backfill_runs(airflow, cfg.dag_id, 4)
+    assert [r["state"] for r in runs] == ["success"] * 4
+    return runs, before
+
+
 def test_backfill_publishes_each_interval_by_probing_and_leaves_the_watermark(
     airflow, source_url, kafka_bootstrap, pg_uri, task_ids
 ):
     task = task_ids["backfill"]
     cfg = make_task(task, schedule=TWICE_A_DAY, batch_size=500)
     source = DemoSource(source_url)
-    wait_for_first_scheduled_run(airflow, cfg.dag_id)  # its window holds no data
-    before = watermark(pg_uri, task)
-    source.clear_requests(task)
 
-    created = airflow_cli(
-        "backfill", "create", "--dag-id", cfg.dag_id, "--from-date", "2026-10-05", "--to-date", "2026-10-07"
-    )
-    assert created.returncode == 0, created.stdout[-2000:] + created.stderr[-2000:]
-    # Runs start at each fire from 2026-10-05 00:00 UTC to 2026-10-07 00:00 UTC: 01:00 and 10:00 UTC of two days.
-    runs = backfill_runs(airflow, cfg.dag_id, 4)
+    runs, before = backfill_two_days(airflow, pg_uri, source, cfg)
 
-    assert [r["state"] for r in runs] == ["success"] * 4
     intervals = [
         (datetime.fromisoformat(r["data_interval_start"]), datetime.fromisoformat(r["data_interval_end"])) for r in runs
     ]
@@ -431,3 +441,24 @@ def test_the_ui_connection_form_offers_the_http_type_source_connections_use(airf
     types = {entry["connection_type"]: entry["hook_name"] for entry in meta.json()}
     assert types.get("http") == "HTTP", sorted(types)
     assert "kafka" in types and "postgres" in types
+
+
+def test_airflow_backfill_create_reads_each_intervals_filtered_view_and_nothing_else(
+    airflow, source_url, kafka_bootstrap, pg_uri, task_ids
+):
+    task = task_ids["window_backfill"]
+    cfg = window_backfill_task(task)
+    source = DemoSource(source_url)
+
+    runs, before = backfill_two_days(airflow, pg_uri, source, cfg)
+
+    messages = read_topic(kafka_bootstrap, cfg.kafka.topic)
+    pages = 0
+    for run in runs:
+        start, end = (datetime.fromisoformat(run[f"data_interval_{edge}"]) for edge in ("start", "end"))
+        truth = source.ids_between(task, start, end)
+        assert len(truth) > 300
+        assert sorted(m.key for m in messages if m.headers["run_id"] == run["dag_run_id"]) == sorted(truth)
+        pages += -(-len(truth) // cfg.batch_size)
+    assert source.requests_seen(task) == {"count": 4, "list": pages}, "per run one filtered count and its pages"
+    assert watermark(pg_uri, task) == before

@@ -22,6 +22,7 @@ from crawler_ops.config.models import CrawlTaskConfig, DagSettings, ExecutorTask
 from crawler_ops.config.sections import FilterConfig, KafkaConfig, NotifyConfig, SourceConfig
 from crawler_ops.config.source_auth import SourceAuth
 from crawler_ops.config.source_paging import PaginatorConfig, RequestConfig
+from crawler_ops.config.source_window import WindowFilterConfig
 
 SIMPLE_TYPES = {str: "string", int: "integer", float: "number", bool: "boolean", datetime: "date or date-time"}
 BOUNDS = {annotated_types.Gt: ">", annotated_types.Ge: "≥", annotated_types.Lt: "<", annotated_types.Le: "≤"}
@@ -64,6 +65,14 @@ SECTIONS = (
         RequestConfig,
         "`source.request:`: the request of one page, as templates over `{task}`, `{offset}`, `{limit}`, `{page}`, "
         "`{page_size}`, `{window_start}`, `{window_end}`, `{ref}` (see [docs/sources.md](sources.md)).",
+    ),
+    Section(
+        "Source window filter",
+        "source-window-filter",
+        WindowFilterConfig,
+        "`source.window_filter:`: the parameters that make the source answer only the records of a date window, as "
+        "templates over `{window_start}`, `{window_end}`, `{ref}`, `{task}` (see "
+        "[sources.md](sources.md#window-filter)).",
     ),
     Section(
         "Source auth",

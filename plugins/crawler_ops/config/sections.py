@@ -14,6 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from crawler_ops.config.checks import known_timezone
 from crawler_ops.config.source_auth import SourceAuth
 from crawler_ops.config.source_paging import PaginatorConfig, RequestConfig, check_request, default_query
+from crawler_ops.config.source_window import WindowFilterConfig, check_window_filter
 from crawler_ops.filtering import DateRule
 from crawler_ops.lineage import env_bootstrap_servers, kafka_server
 
@@ -69,10 +70,19 @@ class SourceShape(StrictModel):
         description="the request of one page: method, path, and query, header and JSON body templates; default: GET "
         "page_path with the paginator's parameters",
     )
+    window_filter: WindowFilterConfig | None = Field(
+        None,
+        description="the parameters that make the source answer only the records of a date window; backfills read "
+        "that filtered view and first crawls count it instead of searching for the window (docs/sources.md, "
+        '"Window filter"); null: the window is searched for by reading single records',
+    )
 
     @model_validator(mode="after")
     def _sendable_request(self) -> SourceShape:
         check_request(self.paginator, self.request, self.page_query)
+        if self.window_filter is not None:
+            counted = (self.window_filter.count_path or self.count_path) is not None
+            check_window_filter(self.window_filter, self.request.method, counted)
         return self
 
     @property

@@ -46,6 +46,7 @@ from crawler_ops.crawl.run import RunContext
 from crawler_ops.errors import StatusTableError
 from crawler_ops.hooks.budget import ByteBudget, PageAccount
 from crawler_ops.hooks.exactly_once import MarkerLog, TransactionalPublisher, transactional_id
+from crawler_ops.hooks.paging import check_view_page
 from crawler_ops.hooks.producer import DryRunPublisher, IdempotentProducerHook, KafkaPublisher, Publisher, task_settings
 from crawler_ops.hooks.source import SourceApiHook
 from crawler_ops.planning import Batch, ChunkPlan
@@ -296,7 +297,9 @@ class ChunkCrawler:
         if batch.hi <= self.shared.cutoff():
             return BelowCutoff()
         with memory.reading():
-            return PageRead(self.source.get_page(batch.lo, batch.size))
+            page = self.source.get_page(batch.lo, batch.size)
+        check_view_page(self.source.paging, len(page), batch.lo, batch.hi, self.cfg.id)
+        return PageRead(page)
 
     def filtered_while_checkpointing(
         self, checkpointed: Future[bool], ahead: Ahead

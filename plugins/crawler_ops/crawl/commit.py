@@ -14,6 +14,7 @@ import psycopg
 from crawler_ops.config import CrawlTaskConfig
 from crawler_ops.crawl.feed import advance_feed
 from crawler_ops.crawl.run import RunContext
+from crawler_ops.crawl.window import window_failure
 from crawler_ops.errors import CrawlerError
 from crawler_ops.hooks.store import CrawlStoreHook, Cursor
 from crawler_ops.planning import Batch, ChunkPlan, advance_watermark
@@ -38,12 +39,17 @@ def commit_run(run: RunContext, chunks: Sequence[ChunkPlan], results: Sequence[A
             record = store.read_run(cur, run.run_id)
             old = new = store.read_watermark(cur)
             unfinished: list[Batch] = []
-            if run.uses_status_table:
+            failure = window_failure(run, record, complete=len(results) == len(chunks))
+            if run.uses_status_table and failure is not None:  # a first crawl: it leaves nothing behind
+                store.reset(cur)
+            elif run.uses_status_table:
                 new, unfinished = advance(store, cur, run, record, planned, old)
             elif len(results) < len(chunks):
                 unfinished = planned
-            status: RunStatus = "success" if not unfinished else "failed"
             errors = list(record.errors) if record else []
+            if failure is not None:
+                errors.append(failure)
+            status: RunStatus = "success" if not unfinished and failure is None else "failed"
             store.finish_run(cur, run.run_id, status, new, errors)
     finally:
         store.close()

@@ -15,6 +15,7 @@ import psycopg
 from crawler_ops.crawl.feed import plan_feed
 from crawler_ops.crawl.ledger import parked_message
 from crawler_ops.crawl.run import RunContext
+from crawler_ops.crawl.window import counted_window_start
 from crawler_ops.errors import CrawlerError, SourceError
 from crawler_ops.filtering import DateRule, record_date
 from crawler_ops.hooks.exactly_once import MARKER_TOPIC_CONFIG
@@ -159,9 +160,12 @@ def plan_locked(
         # Parked batches are neither fetched nor planned over: they hold the watermark until skipped.
         done = [r.batch for r in rows if r.status in (DONE, PARKED)]
         pending = [r.batch for r in rows if r.status not in (DONE, PARKED)]
-        floor = start
+        floor, counted = start, None
         if first and total > 0:
-            boundary = probe_window_start(source, total, run)
+            if cfg.source.window_filter is not None:  # counted, not searched for
+                boundary, counted = counted_window_start(run, total)
+            else:
+                boundary = probe_window_start(source, total, run)
             floor = max(start, expiry_floor(boundary, cfg.batch_size, cfg.max_expired_batches))
         planned = iter_plan(total, start, cfg.batch_size, done, pending, floor, cfg.source.paginator.pages)
         batches = take_batches(run, planned, total, floor)
@@ -170,13 +174,22 @@ def plan_locked(
                 expired = fill_gaps(start, floor, floor - start, [*done, *pending])
                 store.batches.insert(cur, expired, run.run_id, expired=True)
                 log.info(
-                    "task %s: first crawl; offsets below %d are older than the window (probed), recorded as expired",
+                    "task %s: first crawl; offsets below %d are older than the window, recorded as expired",
                     cfg.id,
                     floor,
                 )
             known = set(pending)
             store.batches.insert(cur, [b for b in batches if b not in known], run.run_id)
-            store.start_run(cur, run.run_id, mode, run.ref, total=total, watermark=watermark, planned=len(batches))
+            store.start_run(
+                cur,
+                run.run_id,
+                mode,
+                run.ref,
+                total=total,
+                watermark=watermark,
+                planned=len(batches),
+                window_count=counted,
+            )
             if shrink_note:
                 store.add_run_error(cur, run.run_id, shrink_note)
         note_older_reference(run, store, cur)
@@ -292,10 +305,20 @@ def probe_window_start(source: SourceApiHook, total: int, run: RunContext) -> in
 
 
 def range_to_read(run: RunContext, source: SourceApiHook, total: int) -> tuple[int, int]:
-    """The offsets a replay names, or those a backfill finds by probing its interval's two ends (one batch of
-    margin each side for records that are only roughly in time order)."""
+    """The offsets a replay names, a backfill's filtered view (``source.window_filter``: all of it), or those a
+    backfill finds by probing its interval's two ends (one batch of margin each side for records that are only
+    roughly in time order)."""
     if run.params.replay:
         return run.params.replay_from or 0, min(run.params.replay_to or 0, total)
+    if run.reads_filtered_view:  # the total is the filtered view's count
+        log.info(
+            "task %s: backfill of [%s, %s) reads the %d records of its filtered view",
+            run.cfg.id,
+            run.window.start,
+            run.window.end,
+            total,
+        )
+        return 0, total
     window, margin = run.window, run.cfg.batch_size
     width = run.cfg.source.concurrency
     lo = probe_offset(source, total, run.cfg.filter.rule, window.start, width)

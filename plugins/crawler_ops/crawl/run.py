@@ -183,10 +183,17 @@ class RunContext:
         """Replays and backfills read a range and never touch the watermark or the batch rows."""
         return not (self.params.dry_run or self.params.replay or self.backfill_interval is not None)
 
+    @property
+    def reads_filtered_view(self) -> bool:
+        """A backfill of a source with ``source.window_filter`` reads the filtered view of its interval, by offsets
+        within that view."""
+        return self.backfill_interval is not None and self.cfg.source.window_filter is not None
+
     # The clients are imported when a step asks for one: the DAG files import this module at parse time.
-    def source(self) -> SourceApiHook:
+    def source(self, filtered: bool | None = None) -> SourceApiHook:
         """The source hook, paced by this process's limiter of the source connection, which shares the rate through
-        the task's crawler database."""
+        the task's crawler database; ``filtered``: its count and pages are the window's filtered view (default:
+        :attr:`reads_filtered_view`)."""
         from crawler_ops.hooks.paging import Paging
         from crawler_ops.hooks.ratelimit import limiter_for
         from crawler_ops.hooks.source import SourceApiHook
@@ -195,7 +202,8 @@ class RunContext:
         fields = head_fields(self.cfg.filter.date_fields, self.cfg.kafka.key_field)
         limiter = limiter_for(self.cfg.source, self.cfg.postgres_conn_id)
         window = self.window
-        paging = Paging.of_task(self.cfg, self.ref, (window.start, window.end))
+        view = self.reads_filtered_view if filtered is None else filtered
+        paging = Paging.of_task(self.cfg, self.ref, (window.start, window.end), filtered=view)
         token = token_for(self.cfg.source, self.cfg.postgres_conn_id)
         return SourceApiHook(
             self.cfg.source, self.cfg.id, self.cfg.source_task, fields, limiter, paging=paging, token=token

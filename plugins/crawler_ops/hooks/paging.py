@@ -112,11 +112,13 @@ def template_values(task: str, ref: datetime, window: tuple[datetime, datetime],
 @dataclass(frozen=True)
 class Paging:
     """The page requests of a source: its paginator and request templates, the task's batch size (a page
-    paginator's page size) and the run's template values (:func:`template_values`)."""
+    paginator's page size) and the run's template values (:func:`template_values`). ``filtered``: the requests
+    of the filtered view of the run's window (``source.window_filter``): its count, and its pages numbered from 0."""
 
     source: SourceConfig
     batch_size: int
     values: Mapping[str, Any]
+    filtered: bool = False
 
     @classmethod
     def outside_a_run(cls, source: SourceConfig, task: str, batch_size: int) -> Paging:
@@ -126,13 +128,32 @@ class Paging:
 
     @classmethod
     def of_task(
-        cls, cfg: CrawlTaskConfig, ref: datetime | None = None, window: tuple[datetime, datetime] | None = None
+        cls,
+        cfg: CrawlTaskConfig,
+        ref: datetime | None = None,
+        window: tuple[datetime, datetime] | None = None,
+        filtered: bool = False,
     ) -> Paging:
         """The requests of a crawl task, for a run with reference time ``ref`` and date window ``window`` (default:
-        now, outside a run)."""
+        now, outside a run); ``filtered``: of the window's filtered view."""
         now = datetime.now(UTC)
         values = template_values(cfg.source_task, ref or now, window or (now, now), ZoneInfo(cfg.filter.timezone))
-        return cls(cfg.source, cfg.batch_size, values)
+        return cls(cfg.source, cfg.batch_size, values, filtered and cfg.source.window_filter is not None)
+
+    def count_request(self) -> tuple[Send, str] | None:
+        """The request of the total (of the filtered view when ``filtered``) and the JSON path of the total in its
+        answer; None when the source has no count endpoint (the total is probed from pages)."""
+        source, window = self.source, self.source.window_filter if self.filtered else None
+        if window and window.count_path:
+            path = str(render(window.count_path, self.values))
+        elif source.count_path is not None:
+            path = source.count_path.replace("{task}", str(self.values["task"]))
+        else:
+            return None
+        query = window.count_templates() if window else {}
+        params = {name: render(template, self.values) for name, template in query.items()}
+        total_path = (window.total_path if window else None) or source.total_path
+        return Send(path, params), total_path
 
     def calls(self, lo: int, hi: int) -> list[PageCall]:
         """The requests that read offsets ``[lo, hi)``: one for an offset paginator; for a page paginator, the pages
@@ -159,11 +180,15 @@ class Paging:
 
     def call(self, offset: int, limit: int, page: int | None, skip: int, take: int, where: str) -> PageCall:
         values = {**self.values, "offset": offset, "limit": limit, "page": page, "page_size": limit}
-        request = self.source.request
-        params = {name: render(template, values) for name, template in self.source.page_query.items()}
+        request, window = self.source.request, self.source.window_filter if self.filtered else None
+        query = {**self.source.page_query, **(window.query if window else {})}
+        params = {name: render(template, values) for name, template in query.items()}
         headers = {name: str(render(template, values)) for name, template in request.headers.items()}
         path = str(render(self.source.request_path, values))
-        send = Send(path, params, request.method, headers, render_json(request.body, values))
+        body = render_json(request.body, values)
+        if window and window.body:
+            body = {**(body if isinstance(body, Mapping) else {}), **render_json(window.body, values)}
+        send = Send(path, params, request.method, headers, body)
         size_param = self.source.paginator.size_param if page is not None else self.source.limit_param
         return PageCall(send, skip, take, limit, size_param, where)
 
@@ -249,5 +274,21 @@ def probe_total(read: Callable[[int, int], Sized], size: int, label: str, known:
         f"{label}: probing the total (no count endpoint), page {hi} of {size} records holds {counts[hi]}, and the "
         "page after it has records: the source serves fewer records per page than asked; set batch_size to its "
         "page size",
+        retriable=False,
+    )
+
+
+def check_view_page(paging: Paging, received: int, lo: int, hi: int, task: str) -> None:
+    """A page of a filtered view holds every record of the offsets it was asked: they lie below the view's count,
+    so a shorter page means the source's filter drops records its count includes (:class:`SourceError`, not
+    retried: the run fails rather than miss them)."""
+    if not paging.filtered or received == hi - lo:
+        return
+    start, end = paging.values["window_start"], paging.values["window_end"]
+    raise SourceError(
+        f"task {task}: window filter: the source counts at least {hi} records dated in [{start.isoformat()}, "
+        f"{end.isoformat()}), but its page of offsets [{lo}, {hi}) of that filtered view holds {received} records "
+        f"instead of {hi - lo}: its filter drops records its count includes (or the window changed); the run fails "
+        "rather than miss them",
         retriable=False,
     )

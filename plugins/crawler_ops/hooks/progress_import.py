@@ -51,7 +51,15 @@ class ProgressImportHook(CrawlerDbHook):
         """The import as a finished run of mode ``import`` in the run history: watermark ``old`` -> ``new``, with
         ``note`` saying what changed."""
         task = {"task": self.task_id, "run_id": run_id}
-        start = {**task, "mode": RUN_MODE, "ref": stamp, "total": total, "watermark": old, "planned": 0}
+        start = {
+            **task,
+            "mode": RUN_MODE,
+            "ref": stamp,
+            "total": total,
+            "watermark": old,
+            "planned": 0,
+            "window_count": None,
+        }
         cur.execute(read_sql("start_run"), start)
         cur.execute(read_sql("add_run_note"), {**task, "note": note[:2000]})
         cur.execute(read_sql("finish_run"), {**task, "status": "success", "watermark": new, "errors": Jsonb([])})

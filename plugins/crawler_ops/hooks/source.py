@@ -125,12 +125,14 @@ class SourceApiHook(BaseHook):
     # ----------------------------------------------------------------- API
 
     def get_total(self, known: int | None = None) -> int:
-        """The source's total: its count endpoint's answer, or probed from pages without one (``count_path: null``),
-        starting from ``known``, a total it had before."""
-        if self.source.count_path is None:
+        """The source's total (of the window's filtered view with a filtered :attr:`paging`): its count endpoint's
+        answer, or probed from pages without one (``count_path: null``), starting from ``known``, a total it had
+        before."""
+        count = self.paging.count_request()
+        if count is None:
             return probe_total(self.get_page, self.paging.batch_size, f"task {self.task_label}", known)
-        document = self.get_json(Send(self.url_for(self.source.count_path)), "count", max_bytes=COUNT_BODY_BYTES)
-        return count_total(document, self.source.total_path, f"task {self.task_label}")
+        document = self.get_json(count[0], "count", max_bytes=COUNT_BODY_BYTES)
+        return count_total(document, count[1], f"task {self.task_label}")
 
     def get_page(self, offset: int, limit: int) -> Page:
         """The records of offsets ``[offset, offset + limit)`` as raw JSON, one per record, with the values of

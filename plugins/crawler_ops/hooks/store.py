@@ -98,14 +98,16 @@ class CrawlStoreHook(CrawlerDbHook):
         total: int | None = None,
         watermark: int | None = None,
         planned: int = 0,
+        window_count: int | None = None,
     ) -> None:
         """(Re)start a run record, counters at zero.
 
         :param total: the source's total the run planned against (None: it did not ask, or failed before).
         :param watermark: the watermark the run planned from (``old_watermark``; None on a first crawl).
         :param planned: how many batches the run planned.
+        :param window_count: the records the source counted in a first crawl's window (``source.window_filter``).
         """
-        params = {"task": self.task_id, "run_id": run_id, "mode": mode, "ref": ref}
+        params = {"task": self.task_id, "run_id": run_id, "mode": mode, "ref": ref, "window_count": window_count}
         cur.execute(read_sql("start_run"), {**params, "total": total, "watermark": watermark, "planned": planned})
 
     def read_run(self, cur: Cursor, run_id: str) -> RunRecord | None:
