@@ -22,6 +22,7 @@ from crawler_ops.config.models import CrawlTaskConfig, DagSettings, ExecutorTask
 from crawler_ops.config.sections import FilterConfig, KafkaConfig, NotifyConfig, SourceConfig
 from crawler_ops.config.source_auth import SourceAuth
 from crawler_ops.config.source_paging import PaginatorConfig, RequestConfig
+from crawler_ops.config.source_responses import ResponseRule, ResponseWhen
 
 SIMPLE_TYPES = {str: "string", int: "integer", float: "number", bool: "boolean", datetime: "date or date-time"}
 BOUNDS = {annotated_types.Gt: ">", annotated_types.Ge: "≥", annotated_types.Lt: "<", annotated_types.Le: "≤"}
@@ -71,6 +72,19 @@ SECTIONS = (
         SourceAuth,
         "`source.auth:` of a crawl task (or of `defaults`); one section per type in "
         "[sources.md](sources.md#authentication).",
+    ),
+    Section(
+        "Source response rules",
+        "source-responses",
+        ResponseRule,
+        "Each entry of `source.responses:`: a rule over the envelope of an answer, the first match wins (see "
+        "[sources.md](sources.md#response-rules)).",
+    ),
+    Section(
+        "Source response rule conditions",
+        "source-responses-when",
+        ResponseWhen,
+        "`when:` of a response rule: a value of the envelope at a dotted path with one test, an HTTP status, or both.",
     ),
     Section("Filter", "filter", FilterConfig, "`filter:` of a crawl task (or of `defaults`)."),
     Section("Kafka", "kafka", KafkaConfig, "`kafka:` of a crawl task (or of `defaults`)."),

@@ -14,6 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from crawler_ops.config.checks import known_timezone
 from crawler_ops.config.source_auth import SourceAuth
 from crawler_ops.config.source_paging import PaginatorConfig, RequestConfig, check_request, default_query
+from crawler_ops.config.source_responses import ResponseRule, check_rules
 from crawler_ops.filtering import DateRule
 from crawler_ops.lineage import env_bootstrap_servers, kafka_server
 
@@ -69,10 +70,17 @@ class SourceShape(StrictModel):
         description="the request of one page: method, path, and query, header and JSON body templates; default: GET "
         "page_path with the paginator's parameters",
     )
+    responses: tuple[ResponseRule, ...] = Field(
+        (),
+        max_length=20,
+        description="rules over the envelope of an answer (a page or the count), first match wins: throttling, an "
+        "expired token or an error the source reports in the body (see docs/sources.md); none: every 200 is a page",
+    )
 
     @model_validator(mode="after")
     def _sendable_request(self) -> SourceShape:
         check_request(self.paginator, self.request, self.page_query)
+        check_rules(self.responses, self.auth.oauth2, self.auth.type)
         return self
 
     @property
