@@ -52,6 +52,7 @@ from demo_source.data import (
     task_seed,
     utc_midnight,
 )
+from demo_source.envelopes import EnvelopeOptions, Envelopes
 from demo_source.paging import ROUTES as PAGING_ROUTES
 from demo_source.paging import PagingError, PagingOptions, Reader
 
@@ -104,6 +105,7 @@ class TaskBody(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     append_step_s: int = 60
     paging: PagingOptions = msgspec.field(default_factory=PagingOptions)
     auth: AuthOptions | None = None
+    envelopes: EnvelopeOptions = msgspec.field(default_factory=EnvelopeOptions)
 
 
 class AppendBody(msgspec.Struct, forbid_unknown_fields=True):
@@ -282,6 +284,7 @@ class TaskRuntime:
     in_flight: int = 0
     peak_in_flight: int = 0
     auth: AuthState | None = None
+    envelopes: Envelopes = field(default_factory=Envelopes)
 
     def __post_init__(self) -> None:
         """Seed the fault RNG from the task's seed."""
@@ -372,6 +375,7 @@ class TaskRuntime:
             "total": self.state.total,
             "faults": msgspec.to_builtins(self.faults),
             "paging": msgspec.to_builtins(self.paging),
+            "envelopes": dict(self.envelopes.answered),
             "requests": {
                 **self.counters,
                 "logged": len(self.log),
@@ -480,6 +484,8 @@ class DemoSource:
         headers = dict(scope.get("headers", ()))
         auth = self.tasks[task_id].auth if parts[0] == "api" and task_id in self.tasks else None
         if auth is not None and not auth.allows(headers, query):
+            if expired := self.tasks[task_id].envelopes.expired():
+                return Response(200, expired)
             return error_response(401, "missing, expired or unknown credentials", ((b"www-authenticate", b"Bearer"),))
         return await handler(Request(scope["method"], task_id, query, body, headers))
 
@@ -622,7 +628,8 @@ class DemoSource:
         runtime.request_started()
         try:
             offset, limit, entry = read(runtime.paging, request.query, request.body)
-            response = await self._list_page(runtime, offset, limit)
+            enveloped = await runtime.envelopes.answer(offset, limit, runtime.auth)
+            response = Response(200, enveloped) if enveloped else await self._list_page(runtime, offset, limit)
         except PagingError as exc:
             entry, response = exc.entry, error_response(400, str(exc))
         except HttpError as exc:
@@ -671,7 +678,8 @@ class DemoSource:
         except ValueError as exc:
             raise HttpError(400, str(exc)) from exc
         auth = None if spec.auth is None else AuthState(spec.auth)
-        created = TaskRuntime(request.task_id, TaskState(config), paging=spec.paging, auth=auth)
+        envelopes = Envelopes(spec.envelopes)
+        created = TaskRuntime(request.task_id, TaskState(config), paging=spec.paging, auth=auth, envelopes=envelopes)
         self.tasks[request.task_id] = created
         return json_response(created.describe())
 
