@@ -85,6 +85,7 @@ class Envelopes:
             code, body = BUSY, envelope(BUSY, "busy, try again")
         elif self.every(options.expire_every) and auth is not None:
             auth.revoke()
+            self.count("revoked")
             code, body = EXPIRED, envelope(EXPIRED, "token expired")
         elif any(offset <= o < offset + limit for o in options.fail_offsets):
             code, body = FAILED, envelope(FAILED, "permanent error")
