@@ -75,14 +75,14 @@ SECTIONS = (
     ),
     Section(
         "Source response rules",
-        "source-responses",
+        "source-response-rules",
         ResponseRule,
         "Each entry of `source.responses:`: a rule over the envelope of an answer, the first match wins (see "
         "[sources.md](sources.md#response-rules)).",
     ),
     Section(
         "Source response rule conditions",
-        "source-responses-when",
+        "source-response-rule-conditions",
         ResponseWhen,
         "`when:` of a response rule: a value of the envelope at a dotted path with one test, an HTTP status, or both.",
     ),
