@@ -174,8 +174,12 @@ def test_a_skip_envelope_dead_letters_its_batch_naming_the_rule_and_the_other_pa
     [
         ({"large_over": 25, "large_kb": 200}, {"max_response_mb": 0.1}),
         ({"slow_over": 25, "slow_ms": 3_000}, {"deadline_s": 1, "timeout_s": 10}),
+        (
+            {"large_over": 25, "large_kb": 200},
+            {"max_response_mb": 0.1, "paginator": {"type": "page"}, "page_path": "/api/{task}/pages"},
+        ),
     ],
-    ids=["too-large", "past-deadline"],
+    ids=["too-large", "past-deadline", "too-large-page-numbers"],
 )
 def test_a_page_too_large_or_too_slow_is_read_in_parts_within_its_batch(
     envelopes, section, rules, kafka_bootstrap, pg_uri, caplog

@@ -167,21 +167,24 @@ class Paging:
         size_param = self.source.paginator.size_param if page is not None else self.source.limit_param
         return PageCall(send, skip, take, limit, size_param, where, offset)
 
-    def parts(self, call: PageCall) -> list[PageCall] | str:
-        """The smaller requests that read what ``call`` takes, in order, for an answer too large or too slow; or
-        why there are none. An offset paginator asks two halves. A page paginator asks pages of a size dividing
-        ``call``'s (half of it when even), so each part is a whole page at its own page number; the source's
-        fixed page size (no ``size_param``) cannot be asked smaller."""
+    def whole(self, call: PageCall) -> str | None:
+        """Why ``call`` cannot be read in smaller requests (:meth:`parts`); None when it can."""
         if call.most <= 1:
             return "it is a single record"
+        if self.source.paginator.pages and self.source.paginator.size_param is None:
+            return "the source's pages have a fixed size (paginator.size_param is null): no smaller page can be asked"
+        return None
+
+    def parts(self, call: PageCall) -> list[PageCall]:
+        """The smaller requests that read what ``call`` takes, in order, for an answer too large or too slow (when
+        :meth:`whole` finds no reason against). An offset paginator asks two halves. A page paginator asks pages of
+        a size dividing ``call``'s (half of it when even), so each part is a whole page at its own page number."""
         lo, hi = call.start + call.skip, call.start + call.skip + call.take
         if not self.source.paginator.pages:
             mid = lo + (hi - lo) // 2
             return [self.call(a, b - a, None, 0, b - a, f"offsets [{a}, {b})") for a, b in ((lo, mid), (mid, hi))]
-        if self.source.paginator.size_param is None:
-            return "the source's pages have a fixed size (paginator.size_param is null): no smaller page can be asked"
         size = call.most // smallest_factor(call.most)
-        first_page, parts = self.source.paginator.first_page, []
+        first_page, parts = self.source.paginator.first_page, []  # a size_param: whole() said so
         for index in range(lo // size, (hi - 1) // size + 1):
             start = index * size
             a, b = max(lo, start), min(hi, start + size)

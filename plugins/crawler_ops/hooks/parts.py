@@ -8,15 +8,13 @@ import logging
 from collections.abc import Callable
 
 from crawler_ops.errors import AnswerTooHeavyError, SourceError
-from crawler_ops.hooks.paging import PageCall, join_pages
+from crawler_ops.hooks.paging import PageCall, Paging, join_pages
 from crawler_ops.records import Page
 
 log = logging.getLogger(__name__)
 
 #: Reads one request's records; the flag says whether a too heavy answer is given up at once (it has parts).
 Read = Callable[[PageCall, bool], Page]
-#: The parts of a request (:meth:`crawler_ops.hooks.paging.Paging.parts`), or why it has none.
-Parts = Callable[[PageCall], "list[PageCall] | str"]
 
 
 def too_heavy(exc: SourceError) -> bool:
@@ -24,16 +22,17 @@ def too_heavy(exc: SourceError) -> bool:
     return isinstance(exc, AnswerTooHeavyError) or isinstance(exc.__cause__, AnswerTooHeavyError)
 
 
-def read_in_parts(read: Read, parts: Parts, call: PageCall) -> Page:
+def read_in_parts(read: Read, paging: Paging, call: PageCall) -> Page:
     """The records ``call`` takes, read whole or, when its answer is too heavy, in parts (each read the same way)."""
-    split = parts(call)
+    why_whole = paging.whole(call)
     try:
-        return read(call, isinstance(split, list))
+        return read(call, why_whole is None)
     except SourceError as exc:
         if not too_heavy(exc):
             raise
-        if isinstance(split, str):
-            raise SourceError(f"{exc}; not read in parts: {split}", retriable=exc.retriable) from exc
+        if why_whole is not None:
+            raise SourceError(f"{exc}; not read in parts: {why_whole}", retriable=exc.retriable) from exc
+        split = paging.parts(call)
         log.warning("%s; reading it in %d parts: %s", exc, len(split), ", ".join(part.where for part in split))
     # Outside the handler: the error's traceback (and the body it was reading) is gone before the parts are read.
-    return join_pages([read_in_parts(read, parts, part) for part in split])
+    return join_pages([read_in_parts(read, paging, part) for part in split])

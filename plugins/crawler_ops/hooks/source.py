@@ -138,7 +138,7 @@ class SourceApiHook(BaseHook):
         """The records of offsets ``[offset, offset + limit)`` as raw JSON, one per record, with the values of
         :attr:`fields` of each: one request, or the pages holding them (:meth:`Paging.calls`), in parts if too heavy."""
         calls = self.paging.calls(offset, offset + limit)
-        return join_pages([read_in_parts(self.read_call, self.paging.parts, call) for call in calls])
+        return join_pages([read_in_parts(self.read_call, self.paging, call) for call in calls])
 
     def read_call(self, call: PageCall, has_parts: bool) -> Page:
         reader = self.paging.reader(call, self.fields, f"task {self.task_label}")
