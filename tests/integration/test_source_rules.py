@@ -47,9 +47,12 @@ class Rules:
     def create(self, total: int, envelopes: dict[str, Any], **config: Any) -> None:
         self.source.create(self.task, total=total, ref=REF, in_window_share=1.0, envelopes=envelopes, **config)
 
-    def task_config(self, responses: list[dict[str, Any]], **source: Any) -> CrawlTaskConfig:
+    def task_config(
+        self, responses: list[dict[str, Any]], delivery: str = "at_least_once", **source: Any
+    ) -> CrawlTaskConfig:
         section = {"conn_id": self.conn_id, "responses": responses, **source}
-        return make_task(self.task, source=section, filter={"days": 30}, kafka={"dead_letter_topic": f"dl.{self.task}"})
+        kafka = {"dead_letter_topic": f"dl.{self.task}", "delivery": delivery}
+        return make_task(self.task, source=section, filter={"days": 30}, kafka=kafka)
 
     def answered(self) -> dict[str, int]:
         return dict(self.source._json("GET", f"/admin/tasks/{self.task}")["envelopes"])
@@ -147,11 +150,12 @@ def test_a_fail_envelope_fails_the_run_with_the_rules_message_the_task_and_the_o
     assert (watermark(pg_uri, cfg.id) or 0) <= 500, "the watermark does not pass the failed page"
 
 
+@pytest.mark.parametrize("delivery", ["at_least_once", "exactly_once"])
 def test_a_skip_envelope_dead_letters_its_batch_naming_the_rule_and_the_other_pages_are_published(
-    rules, kafka_bootstrap, pg_uri, run_dag
+    delivery, rules, kafka_bootstrap, pg_uri
 ):
     rules.create(1_000, {"skip_offsets": [750]})
-    cfg = rules.task_config([RATE_LIMITED, WITHHELD])
+    cfg = rules.task_config([RATE_LIMITED, WITHHELD], delivery)
 
     rows = crawled(cfg, pg_uri)
 
