@@ -105,6 +105,7 @@ class Delivered:
     key: str
     value: dict[str, Any]
     headers: dict[str, str]
+    partition: int = -1
 
 
 class MissingTopic(AssertionError):
@@ -168,7 +169,10 @@ def read_topic(bootstrap: str, topic: str, timeout: float = 20.0, isolation: str
                 raise KafkaException(msg.error())
             messages.append(
                 Delivered(
-                    msg.key().decode(), json.loads(msg.value()), {k: v.decode() for k, v in (msg.headers() or [])}
+                    msg.key().decode(),
+                    json.loads(msg.value()),
+                    {k: v.decode() for k, v in (msg.headers() or [])},
+                    msg.partition(),
                 )
             )
             if msg.offset() + 1 >= ends[msg.partition()]:

@@ -265,6 +265,14 @@ class KafkaConfig(StrictModel):
     partitions: int = Field(
         3, ge=1, description="partitions of the topic and dead-letter topic when crawler_ops creates them"
     )
+    partitioner: (
+        Literal["murmur2_random", "murmur2", "consistent_random", "consistent", "fnv1a_random", "fnv1a", "random"]
+        | None
+    ) = Field(
+        None,
+        description="how a key picks its partition (librdkafka's partitioner); default: the connection extra's "
+        "partitioner, else murmur2_random, which places a key where the Java producer does",
+    )
     replication_factor: int | None = Field(
         None,
         ge=1,

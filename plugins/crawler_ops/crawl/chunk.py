@@ -45,7 +45,7 @@ from crawler_ops.crawl.run import RunContext
 from crawler_ops.errors import PageSkippedError, StatusTableError
 from crawler_ops.hooks.budget import ByteBudget, PageAccount
 from crawler_ops.hooks.exactly_once import MarkerLog, TransactionalPublisher, transactional_id
-from crawler_ops.hooks.producer import DryRunPublisher, IdempotentProducerHook, KafkaPublisher, Publisher
+from crawler_ops.hooks.producer import DryRunPublisher, IdempotentProducerHook, KafkaPublisher, Publisher, task_settings
 from crawler_ops.hooks.source import SourceApiHook
 from crawler_ops.planning import Batch, ChunkPlan
 from crawler_ops.results import BatchOutcome, ChunkResult, RunCounts
@@ -435,7 +435,7 @@ def publisher_for(run: RunContext, batches: Sequence[Batch], ledger: Ledger) -> 
     cfg = run.cfg
     if run.params.dry_run:
         return DryRunPublisher()
-    hook = IdempotentProducerHook(cfg.kafka.conn_id)
+    hook = IdempotentProducerHook(cfg.kafka.conn_id, task_settings(cfg.kafka))
     if cfg.kafka.delivery == "at_least_once":
         return KafkaPublisher(hook.get_producer(), cfg.kafka.topic, cfg.id)
     generations = ledger.generations(batches)  # none for replays and backfills: their markers are their run's

@@ -26,7 +26,7 @@ import httpx
 from crawler_ops.config import SourceConfig
 from crawler_ops.errors import SourceError, StatusTableError
 from crawler_ops.hooks.deadline import DeadlineTransport, deadline, environment_proxy
-from crawler_ops.hooks.responses import read_bounded, retry_after_seconds
+from crawler_ops.hooks.responses import read_bounded, retry_after_seconds, retry_delay
 from crawler_ops.hooks.tokens import DEFAULT_LIFETIME_S, Grant, Issued, SharedToken, seed_of
 
 if TYPE_CHECKING:
@@ -193,7 +193,7 @@ class TokenGrant:
             except SourceError as exc:
                 if not exc.retriable or attempt >= self.source.max_retries:
                     raise
-                time.sleep(min(exc.retry_after or self.source.backoff_s * 2**attempt, self.source.max_backoff_s))
+                time.sleep(retry_delay(self.source, exc, attempt))
                 attempt += 1
 
     def post(self, form: dict[str, str], basic: httpx.Auth | None) -> Issued:

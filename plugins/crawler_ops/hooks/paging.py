@@ -236,15 +236,17 @@ def join_pages(pages: Sequence[Page]) -> Page:
     return Page(records, pages[0].fields, heads)
 
 
-def probe_total(read: Callable[[int, int], Sized], size: int, label: str) -> int:
+def probe_total(read: Callable[[int, int], Sized], size: int, label: str, known: int | None = None) -> int:
     """The number of records of a source read in pages of ``size`` records: ``read(offset, size)`` holds the
     records of offsets ``[offset, offset + size)`` there are.
 
-    Gallops up 1, 2, 4, ... pages to the first page not full, bisects down to the first page not full, and counts
-    its records: about ``2 log2(total / size)`` reads. A short page that is not empty is checked to be the last:
-    when the page after it has records, the short page is read again, and if it is still short the source serves
-    smaller pages than asked (:class:`SourceError`); if it filled up meanwhile, the total it had at its first
-    read is the answer (records are only appended: every page below it was full by then).
+    Gallops from the page holding ``known`` (a total the source had before; none: from the first page) up 1, 2,
+    4, ... pages to the first page not full, or down to the last full one, bisects to the first page not full, and
+    counts its records: about ``2 log2(change / size)`` reads, so 3 when the total moved within a page. A short
+    page that is not empty is checked to be the last: when the page after it has records, the short page is read
+    again, and if it is still short the source serves smaller pages than asked (:class:`SourceError`); if it filled
+    up meanwhile, the total it had at its first read is the answer (records are only appended: every page below it
+    was full by then).
     """
     counts: dict[int, int] = {}
 
@@ -252,9 +254,18 @@ def probe_total(read: Callable[[int, int], Sized], size: int, label: str) -> int
         counts[index] = len(read(index * size, size))
         return counts[index] >= size
 
-    lo, hi, step = -1, 0, 1  # every page up to lo is full; page hi is not
-    while full(hi):
-        lo, hi, step = hi, hi + step, step * 2
+    # Every page up to lo is full (lo = -1: none), page hi is not.
+    hi = max(0, known or 0) // size
+    if full(hi):
+        lo, step = hi, 1
+        while full(hi := lo + step):
+            lo, step = hi, step * 2
+    else:
+        lo, step = hi - 1, 1
+        while lo >= 0 and not full(lo):
+            hi, step = lo, step * 2
+            lo = hi - step
+        lo = max(lo, -1)
     while hi - lo > 1:
         mid = (lo + hi) // 2
         if full(mid):

@@ -4,8 +4,8 @@ one for dry runs that publishes nothing."""
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
-from typing import Any, Protocol
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Protocol
 
 from airflow.providers.apache.kafka.hooks.produce import KafkaProducerHook
 from confluent_kafka import KafkaError, KafkaException, Producer
@@ -16,21 +16,35 @@ from crawler_ops.planning import Batch
 from crawler_ops.records import Message
 from crawler_ops.results import RunCounts
 
+if TYPE_CHECKING:
+    from crawler_ops.config import KafkaConfig
+
 log = logging.getLogger(__name__)
 # Settings the crawl's guarantees rest on; they override the connection's extra.
 REQUIRED_SETTINGS = {"enable.idempotence": True, "acks": "all"}
-# Defaults the connection's extra may override.
-DEFAULT_SETTINGS = {"linger.ms": 5, "compression.type": "lz4", "message.timeout.ms": 60_000}
+# Defaults the connection's extra may override. murmur2_random puts a key on the partition the Java producer (and
+# Kafka Streams, ksqlDB, Flink's Kafka sink) puts it: librdkafka's own default, consistent_random, hashes with CRC32.
+DEFAULT_SETTINGS = {
+    "linger.ms": 5,
+    "compression.type": "lz4",
+    "message.timeout.ms": 60_000,
+    "partitioner": "murmur2_random",
+}
 
 
 class IdempotentProducerHook(KafkaProducerHook):
     """A :class:`KafkaProducerHook` whose producer is always idempotent with ``acks=all``.
 
     :param kafka_config_id: the Kafka connection (``conn_type kafka``, librdkafka settings in extra).
+    :param settings: a task's own producer settings, over the connection's extra (:func:`task_settings`).
     """
 
+    def __init__(self, kafka_config_id: str, settings: Mapping[str, Any] | None = None) -> None:
+        super().__init__(kafka_config_id)
+        self.settings = dict(settings or {})
+
     def _get_client(self, config: dict[str, Any]) -> Producer:
-        return Producer({**DEFAULT_SETTINGS, **config, **REQUIRED_SETTINGS})
+        return Producer({**DEFAULT_SETTINGS, **config, **self.settings, **REQUIRED_SETTINGS})
 
     def client_config(self) -> dict[str, Any]:
         """The connection's settings without the producer defaults: for admin clients and consumers."""
@@ -41,9 +55,13 @@ class IdempotentProducerHook(KafkaProducerHook):
 
     def transactional_producer(self, transactional_id: str) -> Producer:
         """An idempotent producer for Kafka transactions under ``transactional_id``."""
-        return Producer(
-            {**DEFAULT_SETTINGS, **self._build_config(), **REQUIRED_SETTINGS, "transactional.id": transactional_id}
-        )
+        config = {**DEFAULT_SETTINGS, **self._build_config(), **self.settings, **REQUIRED_SETTINGS}
+        return Producer({**config, "transactional.id": transactional_id})
+
+
+def task_settings(kafka: KafkaConfig) -> dict[str, Any]:
+    """The producer settings a task's ``kafka`` section sets over its connection's."""
+    return {} if kafka.partitioner is None else {"partitioner": kafka.partitioner}
 
 
 def ensure_topic(

@@ -9,7 +9,7 @@ import math
 import zlib
 from collections.abc import Callable, Iterator, Mapping
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import httpx
 import msgspec
@@ -17,6 +17,9 @@ import msgspec
 from crawler_ops.errors import AnswerTooHeavyError, SourceError
 from crawler_ops.hooks.budget import current_account
 from crawler_ops.records import Page, head_struct
+
+if TYPE_CHECKING:
+    from crawler_ops.config import SourceConfig
 
 # Of an error response, this much of the body is read (and inflated, if compressed); this much is quoted.
 ERROR_BODY_BYTES = 1024
@@ -51,6 +54,14 @@ def retry_after_seconds(value: str | None, cap: float) -> float | None:
     if seconds is None or math.isnan(seconds):
         return None
     return min(max(0.0, seconds), cap)
+
+
+def retry_delay(source: SourceConfig, exc: SourceError, attempt: int) -> float:
+    """Seconds before retry ``attempt + 1``: the source's own Retry-After (validated and capped where it was read)
+    wins over the exponential backoff."""
+    if exc.retry_after is not None:
+        return min(exc.retry_after, source.max_retry_after_s)
+    return min(source.backoff_s * 2**attempt, source.max_backoff_s)
 
 
 def http_date_seconds(value: str) -> float | None:

@@ -27,6 +27,7 @@ from crawler_ops.hooks.responses import (
     read_bounded,
     read_start,
     retry_after_seconds,
+    retry_delay,
 )
 from crawler_ops.hooks.rule_actions import check_answer, renew_token
 from crawler_ops.hooks.rules import wanted_statuses
@@ -127,10 +128,11 @@ class SourceApiHook(BaseHook):
 
     # ----------------------------------------------------------------- API
 
-    def get_total(self) -> int:
-        """The source's total: its count endpoint's answer, or probed from pages without one (``count_path: null``)."""
+    def get_total(self, known: int | None = None) -> int:
+        """The source's total: its count endpoint's answer, or probed from pages without one (``count_path: null``),
+        starting from ``known``, a total it had before."""
         if self.source.count_path is None:
-            return probe_total(self.get_page, self.paging.batch_size, f"task {self.task_label}")
+            return probe_total(self.get_page, self.paging.batch_size, f"task {self.task_label}", known)
         document = self.get_json(Send(self.url_for(self.source.count_path)), "count", max_bytes=COUNT_BODY_BYTES)
         return count_total(document, self.source.total_path, f"task {self.task_label}")
 
@@ -217,14 +219,6 @@ class SourceApiHook(BaseHook):
                 ) from exc
             except httpx.TransportError as exc:
                 raise SourceError(f"{label} failed: {exc!r}", retriable=True) from exc
-
-
-def retry_delay(source: SourceConfig, exc: SourceError, attempt: int) -> float:
-    """Seconds before retry ``attempt + 1``: the source's own Retry-After (validated and capped where it was read)
-    wins over the exponential backoff."""
-    if exc.retry_after is not None:
-        return min(exc.retry_after, source.max_retry_after_s)
-    return min(source.backoff_s * 2**attempt, source.max_backoff_s)
 
 
 def refused(response: httpx.Response, label: str, source: SourceConfig, limiter: SourceLimiter | None) -> NoReturn:

@@ -78,9 +78,9 @@ def task_gauges(cfg: CrawlTaskConfig, stored: dict[str, Any] | str, live: bool) 
         gauges.values["last_run_records_per_s"] = fetched / duration
     if live:
         asked = source_total(cfg)
-        if asked["source_total"] is None:
+        if "source_error" in asked:
             gauges.errors.append(f"source: {asked['source_error']}")
-        else:
+        elif asked["source_total"] is not None:
             gauges.values["source_total"] = float(asked["source_total"])
         if cfg.kafka.consumer_groups:
             gauges.lags, lag_errors = consumer_lags(cfg)

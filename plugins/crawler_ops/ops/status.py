@@ -247,7 +247,11 @@ def iso(value: Any) -> Any:
 
 def source_total(cfg: CrawlTaskConfig, end: float | None = None) -> dict[str, Any]:
     """The source's current total, asked once (no retries), answered or failed by ``end`` (a monotonic time;
-    default: the status deadline from now)."""
+    default: the status deadline from now); none for a source without a count endpoint."""
+    if cfg.source.count_path is None:
+        # Without a count endpoint the total is found by probing pages, a dozen requests or more: only a run's plan
+        # spends them (within the connection's rate budget), and the report shows the total that plan found.
+        return {"source_total": None}
     left = STATUS_DEADLINE_S if end is None else end - time.monotonic()
     quick = cfg.source.model_copy(update={"max_retries": 0, "timeout_s": min(cfg.source.timeout_s, STATUS_DEADLINE_S)})
     source = SourceApiHook(

@@ -365,6 +365,7 @@ class FakeHook:
     """The Kafka hook: records which producer the chunk asked for."""
 
     conn_id: str
+    settings: dict[str, Any]
     asked: list[tuple[str, ...]] = field(default_factory=list)
 
     def get_producer(self) -> str:
@@ -395,8 +396,8 @@ def kafka_parts(monkeypatch: pytest.MonkeyPatch) -> list[Any]:
 
     made: list[Any] = []
 
-    def hook(conn_id: str) -> FakeHook:
-        made.append(FakeHook(conn_id))
+    def hook(conn_id: str, settings: dict[str, Any]) -> FakeHook:
+        made.append(FakeHook(conn_id, settings))
         return made[-1]
 
     def recorder(kind: str) -> Any:

@@ -220,7 +220,7 @@ class ModelSource:
         self.totals = [total]
 
     def read(self, offset: int, size: int) -> range:
-        assert size == self.size and offset % size == 0
+        assert size == self.size and offset % size == 0 and offset >= 0, f"read({offset}, {size})"
         index = offset // size
         self.reads.append(index)
         count = len(range(index * self.serves, min(self.total, (index + 1) * self.serves)))
@@ -244,11 +244,37 @@ def test_the_probed_total_is_exact_in_about_two_log_pages_reads(total: int, size
 
 
 @PROPERTY
-@given(st.integers(0, 10**5), st.integers(1, 200), st.integers(1, 500))
-def test_a_total_growing_during_the_probe_is_one_it_had_meanwhile(total: int, size: int, growth: int) -> None:
+@given(st.integers(0, 10**7), st.integers(1, 1_000), st.integers(0, 2 * 10**7))
+@example(total=1_050, size=100, known=1_000)
+@example(total=1_000, size=100, known=1_050)
+@example(total=0, size=10, known=500)
+@example(total=99, size=100, known=0)
+def test_a_probe_from_a_known_total_is_exact_in_about_two_log_changed_pages_reads(
+    total: int, size: int, known: int
+) -> None:
+    source = ModelSource(total, size)
+
+    assert probe_total(source.read, size, "task t", known) == total
+    moved = abs(total // size - known // size) + 1
+    assert len(source.reads) <= 2 * moved.bit_length() + 3
+
+
+def test_a_total_that_moved_within_its_page_costs_three_reads() -> None:
+    source = ModelSource(1_050, 100)
+
+    assert probe_total(source.read, 100, "task t", known=1_020) == 1_050
+    assert source.reads == [10, 9, 11], "its page, the full one below, the empty one above"
+
+
+@PROPERTY
+@given(st.integers(0, 10**5), st.integers(1, 200), st.integers(1, 500), st.integers(0, 2 * 10**5))
+@example(total=1_000, size=100, growth=1, known=950)
+def test_a_total_growing_during_the_probe_is_one_it_had_meanwhile(
+    total: int, size: int, growth: int, known: int
+) -> None:
     source = ModelSource(total, size, growth)
 
-    found = probe_total(source.read, size, "task t")
+    found = probe_total(source.read, size, "task t", known)
 
     assert source.totals[0] <= found <= source.totals[-1]
 

@@ -78,6 +78,15 @@ def test_an_unreachable_source_is_a_source_error_after_one_attempt(monkeypatch):
     assert "(gave up after 1 attempts)" in result["source_error"]
 
 
+def test_a_source_without_a_count_endpoint_is_not_probed_for_a_report(monkeypatch):
+    """Probing a total costs a dozen page requests or more: the report shows the total the last plan found."""
+    monkeypatch.setenv("AIRFLOW_CONN_SRC_DOWN", json.dumps({"conn_type": "http", "host": "127.0.0.1", "port": 1}))
+
+    result = status.source_total(task(source={"conn_id": "src_down", "count_path": None}))
+
+    assert result == {"source_total": None}, "no request, so no connection error either"
+
+
 # --------------------------------------------------------------------------- Kafka
 
 
