@@ -14,6 +14,8 @@ All state lives in memory in a :class:`DemoSource` instance. Routes:
   count endpoint that answers 404 (a task's ``paging`` options)
 * ``POST /oauth/{task}/token``, ``GET /admin/tasks/{task}/auth``, ``POST /admin/tasks/{task}/auth/revoke``: a task
   created with ``auth`` wants it on its ``/api`` requests (``demo_source.auth``)
+* error codes in HTTP 200 bodies, and pages too large or too slow unless asked smaller (a task's ``envelopes``
+  options, :mod:`demo_source.envelopes`)
 
 With an admin token (``DEMO_SOURCE_ADMIN_TOKEN``, which ``dev/stack.py`` sets) every ``/admin`` route wants
 ``Authorization: Bearer <token>`` and answers 401 without it.

@@ -284,3 +284,11 @@ def test_a_rule_with_a_status_reads_that_error_answers_body(monkeypatch, airflow
 
     with pytest.raises(SourceError, match=r"offsets \[0, 2\): m \(source.responses\[0\]"):
         hook([spec]).get_page(0, 2)
+
+
+def test_rules_read_the_count_answer_too(served):
+    served.answers = [body({"code": 42901, "data": {"retry_after": "2"}}), body({"code": 0, "data": {"total": 7}})]
+    limiter = Limiter()
+
+    assert hook([RATE_LIMITED], limiter).get_total() == 7
+    assert limiter.throttles == [2.0] and served.sleeps == [2.0]
