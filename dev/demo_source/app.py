@@ -17,6 +17,8 @@ All state lives in memory in a :class:`DemoSource` instance. Routes:
 * ``from`` and ``to`` on the page routes and ``/count``: the records dated in a window (``demo_source.window``)
 * ``POST /oauth/{task}/token``, ``GET /admin/tasks/{task}/auth``, ``POST /admin/tasks/{task}/auth/revoke``: a task
   created with ``auth`` wants it on its ``/api`` requests (``demo_source.auth``)
+* error codes in HTTP 200 bodies, and pages too large or too slow unless asked smaller (a task's ``envelopes``
+  options, :mod:`demo_source.envelopes`)
 
 With an admin token (``DEMO_SOURCE_ADMIN_TOKEN``, which ``dev/stack.py`` sets) every ``/admin`` route wants
 ``Authorization: Bearer <token>`` and answers 401 without it.
@@ -56,6 +58,7 @@ from demo_source.data import (
     task_seed,
     utc_midnight,
 )
+from demo_source.envelopes import EnvelopeOptions, Envelopes
 from demo_source.feed import FeedOptions, serve_feed
 from demo_source.paging import ROUTES as PAGING_ROUTES
 from demo_source.paging import PagingError, PagingOptions, Reader
@@ -112,6 +115,7 @@ class TaskBody(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     auth: AuthOptions | None = None
     feed: FeedOptions = msgspec.field(default_factory=FeedOptions)
     window: WindowOptions = msgspec.field(default_factory=WindowOptions)
+    envelopes: EnvelopeOptions = msgspec.field(default_factory=EnvelopeOptions)
 
 
 class AppendBody(msgspec.Struct, forbid_unknown_fields=True):
@@ -293,6 +297,7 @@ class TaskRuntime:
     feed: FeedOptions = field(default_factory=FeedOptions)
     window: WindowOptions = field(default_factory=WindowOptions)
     views: Views = field(default_factory=Views)
+    envelopes: Envelopes = field(default_factory=Envelopes)
 
     def __post_init__(self) -> None:
         """Seed the fault RNG from the task's seed."""
@@ -383,6 +388,7 @@ class TaskRuntime:
             "total": self.state.total,
             "faults": msgspec.to_builtins(self.faults),
             "paging": msgspec.to_builtins(self.paging),
+            "envelopes": dict(self.envelopes.answered),
             "requests": {
                 **self.counters,
                 "logged": len(self.log),
@@ -492,6 +498,8 @@ class DemoSource:
         headers = dict(scope.get("headers", ()))
         auth = self.tasks[task_id].auth if parts[0] == "api" and task_id in self.tasks else None
         if auth is not None and not auth.allows(headers, query):
+            if expired := self.tasks[task_id].envelopes.expired():
+                return Response(200, expired)
             return error_response(401, "missing, expired or unknown credentials", ((b"www-authenticate", b"Bearer"),))
         return await handler(Request(scope["method"], task_id, query, body, headers))
 
@@ -640,7 +648,10 @@ class DemoSource:
         try:
             offset, limit, entry = read(runtime.paging, request.query, request.body)
             window = window_of(request.query)
-            if window is None:
+            enveloped = await runtime.envelopes.answer(offset, limit, runtime.auth)
+            if enveloped:
+                response = Response(200, enveloped)
+            elif window is None:
                 response = await self._list_page(runtime, offset, limit)
             else:
                 entry = {**(entry or {}), "from": request.query["from"], "to": request.query["to"]}
@@ -718,7 +729,13 @@ class DemoSource:
             raise HttpError(400, str(exc)) from exc
         auth = None if spec.auth is None else AuthState(spec.auth)
         created = TaskRuntime(
-            request.task_id, TaskState(config), paging=spec.paging, auth=auth, feed=spec.feed, window=spec.window
+            request.task_id,
+            TaskState(config),
+            paging=spec.paging,
+            auth=auth,
+            feed=spec.feed,
+            window=spec.window,
+            envelopes=Envelopes(spec.envelopes),
         )
         self.tasks[request.task_id] = created
         return json_response(created.describe())

@@ -37,3 +37,26 @@ class DeliveryError(CrawlerError):
 
 class StatusTableError(CrawlerError):
     """The progress store or the status table is unusable or inconsistent."""
+
+
+class AnswerTooHeavyError(SourceError):
+    """An answer over ``source.max_response_mb``, or not finished within ``source.deadline_s``: a request for fewer
+    records may pass (a page is then read in parts, :mod:`crawler_ops.hooks.parts`)."""
+
+
+class TokenExpiredError(SourceError):
+    """A rule of ``source.responses`` says the token the request carried expired (``authorization``: the header it
+    carried); the hook renews the shared token once and retries."""
+
+    def __init__(self, message: str, authorization: str | None) -> None:
+        super().__init__(message, retriable=True)
+        self.authorization = authorization
+
+
+class PageSkippedError(SourceError):
+    """A ``skip`` rule of ``source.responses`` matched a page: its batch is recorded done without records, with one
+    dead letter naming the rule (``envelope``: the answer's body, as far as it decodes)."""
+
+    def __init__(self, message: str, envelope: object) -> None:
+        super().__init__(message, retriable=False)
+        self.envelope = envelope

@@ -74,7 +74,12 @@ def describe(exc: ValidationError) -> str:
 
 
 def describe_problems(problems: Sequence[Problem]) -> str:
-    return "; ".join(f"field '{'.'.join(str(p) for p in loc) or '(task)'}': {msg}" for loc, msg in problems)
+    return "; ".join(f"field '{field_name(loc) or '(task)'}': {msg}" for loc, msg in problems)
+
+
+def field_name(loc: Sequence[Any]) -> str:
+    """A field's place as YAML readers write it: ``source.responses[1].action``."""
+    return "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in loc).lstrip(".")
 
 
 def validate_entry(model: type[D], data: Mapping[str, Any], check_imports: bool) -> tuple[D | None, list[Problem]]:

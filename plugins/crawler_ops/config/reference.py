@@ -22,6 +22,7 @@ from crawler_ops.config.models import CrawlTaskConfig, DagSettings, ExecutorTask
 from crawler_ops.config.sections import FilterConfig, KafkaConfig, NotifyConfig, SourceConfig
 from crawler_ops.config.source_auth import SourceAuth
 from crawler_ops.config.source_paging import PaginatorConfig, RequestConfig
+from crawler_ops.config.source_responses import ResponseRule, ResponseWhen
 from crawler_ops.config.source_window import WindowFilterConfig
 
 SIMPLE_TYPES = {str: "string", int: "integer", float: "number", bool: "boolean", datetime: "date or date-time"}
@@ -80,6 +81,19 @@ SECTIONS = (
         SourceAuth,
         "`source.auth:` of a crawl task (or of `defaults`); one section per type in "
         "[sources.md](sources.md#authentication).",
+    ),
+    Section(
+        "Source response rules",
+        "source-response-rules",
+        ResponseRule,
+        "Each entry of `source.responses:`: a rule over the envelope of an answer, the first match wins (see "
+        "[sources.md](sources.md#response-rules)).",
+    ),
+    Section(
+        "Source response rule conditions",
+        "source-response-rule-conditions",
+        ResponseWhen,
+        "`when:` of a response rule: a value of the envelope at a dotted path with one test, an HTTP status, or both.",
     ),
     Section("Filter", "filter", FilterConfig, "`filter:` of a crawl task (or of `defaults`)."),
     Section("Kafka", "kafka", KafkaConfig, "`kafka:` of a crawl task (or of `defaults`)."),

@@ -14,6 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from crawler_ops.config.checks import known_timezone
 from crawler_ops.config.source_auth import SourceAuth
 from crawler_ops.config.source_paging import PaginatorConfig, RequestConfig, check_request, default_query
+from crawler_ops.config.source_responses import ResponseRule, check_rules
 from crawler_ops.config.source_window import WindowFilterConfig, check_window_filter
 from crawler_ops.filtering import DateRule
 from crawler_ops.lineage import env_bootstrap_servers, kafka_server
@@ -76,6 +77,12 @@ class SourceShape(StrictModel):
         "that filtered view and first crawls count it instead of searching for the window (docs/sources.md, "
         '"Window filter"); null: the window is searched for by reading single records',
     )
+    responses: tuple[ResponseRule, ...] = Field(
+        (),
+        max_length=20,
+        description="rules over the envelope of an answer (a page or the count), first match wins: throttling, an "
+        "expired token or an error the source reports in the body (see docs/sources.md); none: every 200 is a page",
+    )
 
     @model_validator(mode="after")
     def _sendable_request(self) -> SourceShape:
@@ -83,6 +90,7 @@ class SourceShape(StrictModel):
         if self.window_filter is not None:
             counted = (self.window_filter.count_path or self.count_path) is not None
             check_window_filter(self.window_filter, self.request.method, counted)
+        check_rules(self.responses, self.auth.oauth2, self.auth.type)
         return self
 
     @property

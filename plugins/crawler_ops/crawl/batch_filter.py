@@ -112,6 +112,20 @@ class BatchFilter:
             cutoff=self.cutoff_after(batch, page.kept),
         )
 
+    def skipped_by_rule(self, batch: Batch, reason: str, envelope: Any) -> FilteredBatch:
+        """A page a skip rule of ``source.responses`` matched (``reason`` names the rule, the task and the offsets):
+        the batch is done without records, with one dead letter holding the answer's ``envelope``. It does not count
+        towards a first crawl's early stop: its dates are unknown."""
+        log.warning(
+            "task %s: %s; batch [%d, %d) recorded done without its records", self.cfg.id, reason, batch.lo, batch.hi
+        )
+        dead = (DeadLetter(batch.lo, reason, envelope),)
+        dlq = self.cfg.kafka.dead_letter_topic
+        messages: list[Message] = []
+        if dlq is not None:
+            messages = dead_letter_messages(dead, dlq, self.cfg.id, self.run_id, self.cfg.kafka.key_field, self.headers)
+        return FilteredBatch(batch, messages, dead_letters=dead)
+
     def cutoff_after(self, batch: Batch, kept: int) -> int:
         """On a first crawl, ``max_expired_batches`` consecutive pages with nothing in the window make
         everything below this batch expired (0: no cutoff)."""

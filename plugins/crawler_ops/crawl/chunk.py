@@ -43,7 +43,7 @@ from crawler_ops.crawl.batch_filter import BatchFilter, FilteredBatch
 from crawler_ops.crawl.feed import crawl_feed
 from crawler_ops.crawl.ledger import Ledger, ledger_for
 from crawler_ops.crawl.run import RunContext
-from crawler_ops.errors import StatusTableError
+from crawler_ops.errors import PageSkippedError, StatusTableError
 from crawler_ops.hooks.budget import ByteBudget, PageAccount
 from crawler_ops.hooks.exactly_once import MarkerLog, TransactionalPublisher, transactional_id
 from crawler_ops.hooks.paging import check_view_page
@@ -75,12 +75,20 @@ class BelowCutoff:
 
 
 @dataclass(frozen=True)
+class SkippedByRule:
+    """A skip rule of ``source.responses`` matched the batch's page: recorded done with one dead letter."""
+
+    reason: str
+    envelope: Any
+
+
+@dataclass(frozen=True)
 class NotClaimed:
     """The batch is done or held by another worker: nothing was read, nothing is recorded."""
 
 
 # How a batch's fetch ends.
-Fetched = PageRead | Delivered | BelowCutoff | NotClaimed
+Fetched = PageRead | Delivered | BelowCutoff | SkippedByRule | NotClaimed
 
 
 @dataclass(frozen=True)
@@ -297,9 +305,7 @@ class ChunkCrawler:
         if batch.hi <= self.shared.cutoff():
             return BelowCutoff()
         with memory.reading():
-            page = self.source.get_page(batch.lo, batch.size)
-        check_view_page(self.source.paging, len(page), batch.lo, batch.hi, self.cfg.id)
-        return PageRead(page)
+            return read_page(self.source, batch, self.cfg.id)
 
     def filtered_while_checkpointing(
         self, checkpointed: Future[bool], ahead: Ahead
@@ -332,6 +338,8 @@ class ChunkCrawler:
         match ahead.page.result():
             case PageRead(records):
                 return self.filter.filter(batch, records)
+            case SkippedByRule(reason, envelope):
+                return self.filter.skipped_by_rule(batch, reason, envelope)
             case BelowCutoff():  # its fetch thread saw the expiry cutoff: not read
                 return FilteredBatch(batch, skipped=True)
             case Delivered(counts):
@@ -363,6 +371,17 @@ class ChunkCrawler:
         self.source.close()
         self.publisher.close()
         self.ledger.close()
+
+
+def read_page(source: SourceApiHook, batch: Batch, task: str) -> PageRead | SkippedByRule:
+    """The batch's page (whole, when it is a page of a filtered view), or the skip rule of ``source.responses`` it
+    matched."""
+    try:
+        page = source.get_page(batch.lo, batch.size)
+    except PageSkippedError as exc:
+        return SkippedByRule(str(exc), exc.envelope)
+    check_view_page(source.paging, len(page), batch.lo, batch.hi, task)
+    return PageRead(page)
 
 
 def log_progress(crawler: ChunkCrawler, offset: int, elapsed_s: float) -> None:

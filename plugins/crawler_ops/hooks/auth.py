@@ -123,6 +123,12 @@ class OAuth2Auth(httpx.Auth):
         request.headers["Authorization"] = f"Bearer {token}"
         yield request
 
+    def renew(self, authorization: str | None) -> None:
+        """A rule of ``source.responses`` found the token of a request (its ``Authorization`` header) expired: renew
+        the shared token, unless another worker already did."""
+        failed = (authorization or "").removeprefix("Bearer ")
+        self.shared(self.token.renew, self.grant, failed)
+
     def shared(self, step: Callable[..., str], *args: Any) -> str:
         """The token from the shared row; PostgreSQL failing there fails the request, retriable, naming the task."""
         try:

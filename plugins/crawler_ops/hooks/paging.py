@@ -56,6 +56,7 @@ class PageCall:
     :param most: records the answer may hold at most (it fails past them, decoding no further).
     :param size_param: the parameter the source must honour for ``most`` (None: a fixed page size).
     :param where: how errors name the request (``offsets [100, 200)``, ``page 2 (offsets [100, 200))``).
+    :param start: the offset of the answer's first record.
     """
 
     send: Send
@@ -64,6 +65,7 @@ class PageCall:
     most: int
     size_param: str | None
     where: str
+    start: int = 0
 
 
 @functools.lru_cache(maxsize=256)
@@ -190,7 +192,32 @@ class Paging:
             body = {**(body if isinstance(body, Mapping) else {}), **render_json(window.body, values)}
         send = Send(path, params, request.method, headers, body)
         size_param = self.source.paginator.size_param if page is not None else self.source.limit_param
-        return PageCall(send, skip, take, limit, size_param, where)
+        return PageCall(send, skip, take, limit, size_param, where, offset)
+
+    def whole(self, call: PageCall) -> str | None:
+        """Why ``call`` cannot be read in smaller requests (:meth:`parts`); None when it can."""
+        if call.most <= 1:
+            return "it is a single record"
+        if self.source.paginator.pages and self.source.paginator.size_param is None:
+            return "the source's pages have a fixed size (paginator.size_param is null): no smaller page can be asked"
+        return None
+
+    def parts(self, call: PageCall) -> list[PageCall]:
+        """The smaller requests that read what ``call`` takes, in order, for an answer too large or too slow (when
+        :meth:`whole` finds no reason against). An offset paginator asks two halves. A page paginator asks pages of
+        a size dividing ``call``'s (half of it when even), so each part is a whole page at its own page number."""
+        lo, hi = call.start + call.skip, call.start + call.skip + call.take
+        if not self.source.paginator.pages:
+            mid = lo + (hi - lo) // 2
+            return [self.call(a, b - a, None, 0, b - a, f"offsets [{a}, {b})") for a, b in ((lo, mid), (mid, hi))]
+        size = call.most // smallest_factor(call.most)
+        first_page, parts = self.source.paginator.first_page, []  # a size_param: whole() said so
+        for index in range(lo // size, (hi - 1) // size + 1):
+            start = index * size
+            a, b = max(lo, start), min(hi, start + size)
+            where = f"page {index + first_page} of {size} records (offsets [{a}, {b}))"
+            parts.append(self.call(start, size, index + first_page, a - start, b - a, where))
+        return parts
 
     def reader(self, call: PageCall, fields: tuple[str, ...], task: str) -> Callable[[bytes], Page]:
         """Decodes the answer to ``call`` (:func:`read_call`); errors name ``task`` and the request."""
@@ -218,6 +245,11 @@ def read_call(body: bytes, call: PageCall, records_path: str, fields: tuple[str,
     end = call.skip + call.take
     heads = None if page.heads is None else page.heads[call.skip : end]
     return Page(page[call.skip : end], page.fields, heads)
+
+
+def smallest_factor(n: int) -> int:
+    """The smallest prime factor of ``n`` (at least 2)."""
+    return next((f for f in range(2, int(n**0.5) + 1) if n % f == 0), n)
 
 
 def join_pages(pages: Sequence[Page]) -> Page:

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 import httpx
 import msgspec
 
-from crawler_ops.errors import SourceError
+from crawler_ops.errors import AnswerTooHeavyError, SourceError
 from crawler_ops.hooks.budget import current_account
 from crawler_ops.records import Page, head_struct
 
@@ -151,7 +151,7 @@ def read_bounded(
     """
     declared = response.headers.get("content-length")
     if declared and declared.isdigit() and int(declared) > max_bytes:
-        raise SourceError(f"{label}: {what} of {declared} bytes exceeds {cap}", retriable=False)
+        raise AnswerTooHeavyError(f"{label}: {what} of {declared} bytes exceeds {cap}", retriable=False)
     account = current_account()
     # One growing buffer rather than a list of pieces: the pieces, small and freed at once, do not pile up in the
     # fetch threads' malloc arenas (a list of 64 KiB pieces left each thread's arena holding a whole body).
@@ -159,7 +159,7 @@ def read_bounded(
     try:
         for part in inflated(response, label):
             if len(buffer) + len(part) > max_bytes:
-                raise SourceError(f"{label}: {what} exceeds {cap}", retriable=False)
+                raise AnswerTooHeavyError(f"{label}: {what} exceeds {cap}", retriable=False)
             if account is not None:
                 account.take(len(part))
             buffer += part
@@ -173,7 +173,18 @@ def read_bounded(
     except BaseException:
         if account is not None:
             account.give(len(buffer))
+        buffer.clear()  # the error's traceback keeps this frame: not its bytes
         raise
+
+
+def read_start(response: httpx.Response, most: int = COUNT_BODY_BYTES) -> bytes:
+    """The first ``most`` bytes of a body (inflated), the rest left unread: what rules read of an error answer."""
+    start = bytearray()
+    for part in inflated(response, "error answer"):
+        start += part
+        if len(start) >= most:
+            break
+    return bytes(start[:most])
 
 
 def inflated(response: httpx.Response, label: str) -> Iterator[bytes]:

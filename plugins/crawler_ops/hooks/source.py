@@ -6,27 +6,32 @@ import time
 from collections.abc import Callable
 from contextlib import nullcontext
 from functools import cached_property
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import httpx
 from airflow.sdk import BaseHook
 
 from crawler_ops.config import SourceConfig
-from crawler_ops.errors import SourceError, SourcePausedError, StatusTableError
+from crawler_ops.errors import AnswerTooHeavyError, SourceError, SourcePausedError, StatusTableError, TokenExpiredError
 from crawler_ops.hooks.auth import extra_headers, redact, source_auth
 from crawler_ops.hooks.deadline import DeadlineTransport, deadline, environment_proxy
 from crawler_ops.hooks.feed import LinkedBody
-from crawler_ops.hooks.paging import DEFAULT_BATCH_SIZE, Paging, Send, join_pages, probe_total
+from crawler_ops.hooks.paging import DEFAULT_BATCH_SIZE, PageCall, Paging, Send, join_pages, probe_total
+from crawler_ops.hooks.parts import read_in_parts
 from crawler_ops.hooks.responses import (
     COUNT_BODY_BYTES,
+    ERROR_EXCERPT_CHARS,
     count_total,
     decode_body,
     decode_page,
     error_excerpt,
     read_bounded,
+    read_start,
     retry_after_seconds,
     retry_delay,
 )
+from crawler_ops.hooks.rule_actions import check_answer, renew_token
+from crawler_ops.hooks.rules import wanted_statuses
 from crawler_ops.records import Page
 
 if TYPE_CHECKING:
@@ -136,9 +141,13 @@ class SourceApiHook(BaseHook):
 
     def get_page(self, offset: int, limit: int) -> Page:
         """The records of offsets ``[offset, offset + limit)`` as raw JSON, one per record, with the values of
-        :attr:`fields` of each: one request, or the pages holding them (:meth:`Paging.calls`)."""
-        calls, task = self.paging.calls(offset, offset + limit), f"task {self.task_label}"
-        return join_pages([self.get_json(c.send, c.where, self.paging.reader(c, self.fields, task)) for c in calls])
+        :attr:`fields` of each: one request, or the pages holding them (:meth:`Paging.calls`), in parts if too heavy."""
+        calls = self.paging.calls(offset, offset + limit)
+        return join_pages([read_in_parts(self.read_call, self.paging, call) for call in calls])
+
+    def read_call(self, call: PageCall, has_parts: bool) -> Page:
+        reader = self.paging.reader(call, self.fields, f"task {self.task_label}")
+        return self.get_json(call.send, call.where, reader, has_parts=has_parts)
 
     def read_page(self, body: bytes, limit: int | None = None) -> Page:
         """The records of a page's body, with the values of :attr:`fields` of each (:func:`decode_page`); with
@@ -148,18 +157,23 @@ class SourceApiHook(BaseHook):
     # ----------------------------------------------------------------- transport
 
     def get_json(
-        self, request: Send, what: str, decode: Callable[[bytes], Any] | None = None, max_bytes: int | None = None
+        self, request: Send, what: str, decode: Decode = None, max_bytes: int | None = None, has_parts: bool = False
     ) -> Any:
         """Send and decode JSON, retrying 5xx / 429 / timeouts / truncated bodies with bounded backoff.
 
         With a typed ``decode``, a body of the wrong shape fails at once (retrying will not fix it). ``max_bytes``:
-        a smaller cap than ``source.max_response_mb`` for the body (a count answer's).
-        """
-        attempt = 0
+        a smaller cap than ``source.max_response_mb`` for the body (a count answer's). ``has_parts``: a too large or
+        too slow answer fails at once, to be read in parts."""
+        attempt, renewed = 0, False
         while True:
             try:
                 return self._get_once(request, what, decode, max_bytes)
+            except TokenExpiredError as exc:  # one renewal of the shared token and one retry, as after a 401
+                renew_token(self.client.auth, exc, renewed)
+                renewed = True
             except SourceError as exc:
+                if has_parts and isinstance(exc, AnswerTooHeavyError):
+                    raise
                 # A paused source fails the request at once: waiting here would outlive its deadline as well.
                 if not exc.retriable or attempt >= self.source.max_retries or isinstance(exc, SourcePausedError):
                     if exc.retriable and not isinstance(exc, SourcePausedError):
@@ -193,26 +207,40 @@ class SourceApiHook(BaseHook):
             try:
                 with self.client.stream(**request.httpx()) as response:
                     if response.status_code != 200:
-                        asked = response.headers.get("retry-after")
-                        retry_after = retry_after_seconds(asked, self.source.max_retry_after_s)
-                        if self.limiter is not None and (response.status_code == 429 or retry_after is not None):
-                            self.limiter.throttle(retry_after)
-                        raise SourceError(
-                            f"{label} answered HTTP {response.status_code}: {redact(error_excerpt(response))!r}",
-                            retriable=response.status_code in RETRIABLE_STATUS,
-                            retry_after=retry_after,
-                        )
-                    if max_bytes is None:
-                        body = read_bounded(response, self.max_bytes, label)
-                        return LinkedBody.of(body, response.headers.get_list("link")) if request.links else body
-                    return read_bounded(response, max_bytes, label, f"{what} answer", f"{max_bytes // 1024} KiB")
+                        refused(response, label, self.source, self.limiter)
+                    cap = () if max_bytes is None else (f"{what} answer", f"{max_bytes // 1024} KiB")
+                    body = read_bounded(response, max_bytes or self.max_bytes, label, *cap)
+                    check_answer(response, body, label, self.source, self.limiter)
+                    if max_bytes is None and request.links:
+                        return LinkedBody.of(body, response.headers.get_list("link"))
+                    return body
             except httpx.TimeoutException as exc:
                 if time.monotonic() < end:
                     raise SourceError(f"{label} timed out after {self.source.timeout_s}s", retriable=True) from exc
-                raise SourceError(
+                raise AnswerTooHeavyError(
                     f"{label} did not finish within its deadline of {end - started:.3g}s (source.deadline_s "
                     f"{self.source.deadline_s:g}s; a read timeout, {self.source.timeout_s:g}s, bounds each read only)",
                     retriable=True,
                 ) from exc
             except httpx.TransportError as exc:
                 raise SourceError(f"{label} failed: {exc!r}", retriable=True) from exc
+
+
+def refused(response: httpx.Response, label: str, source: SourceConfig, limiter: SourceLimiter | None) -> NoReturn:
+    """The :class:`SourceError` of an answer other than 200, after the rules of ``source.responses`` that read its
+    status; a 429 or a Retry-After also slows down every worker on the connection (``limiter``)."""
+    status = response.status_code
+    if status in wanted_statuses(source.responses):
+        start = read_start(response)
+        check_answer(response, start, label, source, limiter)
+        quoted = start[:ERROR_EXCERPT_CHARS].decode("utf-8", "replace")
+    else:
+        quoted = error_excerpt(response)
+    retry_after = retry_after_seconds(response.headers.get("retry-after"), source.max_retry_after_s)
+    if limiter is not None and (status == 429 or retry_after is not None):
+        limiter.throttle(retry_after)
+    raise SourceError(
+        f"{label} answered HTTP {status}: {redact(quoted)!r}",
+        retriable=status in RETRIABLE_STATUS,
+        retry_after=retry_after,
+    )

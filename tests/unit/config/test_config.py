@@ -348,7 +348,7 @@ def test_config_validates_notify_dead_letter_topic_and_maintenance():
     )
 
     assert "field 'kafka.dead_letter_topic'" in loaded.errors["a"]
-    assert "field 'notify.on.0'" in loaded.errors["b"]
+    assert "field 'notify.on[0]'" in loaded.errors["b"]
     (good,) = loaded.tasks
     assert good.notify == NotifyConfig(conn_id="h") and good.notify.on == ("success", "failure")
     assert good.kafka.asset_uri == "kafka://kafka_default/c"
