@@ -215,15 +215,21 @@ class SourceApiHook(BaseHook):
                         return LinkedBody.of(body, response.headers.get_list("link"))
                     return body
             except httpx.TimeoutException as exc:
-                if time.monotonic() < end:
-                    raise SourceError(f"{label} timed out after {self.source.timeout_s}s", retriable=True) from exc
-                raise AnswerTooHeavyError(
-                    f"{label} did not finish within its deadline of {end - started:.3g}s (source.deadline_s "
-                    f"{self.source.deadline_s:g}s; a read timeout, {self.source.timeout_s:g}s, bounds each read only)",
-                    retriable=True,
-                ) from exc
+                raise timed_out(label, self.source, end - started, past_deadline=time.monotonic() >= end) from exc
             except httpx.TransportError as exc:
                 raise SourceError(f"{label} failed: {exc!r}", retriable=True) from exc
+
+
+def timed_out(label: str, source: SourceConfig, allowed_s: float, past_deadline: bool) -> SourceError:
+    """A request's timeout: of one read (retriable), or of its whole deadline (an answer too slow, read in parts
+    where it can be)."""
+    if not past_deadline:
+        return SourceError(f"{label} timed out after {source.timeout_s}s", retriable=True)
+    return AnswerTooHeavyError(
+        f"{label} did not finish within its deadline of {allowed_s:.3g}s (source.deadline_s "
+        f"{source.deadline_s:g}s; a read timeout, {source.timeout_s:g}s, bounds each read only)",
+        retriable=True,
+    )
 
 
 def refused(response: httpx.Response, label: str, source: SourceConfig, limiter: SourceLimiter | None) -> NoReturn:
