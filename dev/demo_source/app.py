@@ -52,6 +52,7 @@ from demo_source.data import (
     task_seed,
     utc_midnight,
 )
+from demo_source.order import OLDEST_FIRST, Order, served_records
 from demo_source.paging import ROUTES as PAGING_ROUTES
 from demo_source.paging import PagingError, PagingOptions, Reader
 
@@ -104,6 +105,7 @@ class TaskBody(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     append_step_s: int = 60
     paging: PagingOptions = msgspec.field(default_factory=PagingOptions)
     auth: AuthOptions | None = None
+    order: Order = OLDEST_FIRST
 
 
 class AppendBody(msgspec.Struct, forbid_unknown_fields=True):
@@ -282,6 +284,7 @@ class TaskRuntime:
     in_flight: int = 0
     peak_in_flight: int = 0
     auth: AuthState | None = None
+    order: Order = OLDEST_FIRST
 
     def __post_init__(self) -> None:
         """Seed the fault RNG from the task's seed."""
@@ -372,6 +375,7 @@ class TaskRuntime:
             "total": self.state.total,
             "faults": msgspec.to_builtins(self.faults),
             "paging": msgspec.to_builtins(self.paging),
+            "order": self.order,
             "requests": {
                 **self.counters,
                 "logged": len(self.log),
@@ -602,6 +606,10 @@ class DemoSource:
         """
         if end <= start:
             return b"[]"
+        if runtime.order != OLDEST_FIRST:  # each append moves every record: not cached
+            return _ENCODER.encode(
+                served_records(runtime.config, start, end, runtime.state.total, runtime.order, runtime.faults)
+            )
         key = (runtime.generation, start, end)
         encoded = self.cache.get(key)
         if encoded is None:
@@ -671,7 +679,7 @@ class DemoSource:
         except ValueError as exc:
             raise HttpError(400, str(exc)) from exc
         auth = None if spec.auth is None else AuthState(spec.auth)
-        created = TaskRuntime(request.task_id, TaskState(config), paging=spec.paging, auth=auth)
+        created = TaskRuntime(request.task_id, TaskState(config), paging=spec.paging, auth=auth, order=spec.order)
         self.tasks[request.task_id] = created
         return json_response(created.describe())
 

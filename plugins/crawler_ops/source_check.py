@@ -30,6 +30,9 @@ MOST_EXAMPLES = 3
 MOST_DEPTH = 6
 
 YES, NO, UNKNOWN = "yes", "no", "unknown"
+#: An estimate from a density is widened by this share each way: dates are only roughly in time order, and a page's
+#: dates are few.
+DENSITY_MARGIN = 0.1
 #: What the order verdict answers.
 ASSUMPTION = "dates grow with the offset: offset 0 is the oldest record, new records are appended at the end"
 
@@ -170,7 +173,7 @@ def window_records(total: int, dated: Sequence[Dated], start: datetime) -> tuple
     records seen, dates growing with the offset: all when the record at offset 0 is in it; between the two
     neighbouring records seen on either side of ``start`` (exact when they are neighbours at the source); else a
     range from the densities seen (records per second between the farthest dated records, and across the page near
-    the end), within those bounds. None without two different dates."""
+    the end), widened by :data:`DENSITY_MARGIN`, within those bounds. None without two different dates."""
     points = sorted(dated, key=lambda d: d.offset)
     if points and points[0].offset == 0 and points[0].moment >= start:
         return total, total
@@ -185,7 +188,8 @@ def window_records(total: int, dated: Sequence[Dated], start: datetime) -> tuple
     guesses = [guess for guess in densities(points, start) if guess is not None]
     if not guesses:
         return None if (low, high) == (0, total) else (low, high)
-    return max(low, min(high, min(guesses))), max(low, min(high, max(guesses)))
+    least, most = math.floor(min(guesses) * (1 - DENSITY_MARGIN)), math.ceil(max(guesses) * (1 + DENSITY_MARGIN))
+    return max(low, min(high, least)), max(low, min(high, most))
 
 
 def densities(points: Sequence[Dated], start: datetime) -> list[int | None]:
@@ -333,7 +337,7 @@ def render_text(report: Mapping[str, Any]) -> str:
         return "\n".join([*lines, f"  ERROR      {report['error']}"])
     found = report["problems"]
     lines += [f"  FIX        {problem}" for problem in found] or ["  ok         the source suits the task"]
-    total, page, keys, dates = report["total"], report["page"], report["keys"], report["dates"]
+    total, page, keys, dates = report["total"], report["page"], report.get("keys"), report.get("dates")
     lines.append(f"  total      {total['value']} ({total['how']})")
     lines.append(
         f"  page       {page['where']}: {show_count(page['records'])} records at '{page['records_path']}'"

@@ -306,10 +306,14 @@ def test_a_wrong_records_path_is_the_first_problem_and_names_the_lists_found() -
         "records": None,
         "suggested_paths": [{"path": "data.items", "records": 10}],
     }
-    found = problems(report(page=page))
+    wrong = {key: value for key, value in report(page=page).items() if key in ("task", "source", "checked_at", "total")}
+    wrong |= {"page": page, "requests": 2}
+    found = problems(wrong)
     assert len(found) == 1
     assert "no list at records_path 'data.data'" in found[0] and "'data.items' (10 records)" in found[0]
-    assert exit_code(report(page=page)) == 1
+    assert exit_code(wrong) == 1
+    text = render_text({**wrong, "problems": found})
+    assert f"FIX        {found[0]}" in text and "(suggested: data.items)" in text
     assert "empty list" in problems(report(page={**page, "records": 0, "suggested_paths": []}))[0]
 
 
