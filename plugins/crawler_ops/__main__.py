@@ -292,19 +292,16 @@ def run_status(args: argparse.Namespace) -> int:
 def run_check(task_id: str, path: Path | None, as_json: bool) -> int:
     """Exit status 0 when the source suits the task, 1 when its data has a problem, 2 when the source or the config
     cannot be read (the report says which)."""
-    from datetime import UTC, datetime
-
     from crawler_ops.config import get_task
     from crawler_ops.hooks.auth import redact
-    from crawler_ops.ops.check import CheckFailed, check_task
+    from crawler_ops.ops.check import CheckFailed, check_task, failed_report
     from crawler_ops.source_check import render_text as render_check
 
     cfg = get_task(task_id, path)
     try:
         report = with_connections(lambda: check_task(cfg))
     except CheckFailed as exc:
-        now = datetime.now(UTC).isoformat()
-        report = {"task": cfg.id, "source": cfg.source.conn_id, "checked_at": now, "error": str(exc), "exit_code": 2}
+        report = failed_report(cfg, str(exc))
     text = json.dumps(report, ensure_ascii=False, indent=2) if as_json else render_check(report)
     say(redact(text), error=not as_json and report["exit_code"] == 2)
     return int(report["exit_code"])

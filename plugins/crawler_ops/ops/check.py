@@ -20,6 +20,7 @@ from crawler_ops.crawl.batch_filter import BatchFilter
 from crawler_ops.crawl.run import RunContext, RunParams
 from crawler_ops.errors import CrawlerError, SourceError
 from crawler_ops.hooks.auth import redact
+from crawler_ops.hooks.deadline import deadline
 from crawler_ops.hooks.source import SourceApiHook
 from crawler_ops.planning import Batch
 from crawler_ops.records import Message, full_record, record_head
@@ -70,6 +71,22 @@ def check_task(cfg: CrawlTaskConfig, now: datetime | None = None) -> dict[str, A
     report["problems"] = problems(report)
     report["exit_code"] = 1 if report["problems"] else 0
     return report
+
+
+def check_within(cfg: CrawlTaskConfig, seconds: float) -> dict[str, Any]:
+    """The check as the status view runs it: every request within ``seconds``; a check that could not run is a
+    report with its ``error`` (exit code 2)."""
+    try:
+        with deadline(seconds):
+            return check_task(cfg)
+    except CheckFailed as exc:
+        return failed_report(cfg, str(exc))
+
+
+def failed_report(cfg: CrawlTaskConfig, error: str) -> dict[str, Any]:
+    """The report of a check that could not run: the source or the task's config could not be read."""
+    checked_at = datetime.now(UTC).isoformat()
+    return {"task": cfg.id, "source": cfg.source.conn_id, "checked_at": checked_at, "error": error, "exit_code": 2}
 
 
 def count_requests(source: SourceApiHook) -> Callable[[], int]:
