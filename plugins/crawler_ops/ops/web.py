@@ -434,8 +434,21 @@ def check_json(user: User, request: Request, task: str) -> dict[str, Any]:
 @app.post("/check", response_class=HTMLResponse)
 def check_page(user: User, request: Request, task: str) -> str:
     report = checked(user, request, task)
-    sample = json.dumps(report.get("sample_message"), ensure_ascii=False, indent=2)
-    return TEMPLATE_ENV.get_template("check.html").render(report=report, text=render_check(report), sample=sample)
+    return TEMPLATE_ENV.get_template("check.html").render(
+        report=report, text=render_check(report), sample=readable_message(report.get("sample_message"))
+    )
+
+
+def readable_message(message: dict[str, Any] | None) -> str:
+    """A sample message for the page: topic, key and headers, then its value indented when it is JSON."""
+    if message is None:
+        return ""
+    try:
+        value = json.dumps(json.loads(message["value"]), ensure_ascii=False, indent=2)
+    except ValueError:
+        value = message["value"]
+    headers = "\n".join(f"  {name}: {text}" for name, text in message["headers"])
+    return f"topic: {message['topic']}\nkey: {message['key']}\nheaders:\n{headers}\nvalue:\n{value}"
 
 
 def dag_target(dag_id: str) -> tuple[str | None, str | None]:

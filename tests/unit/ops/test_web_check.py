@@ -80,7 +80,7 @@ def test_the_page_shows_the_report_escaped_and_the_json_is_the_report(checks):
     assert page.status_code == 200
     assert 'data-exit-code="1"' in page.text
     assert "keys repeat on one page (&lt;b&gt;x&lt;/b&gt;)" in page.text and "<b>x</b>" not in page.text
-    assert "k&lt;1&gt;" in page.text
+    assert "key: k&lt;1&gt;" in page.text and "crawl_task: open_task" in page.text
     assert "form-action 'self'" in page.headers["content-security-policy"]
     assert client.post("/api/check", params={"task": "open_task"}).json()["problems"] == [
         "keys repeat on one page (<b>x</b>)"
