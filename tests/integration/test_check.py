@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 from crawler_ops.config import CrawlTaskConfig
+from tests.integration.test_source_modes import MODES
 from tests.support import DemoSource, cli, make_task, read_topic, write_config
 
 pytestmark = pytest.mark.integration
@@ -165,3 +166,26 @@ def test_the_estimate_brackets_a_window_that_starts_in_the_middle(source, unique
     low, high = report["first_crawl"]["records_in_window"]
     assert low <= truth <= high, (low, truth, high)
     assert report["first_crawl"]["requests"][0] >= 1 + -(-low // cfg.batch_size)
+
+
+@pytest.mark.parametrize("mode", ["page-with-fixed-size", "post-search-by-page", "offset-without-count"])
+def test_each_paging_mode_is_checked_through_its_own_requests(mode, source, unique_id, tmp_path):
+    """Page numbers, a POST search and a source without a count endpoint: the total (probed without a count), the
+    newest page (a page paginator's newest page, partial here) and the order, through the mode's own requests."""
+    paging, source_section, expected = MODES[mode]
+    source.create(unique_id, total=2_050, ref=now(), in_window_share=0.5, paging=paging)
+    cfg = make_task(unique_id, source=source_section)
+
+    code, report, _ = check(cfg, tmp_path, "--json")
+
+    assert code == 0 and isinstance(report, dict), report
+    probed = not paging.get("count", True)
+    assert report["total"]["value"] == 2_050
+    assert report["total"]["how"] == ("probed: no count endpoint" if probed else "count endpoint")
+    aligned = cfg.source.paginator.pages
+    assert report["page"]["offsets"] == ([2_000, 2_050] if aligned else [1_950, 2_050])
+    assert report["page"]["records"] == (50 if aligned else 100)
+    assert report["order"]["verdict"] == "yes"
+    logged = source._json("GET", f"/admin/tasks/{unique_id}/requests")["requests"]
+    assert logged and all(expected.items() <= r.items() for r in logged), logged
+    assert report["requests"] == (report["total"]["requests"] + 2)
