@@ -302,8 +302,10 @@ def run_check(task_id: str, path: Path | None, as_json: bool) -> int:
         report = with_connections(lambda: check_task(cfg))
     except CheckFailed as exc:
         report = failed_report(cfg, str(exc))
-    text = json.dumps(report, ensure_ascii=False, indent=2) if as_json else render_check(report)
-    say(redact(text), error=not as_json and report["exit_code"] == 2)
+    if as_json:  # escapes inside the JSON strings: the output stays JSON
+        print(json_terminal_safe(redact(json.dumps(report, ensure_ascii=False, indent=2))))
+    else:
+        say(redact(render_check(report)), error=report["exit_code"] == 2)
     return int(report["exit_code"])
 
 

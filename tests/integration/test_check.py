@@ -189,3 +189,22 @@ def test_each_paging_mode_is_checked_through_its_own_requests(mode, source, uniq
     logged = source._json("GET", f"/admin/tasks/{unique_id}/requests")["requests"]
     assert logged and all(expected.items() <= r.items() for r in logged), logged
     assert report["requests"] == (report["total"]["requests"] + 2)
+
+
+def test_the_cli_runs_the_tasks_transform_and_the_status_view_does_not(source, unique_id, tmp_path):
+    """The sample message is the transform's output from the command line; in the status view (the api-server runs
+    no task code) it is the record as sent, with a note naming the transform."""
+    from crawler_ops.ops.check import check_within
+
+    source.create(unique_id, total=300, ref=now(), in_window_share=1.0)
+    cfg = make_task(unique_id, transform="crawler_ops.transforms.job_posting")
+
+    code, report, _ = check(cfg, tmp_path, "--json")
+    assert code == 0 and isinstance(report, dict), report
+    transformed = json.loads(report["sample_message"]["value"])
+    assert "description" not in transformed and "note" not in report["sample_message"]
+
+    in_view = check_within(cfg, 30.0)["sample_message"]
+    assert "description" in json.loads(in_view["value"])
+    assert "crawler_ops.transforms.job_posting" in in_view["note"]
+    assert in_view["key"] == report["sample_message"]["key"]

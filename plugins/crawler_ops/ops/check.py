@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
 
@@ -23,7 +24,7 @@ from crawler_ops.hooks.auth import redact
 from crawler_ops.hooks.deadline import deadline
 from crawler_ops.hooks.source import SourceApiHook
 from crawler_ops.planning import Batch
-from crawler_ops.records import Message, full_record, record_head
+from crawler_ops.records import Message, Page, full_record, record_head
 from crawler_ops.source_check import (
     Dated,
     Rate,
@@ -46,8 +47,9 @@ class CheckFailed(CrawlerError):
     """The source or the task's config could not be read: the check has no answer."""
 
 
-def check_task(cfg: CrawlTaskConfig, now: datetime | None = None) -> dict[str, Any]:
-    """The check report of ``cfg``'s source (see :func:`crawler_ops.source_check.problems` for its verdict).
+def check_task(cfg: CrawlTaskConfig, now: datetime | None = None, transform: bool = True) -> dict[str, Any]:
+    """The check report of ``cfg``'s source (see :func:`crawler_ops.source_check.problems` for its verdict);
+    ``transform``: whether the sample message runs the task's transform.
 
     :raises CheckFailed: the source did not answer, or its count cannot be read.
     """
@@ -62,7 +64,7 @@ def check_task(cfg: CrawlTaskConfig, now: datetime | None = None) -> dict[str, A
     source = run.source()
     requests = count_requests(source)
     try:
-        report.update(fetch_and_judge(run, source, requests))
+        report.update(fetch_and_judge(run, source, requests, transform))
     except (SourceError, CrawlerError) as exc:
         raise CheckFailed(redact(str(exc))) from exc
     finally:
@@ -74,11 +76,11 @@ def check_task(cfg: CrawlTaskConfig, now: datetime | None = None) -> dict[str, A
 
 
 def check_within(cfg: CrawlTaskConfig, seconds: float) -> dict[str, Any]:
-    """The check as the status view runs it: every request within ``seconds``; a check that could not run is a
-    report with its ``error`` (exit code 2)."""
+    """The check as the status view runs it: every request within ``seconds``, the task's transform not run (no
+    task code in the api-server); a check that could not run is a report with its ``error`` (exit code 2)."""
     try:
         with deadline(seconds):
-            return check_task(cfg)
+            return check_task(cfg, transform=False)
     except CheckFailed as exc:
         return failed_report(cfg, str(exc))
 
@@ -102,27 +104,24 @@ def count_requests(source: SourceApiHook) -> Callable[[], int]:
     return lambda: sent[0]
 
 
-def fetch_and_judge(run: RunContext, source: SourceApiHook, requests: Callable[[], int]) -> dict[str, Any]:
+def fetch_and_judge(
+    run: RunContext, source: SourceApiHook, requests: Callable[[], int], transform: bool
+) -> dict[str, Any]:
+    """The total, then the newest page: where its records are, or the lists of objects its body holds instead."""
     cfg = run.cfg
     total = source.get_total()
     how = "count endpoint" if cfg.source.count_path is not None else "probed: no count endpoint"
     found: dict[str, Any] = {"total": {"value": total, "how": how, "requests": requests()}}
     lo, hi = newest_batch(total, cfg.batch_size, cfg.source.paginator.pages)
-    call = source.paging.calls(lo, hi)[0] if hi > lo else None
-    if call is None:
-        return found | {
-            "page": {
-                "where": "none (the source is empty)",
-                "records_path": cfg.source.records_path,
-                "records": 0,
-                "suggested_paths": [],
-            }
-        }
+    if hi <= lo:
+        empty = {"where": "none (the source is empty)", "records_path": cfg.source.records_path, "records": 0}
+        return found | {"page": empty | {"suggested_paths": []}}
+    call = source.paging.calls(lo, hi)[0]
     started = time.monotonic()
     document, body = source.get_json(call.send, call.where, decode=lambda raw: (msgspec.json.decode(raw), raw))
     latency = time.monotonic() - started
     listed = records_at(document, cfg.source.records_path)
-    page_report = {
+    found["page"] = {
         "where": call.where,
         "offsets": [lo, hi],
         "request": f"{call.send.method} {call.send.path}",
@@ -130,24 +129,39 @@ def fetch_and_judge(run: RunContext, source: SourceApiHook, requests: Callable[[
         "records": None if listed is None else len(listed),
         "suggested_paths": [] if listed else record_lists(document),
     }
-    found["page"] = page_report
-    if not listed:
-        return found
-    page = source.paging.reader(call, (), f"task {cfg.id}")(body)
+    if listed:
+        page = source.paging.reader(call, (), f"task {cfg.id}")(body)
+        found |= judge_page(run, source, Batch(lo, lo + len(page)), page, transform)
+        found["first_crawl"] = first_crawl(run, total, found, latency)
+    return found
+
+
+def judge_page(run: RunContext, source: SourceApiHook, batch: Batch, page: Page, transform: bool) -> dict[str, Any]:
+    """Keys, dates and order of the records of ``batch`` (and of the record at offset 0), and a sample message."""
+    cfg, rule = run.cfg, run.cfg.filter.rule
     records = [full_record(record) for record in page]
     objects = [r for r in records if isinstance(r, dict)]
-    rule = cfg.filter.rule
-    window = run.window.in_zone(rule.tz)
-    dated = [Dated(lo + i, m) for i, r in enumerate(objects) if (m := record_moment(r, rule.fields, rule.tz))]
-    if lo > 0:
+    dated = [
+        Dated(batch.lo + i, moment)
+        for i, r in enumerate(records)
+        if isinstance(r, dict) and (moment := record_moment(r, rule.fields, rule.tz)) is not None
+    ]
+    if batch.lo > 0:
         oldest = source.get_page(0, 1)
-        head = record_head(oldest[0], rule.fields) if oldest else {}
-        moment = record_moment(head, rule.fields, rule.tz)
+        moment = record_moment(record_head(oldest[0], rule.fields) if oldest else {}, rule.fields, rule.tz)
         dated = [Dated(0, moment), *dated] if moment is not None else dated
-    found["keys"] = key_report(objects, cfg.kafka.key_field)
-    found["dates"] = date_report(objects, rule.fields, rule.tz, window)
-    found["order"] = order_verdict(dated)
-    found["sample_message"] = sample_message(run, Batch(lo, lo + len(page)), page)
+    return {
+        "keys": key_report(objects, cfg.kafka.key_field),
+        "dates": date_report(objects, rule.fields, rule.tz, run.window.in_zone(rule.tz)),
+        "order": order_verdict(dated),
+        "sample_message": sample_message(run, batch, page, transform),
+        "dated": dated,
+    }
+
+
+def first_crawl(run: RunContext, total: int, found: dict[str, Any], latency: float) -> dict[str, Any]:
+    """The cost of a first crawl at the task's rate, from the dates seen (unknown when they do not grow)."""
+    cfg = run.cfg
     rate = Rate(
         batch_size=cfg.batch_size,
         aligned=cfg.source.paginator.pages,
@@ -158,9 +172,9 @@ def fetch_and_judge(run: RunContext, source: SourceApiHook, requests: Callable[[
         latency_s=latency,
         total_requests=found["total"]["requests"],
     )
-    in_window = window_records(total, dated, window.start) if found["order"]["verdict"] != "no" else None
-    found["first_crawl"] = first_crawl_estimate(total, in_window, rate)
-    return found
+    dated = found.pop("dated")
+    grows = found["order"]["verdict"] != "no"
+    return first_crawl_estimate(total, window_records(total, dated, run.window.start) if grows else None, rate)
 
 
 def newest_batch(total: int, batch_size: int, aligned: bool) -> tuple[int, int]:
@@ -172,12 +186,22 @@ def newest_batch(total: int, batch_size: int, aligned: bool) -> tuple[int, int]:
     return lo, total
 
 
-def sample_message(run: RunContext, batch: Batch, page: Any) -> dict[str, Any] | None:
+def sample_message(run: RunContext, batch: Batch, page: Page, transform: bool = True) -> dict[str, Any] | None:
     """The message a crawl publishes for the newest record of ``page`` that it keeps (its filter, transform, key and
-    headers; a crawl's headers carry its run id instead of ``check``), or None when it keeps none."""
+    headers; a crawl's headers carry its run id instead of ``check``), or None when it keeps none. Without
+    ``transform`` the task's transform is not run (the status view must not run the task's code in the api-server):
+    the record as the source sent it, and a ``note`` saying so."""
+    skipped = run.cfg.transform if not transform else None
+    if skipped:
+        run = replace(run, cfg=run.cfg.model_copy(update={"transform": None}))
     filtered = BatchFilter(run, early_stop=False).filter(batch, page)
     kept = [m for m in filtered.messages if m.topic is None]
-    return None if not kept else show_message(kept[-1], run.cfg.kafka.topic)
+    if not kept:
+        return None
+    shown = show_message(kept[-1], run.cfg.kafka.topic)
+    if skipped:
+        shown["note"] = f"before the transform {skipped}, which the status view does not run (crawler-ops check does)"
+    return shown
 
 
 def show_message(message: Message, topic: str) -> dict[str, Any]:
