@@ -60,6 +60,7 @@ from demo_source.data import (
 )
 from demo_source.envelopes import EnvelopeOptions, Envelopes
 from demo_source.feed import FeedOptions, serve_feed
+from demo_source.order import OLDEST_FIRST, Order, served_records
 from demo_source.paging import ROUTES as PAGING_ROUTES
 from demo_source.paging import PagingError, PagingOptions, Reader
 from demo_source.window import Views, WindowOptions, page_offsets, view_count, window_of
@@ -116,6 +117,7 @@ class TaskBody(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     feed: FeedOptions = msgspec.field(default_factory=FeedOptions)
     window: WindowOptions = msgspec.field(default_factory=WindowOptions)
     envelopes: EnvelopeOptions = msgspec.field(default_factory=EnvelopeOptions)
+    order: Order = OLDEST_FIRST
 
 
 class AppendBody(msgspec.Struct, forbid_unknown_fields=True):
@@ -298,6 +300,7 @@ class TaskRuntime:
     window: WindowOptions = field(default_factory=WindowOptions)
     views: Views = field(default_factory=Views)
     envelopes: Envelopes = field(default_factory=Envelopes)
+    order: Order = OLDEST_FIRST
 
     def __post_init__(self) -> None:
         """Seed the fault RNG from the task's seed."""
@@ -389,6 +392,7 @@ class TaskRuntime:
             "faults": msgspec.to_builtins(self.faults),
             "paging": msgspec.to_builtins(self.paging),
             "envelopes": dict(self.envelopes.answered),
+            "order": self.order,
             "requests": {
                 **self.counters,
                 "logged": len(self.log),
@@ -627,6 +631,10 @@ class DemoSource:
         """
         if end <= start:
             return b"[]"
+        if runtime.order != OLDEST_FIRST:  # each append moves every record: not cached
+            return _ENCODER.encode(
+                served_records(runtime.config, start, end, runtime.state.total, runtime.order, runtime.faults)
+            )
         key = (runtime.generation, start, end)
         encoded = self.cache.get(key)
         if encoded is None:
@@ -736,6 +744,7 @@ class DemoSource:
             feed=spec.feed,
             window=spec.window,
             envelopes=Envelopes(spec.envelopes),
+            order=spec.order,
         )
         self.tasks[request.task_id] = created
         return json_response(created.describe())

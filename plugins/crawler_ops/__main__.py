@@ -1,7 +1,7 @@
 """Command line ``crawler-ops`` (or ``python -m crawler_ops``): ``status [--task ID | --executor NAME] [--json]
 [--no-live]``, ``validate [CONFIG]``, ``schema``, ``config-reference``, ``skip-batch --task ID --offset O``,
-``unpark --executor NAME [--id ID ...]``, ``dag-shards N [--dags-folder DIR]`` and ``import-progress FILE [--apply]
-[--force]``.
+``unpark --executor NAME [--id ID ...]``, ``dag-shards N [--dags-folder DIR]``, ``import-progress FILE [--apply]
+[--force]`` and ``check --task ID [--json] [--config PATH]``.
 
 Run it where the DAGs run (same ``AIRFLOW_CONN_*`` connections, same ``CRAWLER_OPS_CONFIG``); ``make`` installs
 the ``crawler-ops`` command into the project's virtualenv, and ``make status`` runs it on the local stack.
@@ -79,6 +79,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     pools.add_argument(
         "--apply", action="store_true", help="create or resize them in Airflow's metadata DB (default: print them)"
     )
+    check = commands.add_parser(
+        "check",
+        help="ask a task's source once: total, records, keys, dates, order, a sample message, a first crawl's cost",
+    )
+    check.add_argument("--task", required=True, help="the crawl task id")
+    check.add_argument("--json", action="store_true", help="print one JSON object instead of text")
+    check.add_argument("--config", type=Path, help="a YAML file or folder (default: $CRAWLER_OPS_CONFIG)")
     args = parser.parse_args(argv)
     if args.command == "schema":
         print(json.dumps(config_schema(), ensure_ascii=False, indent=2))
@@ -102,6 +109,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return run_import(args.file, args.apply, args.force)
         if args.command == "pools":
             return run_pools(args.config, args.apply)
+        if args.command == "check":
+            return run_check(args.task, args.config, args.json)
         code = run_status(args)
         return report_down(down) if down and code == 0 else code
     except (ConfigError, ImportFileError, StatusTableError) as exc:
@@ -121,15 +130,15 @@ def services_down(args: argparse.Namespace) -> list[str]:
     metadata database (``pools --apply``)."""
     if args.command == "pools":
         return [] if not args.apply else metadata_db_down()
-    if args.command not in ("status", "skip-batch", "unpark", "import-progress"):
+    if args.command not in ("status", "skip-batch", "unpark", "import-progress", "check"):
         return []
-    loaded = load_config()
+    loaded = load_config(args.config if args.command == "check" else None)
     tasks, executors = list(loaded.tasks), list(loaded.executors)
     if args.command == "import-progress":
         # Only the databases of the rows it would import; a file it cannot read is reported first.
         named = {row.task_id for row in read_old_status(args.file)[0]}
         tasks, executors = [t for t in tasks if t.id in named], []
-    if args.command == "skip-batch" or (args.command == "status" and args.task):
+    if args.command in ("skip-batch", "check") or (args.command == "status" and args.task):
         tasks, executors = [t for t in tasks if t.id == args.task], []
     if args.command == "unpark" or (args.command == "status" and args.executor):
         tasks, executors = [], [e for e in executors if e.name == args.executor]
@@ -278,6 +287,26 @@ def run_status(args: argparse.Namespace) -> int:
     else:
         print(render_text(report))
     return 0
+
+
+def run_check(task_id: str, path: Path | None, as_json: bool) -> int:
+    """Exit status 0 when the source suits the task, 1 when its data has a problem, 2 when the source or the config
+    cannot be read (the report says which)."""
+    from crawler_ops.config import get_task
+    from crawler_ops.hooks.auth import redact
+    from crawler_ops.ops.check import CheckFailed, check_task, failed_report
+    from crawler_ops.source_check import render_text as render_check
+
+    cfg = get_task(task_id, path)
+    try:
+        report = with_connections(lambda: check_task(cfg))
+    except CheckFailed as exc:
+        report = failed_report(cfg, str(exc))
+    if as_json:  # escapes inside the JSON strings: the output stays JSON
+        print(json_terminal_safe(redact(json.dumps(report, ensure_ascii=False, indent=2))))
+    else:
+        say(redact(render_check(report)), error=report["exit_code"] == 2)
+    return int(report["exit_code"])
 
 
 def skip_batch(task_id: str, offset: int) -> int:

@@ -92,3 +92,24 @@ def from_pattern(text: str) -> datetime | None:
         )
     except ValueError:
         return None
+
+
+def date_format(value: object) -> str | None:
+    """The name of the format of :mod:`crawler_ops.dates` that reads ``value``, or None when none does."""
+    if isinstance(value, bool) or value is None:
+        return None
+    if isinstance(value, (int, float)):
+        kind = "epoch milliseconds" if abs(value) >= EPOCH_MS_THRESHOLD else "epoch seconds"
+        return f"{kind} (number)" if parse_date(value, UTC) is not None else None
+    if not isinstance(value, str) or parse_date(value, UTC) is None:
+        return None
+    text = value.strip()
+    if _DIGITS.fullmatch(text):
+        if "." not in text and len(text) in _COMPACT:
+            return "compact date (YYYYMMDD)" if len(text) == 8 else "compact date-time (YYYYMMDDhhmmss)"
+        return "epoch milliseconds (text)" if float(text) >= EPOCH_MS_THRESHOLD else "epoch seconds (text)"
+    iso = from_iso(text)
+    if iso is not None:
+        zone = "with offset" if iso.tzinfo is not None else "local time"
+        return f"ISO 8601 date, {zone}" if len(text) <= 10 else f"ISO 8601 date-time, {zone}"
+    return "Chinese date" if "年" in text else "dotted or single-digit date" if from_pattern(text) else None

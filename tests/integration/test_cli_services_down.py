@@ -28,6 +28,7 @@ POSTGRES_COMMANDS = [
     ["unpark", "--executor", "area_addresses", "--id", "1", "2"],
     ["import-progress", "{positions}"],
     ["import-progress", "{positions}", "--apply"],
+    ["check", "--task", "jobs_beijing"],  # the source's rate limit is shared through PostgreSQL
 ]
 KAFKA_COMMANDS = [["status"], ["status", "--task", "jobs_beijing"], ["status", "--json"]]
 METADATA_DB_COMMANDS = [["pools", "--apply"]]
@@ -102,7 +103,14 @@ def test_a_command_with_the_airflow_metadata_db_down_says_so_and_exits_2(stack, 
     assert_clear_failure(done, "Airflow's metadata database", "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN")
 
 
-@pytest.mark.parametrize("args", [["status", "--no-live"], ["skip-batch", "--task", "jobs_beijing", "--offset", "0"]])
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["status", "--no-live"],
+        ["skip-batch", "--task", "jobs_beijing", "--offset", "0"],
+        ["check", "--task", "jobs_beijing"],
+    ],
+)
 def test_with_every_service_up_the_same_commands_do_not_report_one_down(stack, positions, args):
     done = run_cli(args, positions)
 

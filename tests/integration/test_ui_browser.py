@@ -129,3 +129,21 @@ def test_the_ui_shows_the_crawl_dag_its_trigger_params_and_its_crawl_status(page
     page.goto(f"{airflow.url}/dags/crawler_ops_maintenance/plugin/crawler_ops_dag_status")
     other = page.frame_locator('iframe[title="Crawl status"]')
     other.get_by_text("is not a crawl or executor DAG").wait_for()
+
+
+def test_check_source_on_the_dags_tab_runs_the_check_and_shows_its_report(page, airflow, crawled):
+    """The Crawl status tab's "Check source" asks the task's source from the api-server (the task's own connection,
+    auth and rate limit) and shows the report: the total the crawl saw, no problem, a sample message."""
+    page.goto(f"{airflow.url}/dags/{crawled['dag_id']}/plugin/crawler_ops_dag_status")
+    tab = page.frame_locator('iframe[title="Crawl status"]')
+    tab.get_by_test_id("check-source").click()
+
+    verdict = tab.get_by_test_id("check-verdict")
+    verdict.wait_for()
+    report = tab.get_by_test_id("check-report").inner_text()
+    assert verdict.get_attribute("data-exit-code") == "0", report
+    assert f"total      {crawled['watermark']} (count endpoint)" in report, report
+    assert "order      yes" in report, report
+    sample = tab.get_by_test_id("check-sample").inner_text()
+    assert f"crawl_task: {crawled['task']}" in sample and '"id": ' in sample, sample
+    shot(page, "6-dag-tab-check-source")

@@ -17,6 +17,7 @@ meanwhile waits for that answer, within the deadline), at most ``MAX_REPORTS`` s
 
 from __future__ import annotations
 
+import json
 import logging
 import threading
 import time
@@ -35,7 +36,9 @@ from jinja2 import Environment, FileSystemLoader, select_autoescape
 from crawler_ops.config import LoadedConfig, broken_dag_id, load_config
 from crawler_ops.errors import ConfigError
 from crawler_ops.ops.charts import run_charts
+from crawler_ops.ops.check import check_within
 from crawler_ops.ops.status import STATUS_DEADLINE_S, collect
+from crawler_ops.source_check import render_text as render_check
 
 log = logging.getLogger(__name__)
 
@@ -45,6 +48,11 @@ MAX_LIVE_REPORTS = 2
 MAX_REPORTS = 4
 # Answers kept for requests that find every live slot taken; older ones are dropped.
 STALE_AFTER_S = 600.0
+# "Check source": a task's check is run once at a time and its answer given again for CHECK_TTL_S, at most
+# MAX_CHECKS checks at once, each within CHECK_DEADLINE_S.
+CHECK_TTL_S = 60.0
+MAX_CHECKS = 2
+CHECK_DEADLINE_S = 30.0
 
 
 class BusyError(Exception):
@@ -155,6 +163,7 @@ class ReportCache:
 
 
 REPORTS = ReportCache()
+CHECKS = ReportCache(ttl_s=CHECK_TTL_S, max_builds=MAX_CHECKS)
 TEMPLATES = Path(__file__).resolve().parent / "templates"
 
 
@@ -186,7 +195,7 @@ SECURITY_HEADERS = {
     "Cache-Control": "no-store",
     "X-Content-Type-Options": "nosniff",
     "Content-Security-Policy": (
-        "default-src 'none'; style-src 'unsafe-inline'; frame-ancestors 'self'; base-uri 'none'; form-action 'none'"
+        "default-src 'none'; style-src 'unsafe-inline'; frame-ancestors 'self'; base-uri 'none'; form-action 'self'"
     ),
 }
 
@@ -394,6 +403,52 @@ def status_page(user: User, task: str | None = None, live: bool = True, dag_id: 
             raise
         return render_html(empty_report(), dag_id=dag_id, note=not_ours(dag_id))
     return render_html(report, dag_id=dag_id, filtered=True)
+
+
+def checked(user: Any, request: Request, task: str) -> dict[str, Any]:
+    """The source check of ``task`` (``crawler-ops check``), for a user who may read its DAG's runs: one check at a
+    time per task, its answer given again for ``CHECK_TTL_S``, at most ``MAX_CHECKS`` at once (503 beyond)."""
+    if request.headers.get("sec-fetch-site") == "cross-site":  # a form on another site must not make us ask a source
+        raise HTTPException(status_code=403, detail="a source check is started from the status view only")
+    try:
+        loaded = load_config(check_imports=False)
+    except ConfigError as exc:
+        raise HTTPException(status_code=500, detail=GENERIC_CONFIG_ERROR) from exc
+    cfg = next((t for t in loaded.tasks if t.id == task), None)
+    if cfg is None or task not in visible_entries(user, loaded)["tasks"]:
+        raise HTTPException(status_code=404, detail=f"no crawl task '{task}' visible to you")
+    try:
+        end = time.monotonic() + CHECK_DEADLINE_S  # a second click waits for the check under way
+        return CHECKS.report(task, False, lambda: check_within(cfg, CHECK_DEADLINE_S), end)
+    except BusyError as exc:
+        raise HTTPException(
+            status_code=503, detail=f"busy: {exc}; try again in a few seconds", headers={"Retry-After": "10"}
+        ) from exc
+
+
+@app.post("/api/check")
+def check_json(user: User, request: Request, task: str) -> dict[str, Any]:
+    return checked(user, request, task)
+
+
+@app.post("/check", response_class=HTMLResponse)
+def check_page(user: User, request: Request, task: str) -> str:
+    report = checked(user, request, task)
+    return TEMPLATE_ENV.get_template("check.html").render(
+        report=report, text=render_check(report), sample=readable_message(report.get("sample_message"))
+    )
+
+
+def readable_message(message: dict[str, Any] | None) -> str:
+    """A sample message for the page: topic, key and headers, then its value indented when it is JSON."""
+    if message is None:
+        return ""
+    try:
+        value = json.dumps(json.loads(message["value"]), ensure_ascii=False, indent=2)
+    except ValueError:
+        value = message["value"]
+    headers = "\n".join(f"  {name}: {text}" for name, text in message["headers"])
+    return f"topic: {message['topic']}\nkey: {message['key']}\nheaders:\n{headers}\nvalue:\n{value}"
 
 
 def dag_target(dag_id: str) -> tuple[str | None, str | None]:

@@ -1,0 +1,213 @@
+"""``crawler-ops check``: one total, the newest page and the oldest record of a task's source, through the task's own
+auth, rate limit and deadline, judged by :mod:`crawler_ops.source_check`.
+
+At most three requests when the source has a count endpoint (without one the total is probed: about ``2 log2(total /
+batch_size)`` more): the count, the newest page (offsets ``[total - batch_size, total)``, or the newest page of a page
+paginator), and the record at offset 0 (to judge the order against the newest page; skipped when the page holds it).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import replace
+from datetime import UTC, datetime
+from typing import Any
+
+import msgspec
+
+from crawler_ops.config import CrawlTaskConfig
+from crawler_ops.crawl.batch_filter import BatchFilter
+from crawler_ops.crawl.run import RunContext, RunParams
+from crawler_ops.errors import CrawlerError, SourceError
+from crawler_ops.hooks.auth import redact
+from crawler_ops.hooks.deadline import deadline
+from crawler_ops.hooks.source import SourceApiHook
+from crawler_ops.planning import Batch
+from crawler_ops.records import Message, Page, full_record, record_head
+from crawler_ops.source_check import (
+    Dated,
+    Rate,
+    date_report,
+    first_crawl_estimate,
+    key_report,
+    order_verdict,
+    problems,
+    record_lists,
+    record_moment,
+    records_at,
+    window_records,
+)
+
+#: The run id in the headers of a check's sample message (a crawl's own run id there).
+CHECK_RUN_ID = "check"
+
+
+class CheckFailed(CrawlerError):
+    """The source or the task's config could not be read: the check has no answer."""
+
+
+def check_task(cfg: CrawlTaskConfig, now: datetime | None = None, transform: bool = True) -> dict[str, Any]:
+    """The check report of ``cfg``'s source (see :func:`crawler_ops.source_check.problems` for its verdict);
+    ``transform``: whether the sample message runs the task's transform.
+
+    :raises CheckFailed: the source did not answer, or its count cannot be read.
+    """
+    now = now or datetime.now(UTC)
+    run = RunContext(cfg, CHECK_RUN_ID, now, RunParams())
+    report: dict[str, Any] = {
+        "task": cfg.id,
+        "dag_id": cfg.dag_id,
+        "source": cfg.source.conn_id,
+        "checked_at": now.isoformat(),
+    }
+    source = run.source()
+    requests = count_requests(source)
+    try:
+        report.update(fetch_and_judge(run, source, requests, transform))
+    except (SourceError, CrawlerError) as exc:
+        raise CheckFailed(redact(str(exc))) from exc
+    finally:
+        source.close()
+    report["requests"] = requests()
+    report["problems"] = problems(report)
+    report["exit_code"] = 1 if report["problems"] else 0
+    return report
+
+
+def check_within(cfg: CrawlTaskConfig, seconds: float) -> dict[str, Any]:
+    """The check as the status view runs it: every request within ``seconds``, the task's transform not run (no
+    task code in the api-server); a check that could not run is a report with its ``error`` (exit code 2)."""
+    try:
+        with deadline(seconds):
+            return check_task(cfg, transform=False)
+    except CheckFailed as exc:
+        return failed_report(cfg, str(exc))
+
+
+def failed_report(cfg: CrawlTaskConfig, error: str) -> dict[str, Any]:
+    """The report of a check that could not run: the source or the task's config could not be read."""
+    checked_at = datetime.now(UTC).isoformat()
+    return {"task": cfg.id, "source": cfg.source.conn_id, "checked_at": checked_at, "error": error, "exit_code": 2}
+
+
+def count_requests(source: SourceApiHook) -> Callable[[], int]:
+    """Counts the requests ``source`` sends (a retried one once) from now on."""
+    sent = [0]
+    send = source.get_json
+
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        sent[0] += 1
+        return send(*args, **kwargs)
+
+    source.get_json = counted  # type: ignore[method-assign]
+    return lambda: sent[0]
+
+
+def fetch_and_judge(
+    run: RunContext, source: SourceApiHook, requests: Callable[[], int], transform: bool
+) -> dict[str, Any]:
+    """The total, then the newest page: where its records are, or the lists of objects its body holds instead."""
+    cfg = run.cfg
+    total = source.get_total()
+    how = "count endpoint" if cfg.source.count_path is not None else "probed: no count endpoint"
+    found: dict[str, Any] = {"total": {"value": total, "how": how, "requests": requests()}}
+    lo, hi = newest_batch(total, cfg.batch_size, cfg.source.paginator.pages)
+    if hi <= lo:
+        empty = {"where": "none (the source is empty)", "records_path": cfg.source.records_path, "records": 0}
+        return found | {"page": empty | {"suggested_paths": []}}
+    call = source.paging.calls(lo, hi)[0]
+    started = time.monotonic()
+    document, body = source.get_json(call.send, call.where, decode=lambda raw: (msgspec.json.decode(raw), raw))
+    latency = time.monotonic() - started
+    listed = records_at(document, cfg.source.records_path)
+    found["page"] = {
+        "where": call.where,
+        "offsets": [lo, hi],
+        "request": f"{call.send.method} {call.send.path}",
+        "records_path": cfg.source.records_path,
+        "records": None if listed is None else len(listed),
+        "suggested_paths": [] if listed else record_lists(document),
+    }
+    if listed:
+        page = source.paging.reader(call, (), f"task {cfg.id}")(body)
+        found |= judge_page(run, source, Batch(lo, lo + len(page)), page, transform)
+        found["first_crawl"] = first_crawl(run, total, found, latency)
+    return found
+
+
+def judge_page(run: RunContext, source: SourceApiHook, batch: Batch, page: Page, transform: bool) -> dict[str, Any]:
+    """Keys, dates and order of the records of ``batch`` (and of the record at offset 0), and a sample message."""
+    cfg, rule = run.cfg, run.cfg.filter.rule
+    records = [full_record(record) for record in page]
+    objects = [r for r in records if isinstance(r, dict)]
+    dated = [
+        Dated(batch.lo + i, moment)
+        for i, r in enumerate(records)
+        if isinstance(r, dict) and (moment := record_moment(r, rule.fields, rule.tz)) is not None
+    ]
+    if batch.lo > 0:
+        oldest = source.get_page(0, 1)
+        moment = record_moment(record_head(oldest[0], rule.fields) if oldest else {}, rule.fields, rule.tz)
+        dated = [Dated(0, moment), *dated] if moment is not None else dated
+    return {
+        "keys": key_report(objects, cfg.kafka.key_field),
+        "dates": date_report(objects, rule.fields, rule.tz, run.window.in_zone(rule.tz)),
+        "order": order_verdict(dated),
+        "sample_message": sample_message(run, batch, page, transform),
+        "dated": dated,
+    }
+
+
+def first_crawl(run: RunContext, total: int, found: dict[str, Any], latency: float) -> dict[str, Any]:
+    """The cost of a first crawl at the task's rate, from the dates seen (unknown when they do not grow)."""
+    cfg = run.cfg
+    rate = Rate(
+        batch_size=cfg.batch_size,
+        aligned=cfg.source.paginator.pages,
+        concurrency=cfg.source.concurrency,
+        max_in_flight=cfg.source.max_in_flight,
+        requests_per_s=cfg.source.requests_per_s,
+        max_expired_batches=cfg.max_expired_batches,
+        latency_s=latency,
+        total_requests=found["total"]["requests"],
+    )
+    dated = found.pop("dated")
+    grows = found["order"]["verdict"] != "no"
+    return first_crawl_estimate(total, window_records(total, dated, run.window.start) if grows else None, rate)
+
+
+def newest_batch(total: int, batch_size: int, aligned: bool) -> tuple[int, int]:
+    """The offsets of a crawl's newest batch: ``[total - batch_size, total)``, or the newest page's when batches
+    are cut at page boundaries."""
+    if total <= 0:
+        return 0, 0
+    lo = (total - 1) // batch_size * batch_size if aligned else max(0, total - batch_size)
+    return lo, total
+
+
+def sample_message(run: RunContext, batch: Batch, page: Page, transform: bool = True) -> dict[str, Any] | None:
+    """The message a crawl publishes for the newest record of ``page`` that it keeps (its filter, transform, key and
+    headers; a crawl's headers carry its run id instead of ``check``), or None when it keeps none. Without
+    ``transform`` the task's transform is not run (the status view must not run the task's code in the api-server):
+    the record as the source sent it, and a ``note`` saying so."""
+    skipped = run.cfg.transform if not transform else None
+    if skipped:
+        run = replace(run, cfg=run.cfg.model_copy(update={"transform": None}))
+    filtered = BatchFilter(run, early_stop=False).filter(batch, page)
+    kept = [m for m in filtered.messages if m.topic is None]
+    if not kept:
+        return None
+    shown = show_message(kept[-1], run.cfg.kafka.topic)
+    if skipped:
+        shown["note"] = f"before the transform {skipped}, which the status view does not run (crawler-ops check does)"
+    return shown
+
+
+def show_message(message: Message, topic: str) -> dict[str, Any]:
+    return {
+        "topic": message.topic or topic,
+        "key": message.key.decode("utf-8", "replace"),
+        "headers": [[name, value.decode("utf-8", "replace")] for name, value in message.headers],
+        "value": bytes(message.value).decode("utf-8", "replace"),
+    }
