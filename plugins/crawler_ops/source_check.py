@@ -288,7 +288,7 @@ def problems(report: Mapping[str, Any]) -> list[str]:
     """The problems in the data a report shows, the one to fix first first; none: the source suits the task."""
     found: list[str] = []
     page, keys, dates, order = (report.get(part) or {} for part in ("page", "keys", "dates", "order"))
-    if page.get("records") is None or (page["records"] == 0 and report["total"]["value"] > 0):
+    if page.get("records") is None or (page["records"] == 0 and (report["total"]["value"] or 0) > 0):
         what = "no list" if page.get("records") is None else "an empty list"
         hint = ", ".join(f"'{s['path']}' ({s['records']} records)" for s in page.get("suggested_paths") or [])
         found.append(
@@ -319,7 +319,8 @@ def problems(report: Mapping[str, Any]) -> list[str]:
         )
     if order.get("verdict") == NO:
         found.append(
-            "dates do not grow with the offset: the crawl assumes offset 0 is the oldest record and new records "
+            order.get("problem")
+            or "dates do not grow with the offset: the crawl assumes offset 0 is the oldest record and new records "
             "are appended at the end; its first crawl would stop early and skip records"
         )
     return found
@@ -343,6 +344,8 @@ def render_text(report: Mapping[str, Any]) -> str:
         f"  page       {page['where']}: {show_count(page['records'])} records at '{page['records_path']}'"
         + (f" (suggested: {', '.join(s['path'] for s in page['suggested_paths'])})" if page["suggested_paths"] else "")
     )
+    if "next" in page:
+        lines.append(f"  next       {page['next'] or 'none: the feed ends with its first page'}")
     if keys:
         lines.append(
             "  keys       "
@@ -372,7 +375,7 @@ def render_text(report: Mapping[str, Any]) -> str:
             else ""
         )
         lines.append(
-            f"  order      {order['verdict']} (do dates grow with the offset, as the crawl assumes?): "
+            f"  order      {order['verdict']} (as the crawl assumes, {order['assumption']}?): "
             f"{evidence['rising_steps']} steps up, {evidence['falling_steps']} down{ends}"
         )
     sample = report.get("sample_message")

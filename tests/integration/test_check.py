@@ -208,3 +208,30 @@ def test_the_cli_runs_the_tasks_transform_and_the_status_view_does_not(source, u
     assert "description" in json.loads(in_view["value"])
     assert "crawler_ops.transforms.job_posting" in in_view["note"]
     assert in_view["key"] == report["sample_message"]["key"]
+
+
+@pytest.mark.parametrize("kind", ["cursor", "link_header"])
+def test_a_feed_is_checked_on_its_first_page_newest_first_with_the_next_position(
+    source, kafka_bootstrap, unique_id, tmp_path, run_dag, kind
+):
+    from tests.integration.test_source_feeds import feed_requests, feed_task, positions
+
+    ref = now()
+    source.create(unique_id, total=1_050, ref=ref, in_window_share=1.0, feed={"next": kind})
+    cfg = feed_task(unique_id, kind)
+
+    code, report, _ = check(cfg, tmp_path, "--json")
+
+    assert code == 0, report
+    assert isinstance(report, dict)
+    assert report["total"]["value"] is None and "feed" in report["total"]["how"]
+    assert report["page"]["records"] == cfg.batch_size
+    assert report["page"]["next"], "the position of the second page"
+    assert report["order"]["verdict"] == "yes", "the demo feed lists its newest records first"
+    assert positions(feed_requests(source, unique_id)) == [None], "one request: the first page"
+    sample = report["sample_message"]
+    assert run_dag(cfg, ref) == "success"
+    published = {m.key: m.value for m in read_topic(kafka_bootstrap, cfg.kafka.topic)}
+    assert json.loads(sample["value"]) == published[sample["key"]], "the message a crawl publishes for that record"
+    text_code, text, _ = check(cfg, tmp_path)
+    assert text_code == 0 and "  next       " in str(text)

@@ -22,6 +22,7 @@ from crawler_ops.crawl.run import RunContext, RunParams
 from crawler_ops.errors import CrawlerError, SourceError
 from crawler_ops.hooks.auth import redact
 from crawler_ops.hooks.deadline import deadline
+from crawler_ops.hooks.feed import feed_send, read_feed
 from crawler_ops.hooks.source import SourceApiHook
 from crawler_ops.planning import Batch
 from crawler_ops.records import Message, Page, full_record, record_head
@@ -41,6 +42,11 @@ from crawler_ops.source_check import (
 
 #: The run id in the headers of a check's sample message (a crawl's own run id there).
 CHECK_RUN_ID = "check"
+FEED_ASSUMPTION = "a feed lists its newest records first, each page older than the one before"
+FEED_PROBLEM = (
+    "the feed's first page does not list its newest records first: the walk stops at the first record older than "
+    "the window or the mark, and would skip records"
+)
 
 
 class CheckFailed(CrawlerError):
@@ -109,6 +115,8 @@ def fetch_and_judge(
 ) -> dict[str, Any]:
     """The total, then the newest page: where its records are, or the lists of objects its body holds instead."""
     cfg = run.cfg
+    if cfg.source.paginator.sequential:
+        return judge_feed(run, source, transform)
     total = source.get_total()
     how = "count endpoint" if cfg.source.count_path is not None else "probed: no count endpoint"
     found: dict[str, Any] = {"total": {"value": total, "how": how, "requests": requests()}}
@@ -136,8 +144,40 @@ def fetch_and_judge(
     return found
 
 
-def judge_page(run: RunContext, source: SourceApiHook, batch: Batch, page: Page, transform: bool) -> dict[str, Any]:
-    """Keys, dates and order of the records of ``batch`` (and of the record at offset 0), and a sample message."""
+def judge_feed(run: RunContext, source: SourceApiHook, transform: bool) -> dict[str, Any]:
+    """A feed has no total and no offsets: its first page (the newest records) and where it says the next page is,
+    judged as a page of offsets whose order is read backwards (a feed lists its newest records first)."""
+    cfg = run.cfg
+    base, label = str(source.client.base_url), f"task {cfg.id}"
+    send = feed_send(source.paging, None, base, label)
+    document, body = source.get_json(send, "feed page", decode=lambda raw: (msgspec.json.decode(raw), raw))
+    listed = records_at(document, cfg.source.records_path)
+    found: dict[str, Any] = {
+        "total": {"value": None, "how": f"none: a {cfg.source.paginator.type} feed is walked page after page"},
+        "page": {
+            "where": "the feed's first page",
+            "request": f"{send.method} {send.path}",
+            "records_path": cfg.source.records_path,
+            "records": None if listed is None else len(listed),
+            "suggested_paths": [] if listed else record_lists(document),
+        },
+    }
+    if not listed:
+        return found
+    page = read_feed(body, cfg.source, (), base, label)
+    found["page"]["next"] = page.next
+    # Offset n - 1 - i for the i-th record listed: "dates grow with the offset" reads "the newest come first".
+    judged = judge_page(run, source, Batch(0, len(page.records)), Page(page.records[::-1]), transform, oldest=False)
+    judged.pop("dated")
+    judged["order"] |= {"assumption": FEED_ASSUMPTION, "problem": FEED_PROBLEM}
+    return found | judged
+
+
+def judge_page(
+    run: RunContext, source: SourceApiHook, batch: Batch, page: Page, transform: bool, oldest: bool = True
+) -> dict[str, Any]:
+    """Keys, dates and order of the records of ``batch`` (and, with ``oldest``, of the record at offset 0), and a
+    sample message."""
     cfg, rule = run.cfg, run.cfg.filter.rule
     records = [full_record(record) for record in page]
     objects = [r for r in records if isinstance(r, dict)]
@@ -146,9 +186,9 @@ def judge_page(run: RunContext, source: SourceApiHook, batch: Batch, page: Page,
         for i, r in enumerate(records)
         if isinstance(r, dict) and (moment := record_moment(r, rule.fields, rule.tz)) is not None
     ]
-    if batch.lo > 0:
-        oldest = source.get_page(0, 1)
-        moment = record_moment(record_head(oldest[0], rule.fields) if oldest else {}, rule.fields, rule.tz)
+    if oldest and batch.lo > 0:
+        first = source.get_page(0, 1)
+        moment = record_moment(record_head(first[0], rule.fields) if first else {}, rule.fields, rule.tz)
         dated = [Dated(0, moment), *dated] if moment is not None else dated
     return {
         "keys": key_report(objects, cfg.kafka.key_field),
