@@ -51,8 +51,8 @@ class SourceShape(StrictModel):
     count_path: str | None = Field(
         "/api/{task}/count",
         description="path of the request that returns the source's total; null: the source has none, and the total "
-        "is probed from pages of batch_size records (about 2 log2(total / batch_size) requests, each through the "
-        "rate limit)",
+        "is probed from pages of batch_size records, from the page of the last total found (about 2 log2 of the pages "
+        "it moved: 3 within a page; each through the rate limit)",
     )
     page_path: str = Field(
         "/api/{task}/list", description="path of the request that returns one page (batch_size records)"

@@ -48,7 +48,8 @@ def plan_run(run: RunContext) -> list[ChunkPlan]:
         return plan_feed(run, ensure_topics)
     source = run.source()
     try:
-        total = source.get_total()
+        probed = cfg.source.count_path is None and not source.paging.filtered
+        total = source.get_total(known_total(run) if probed else None)
         if not params.dry_run:
             ensure_topics(run)
         if params.replay or run.backfill_interval is not None:
@@ -88,6 +89,18 @@ def plan_run(run: RunContext) -> list[ChunkPlan]:
         started = {"task": cfg.id, "run_id": run.run_id, "mode": mode, "ref": run.ref.isoformat(), "total": total}
         notify_run(cfg.notify, cfg.id, "started", started | {"watermark": watermark, "planned": len(batches)})
     return [ChunkPlan.of(chunk, early_stop=first) for chunk in chunks]
+
+
+def known_total(run: RunContext) -> int | None:
+    """The total the task's last plan found: where the probe of a source without a count endpoint starts, so an
+    incremental run reads the pages around it rather than galloping up from the first page."""
+    store = run.store()
+    try:
+        with store.transaction() as cur:
+            store.ensure_schema(cur)
+            return store.read_total(cur)
+    finally:
+        store.close()
 
 
 def ensure_topics(run: RunContext) -> None:
