@@ -61,3 +61,28 @@ def test_a_config_snippet_of_the_docs_is_a_valid_config(where, text):
     problems = [*loaded.errors.values(), *loaded.executor_errors.values()]
     assert not problems, f"{where}: the snippet is not a valid config: {problems}"
     assert loaded.tasks or loaded.executors, f"{where}: the snippet defines no task or executor"
+
+
+# The README's "A source in every shape" table: one `source:` section a row, in YAML flow style.
+SOURCE_ROW = re.compile(r"^\| \[([^\]]+)\].*?\| `(\{.*\})`", re.MULTILINE)
+
+
+def readme_source_rows() -> list[tuple[str, str]]:
+    text = (REPO / "README.md").read_text(encoding="utf-8")
+    table = text[text.index("## A source in every shape") :]
+    table = table[: table.index("\n## ", 1)]
+    return SOURCE_ROW.findall(table)
+
+
+def test_the_readme_shows_a_source_in_every_mode():
+    modes = [mode for mode, _ in readme_source_rows()]
+    assert len(modes) >= 13, modes
+
+
+@pytest.mark.parametrize(("mode", "text"), readme_source_rows(), ids=[mode for mode, _ in readme_source_rows()])
+def test_a_source_example_of_the_readme_is_a_valid_config(mode, text):
+    where = f"README.md, {mode}"
+    loaded = parse_config({"tasks": [deep_merge(TASK_BASE, {"source": yaml.safe_load(text)})]}, origin=where)
+
+    assert not loaded.errors, f"{where}: not a valid source section: {list(loaded.errors.values())}"
+    assert loaded.tasks
