@@ -87,10 +87,16 @@ class SourceShape(StrictModel):
     @model_validator(mode="after")
     def _sendable_request(self) -> SourceShape:
         check_request(self.paginator, self.request, self.page_query)
+        feed = self.paginator.type if self.paginator.sequential else None
         if self.window_filter is not None:
+            if feed is not None:
+                raise ValueError(
+                    f"window_filter: a {feed} feed has no offsets to read a filtered view by (its walk stops at the "
+                    "window's start by itself); remove window_filter"
+                )
             counted = (self.window_filter.count_path or self.count_path) is not None
             check_window_filter(self.window_filter, self.request.method, counted)
-        check_rules(self.responses, self.auth.oauth2, self.auth.type)
+        check_rules(self.responses, self.auth.oauth2, self.auth.type, feed)
         return self
 
     @property

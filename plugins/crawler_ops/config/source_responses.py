@@ -91,9 +91,15 @@ class ResponseRule(_Section):
         return self
 
 
-def check_rules(rules: Sequence[ResponseRule], renews_tokens: bool, auth_type: str) -> None:
-    """A ``refresh_auth`` rule needs a token to renew: an OAuth2 auth type."""
+def check_rules(rules: Sequence[ResponseRule], renews_tokens: bool, auth_type: str, feed: str | None = None) -> None:
+    """A ``refresh_auth`` rule needs a token to renew: an OAuth2 auth type; a ``skip`` rule needs offsets to pass
+    over, which a ``feed`` (its sequential paginator's type) does not have."""
     for name, rule in zip(rule_names(rules), rules, strict=True):
+        if rule.action == "skip" and feed is not None:
+            raise ValueError(
+                f"{name}: action skip passes over a page, but a {feed} feed learns where its next page is from the "
+                "page itself; use retry or fail"
+            )
         if rule.action == "refresh_auth" and not renews_tokens:
             raise ValueError(
                 f"{name}: action refresh_auth renews an OAuth2 token, but source.auth.type is {auth_type}; use "

@@ -54,6 +54,19 @@ def test_a_feeds_default_query_sends_the_page_size_and_the_cursor(paginator, que
         ),
         ({"paginator": {"type": "link_header"}, "request": {"query": {}}}, {}, r"no template sends \{limit\}"),
         ({"paginator": {"type": "link_header"}}, {"key_field": None}, "kafka.key_field is null, but a link_header"),
+        (
+            {"paginator": {"type": "cursor"}, "window_filter": {"query": {"f": "{window_start}", "t": "{window_end}"}}},
+            {},
+            "window_filter: a cursor feed has no offsets to read a filtered view by",
+        ),
+        (
+            {
+                "paginator": {"type": "next_link"},
+                "responses": [{"when": {"path": "code", "equals": 1}, "action": "skip"}],
+            },
+            {},
+            r"source.responses\[0\]: action skip passes over a page, but a next_link feed",
+        ),
     ],
 )
 def test_validation_refuses_what_a_feed_cannot_do_naming_the_field(source, kafka, message):
