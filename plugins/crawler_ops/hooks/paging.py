@@ -162,14 +162,17 @@ class Paging:
         holding them (one when the batch lies within a page, as planned batches do)."""
         if not self.source.paginator.pages:
             return [self.call(lo, hi - lo, None, 0, hi - lo, f"offsets [{lo}, {hi})")]
-        size = self.page_size(lo, hi)
-        first_page = self.source.paginator.first_page
-        calls = []
+        return self.page_calls(lo, hi, self.page_size(lo, hi), "page {page} (offsets [{a}, {b}) of [{start}, {end}))")
+
+    def page_calls(self, lo: int, hi: int, size: int, where: str) -> list[PageCall]:
+        """The pages of ``size`` records holding offsets ``[lo, hi)``, each taking its share of them; ``where``
+        describes each (a format over ``page``, ``size``, ``a``, ``b``, ``start``, ``end``)."""
+        first_page, calls = self.source.paginator.first_page, []
         for index in range(lo // size, (hi - 1) // size + 1):
             start = index * size
             a, b = max(lo, start), min(hi, start + size)
-            where = f"page {index + first_page} (offsets [{a}, {b}) of [{start}, {start + size}))"
-            calls.append(self.call(start, size, index + first_page, a - start, b - a, where))
+            shown = where.format(page=index + first_page, size=size, a=a, b=b, start=start, end=start + size)
+            calls.append(self.call(start, size, index + first_page, a - start, b - a, shown))
         return calls
 
     def page_size(self, lo: int, hi: int) -> int:
@@ -210,14 +213,8 @@ class Paging:
         if not self.source.paginator.pages:
             mid = lo + (hi - lo) // 2
             return [self.call(a, b - a, None, 0, b - a, f"offsets [{a}, {b})") for a, b in ((lo, mid), (mid, hi))]
-        size = call.most // smallest_factor(call.most)
-        first_page, parts = self.source.paginator.first_page, []  # a size_param: whole() said so
-        for index in range(lo // size, (hi - 1) // size + 1):
-            start = index * size
-            a, b = max(lo, start), min(hi, start + size)
-            where = f"page {index + first_page} of {size} records (offsets [{a}, {b}))"
-            parts.append(self.call(start, size, index + first_page, a - start, b - a, where))
-        return parts
+        size = call.most // smallest_factor(call.most)  # a size_param: whole() said so
+        return self.page_calls(lo, hi, size, "page {page} of {size} records (offsets [{a}, {b}))")
 
     def reader(self, call: PageCall, fields: tuple[str, ...], task: str) -> Callable[[bytes], Page]:
         """Decodes the answer to ``call`` (:func:`read_call`); errors name ``task`` and the request."""
