@@ -210,6 +210,12 @@ def kafka_bootstrap(stack: dict[str, str]) -> str:
 
 
 @pytest.fixture(scope="session")
+def kafka_data_dir(stack: dict[str, str]) -> Path:
+    """The single broker's log directory (its topics' segment files)."""
+    return STACK_DIR / "kafka" / "data"
+
+
+@pytest.fixture(scope="session")
 def pg_uri(stack: dict[str, str]) -> str:
     """The crawler database, with its ``crawler_ops`` schema in place as after any first crawl (a test that reads
     progress before crawling anything must not depend on another test having crawled first)."""

@@ -111,6 +111,8 @@ class Delivered:
     value: dict[str, Any]
     headers: dict[str, str]
     partition: int = -1
+    timestamp: int = -1  # milliseconds since the epoch
+    timestamp_type: int = -1  # confluent_kafka.TIMESTAMP_CREATE_TIME or TIMESTAMP_LOG_APPEND_TIME
 
 
 class MissingTopic(AssertionError):
@@ -178,6 +180,8 @@ def read_topic(bootstrap: str, topic: str, timeout: float = 20.0, isolation: str
                     json.loads(msg.value()),
                     {k: v.decode() for k, v in (msg.headers() or [])},
                     msg.partition(),
+                    msg.timestamp()[1],
+                    msg.timestamp()[0],
                 )
             )
             if msg.offset() + 1 >= ends[msg.partition()]:

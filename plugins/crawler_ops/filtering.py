@@ -7,7 +7,7 @@ never on wall-clock time, so reruns and backfills of one run make the same decis
 from __future__ import annotations
 
 import enum
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta, tzinfo
 from zoneinfo import ZoneInfo
@@ -129,13 +129,17 @@ class WindowTest:
         same_zone = window.start.tzinfo is tz and window.end.tzinfo is tz
         self.wall = (window.start.replace(tzinfo=None), window.end.replace(tzinfo=None)) if same_zone else None
 
-    def verdicts(self, rows: Iterable[Sequence[object]]) -> list[tuple[Verdict, str]]:
+    def verdicts(
+        self, rows: Iterable[Sequence[object]], moments: list[datetime | None] | None = None
+    ) -> list[tuple[Verdict, str]]:
         """The verdict and detail (the field used, or why the date is bad) of each record, from its date
-        values in ``rule.fields`` order (None when absent; values after those are ignored)."""
+        values in ``rule.fields`` order (None when absent; values after those are ignored). ``moments``, when given,
+        gets each record's date (naive: a wall time in ``tz``), None when it has none."""
         keep, expired = (Verdict.KEEP, self.rule.fields[0]), (Verdict.EXPIRED, self.rule.fields[0])
         aware, wall = (self.window.start, self.window.end), self.wall
         closed = not self.window.half_open
         parse, tz, out = datetime.fromisoformat, self.tz, []
+        note = moments.append if moments is not None else None
         for values in rows:
             value, moment = values[0], None
             if value.__class__ is str and value[4:5] == "-":  # type: ignore[index]
@@ -146,13 +150,15 @@ class WindowTest:
             if moment is None:
                 text = value.strip().replace("/", "-") if value.__class__ is str else ""  # type: ignore[attr-defined]
                 if text[4:5] != "-":  # not ISO with separators: digits read as ISO may be epoch numbers
-                    out.append(self.slow(values))
+                    out.append(self.slow(values, note))
                     continue
                 try:
                     moment = parse(text)
                 except ValueError:
-                    out.append(self.slow(values))
+                    out.append(self.slow(values, note))
                     continue
+            if note is not None:
+                note(moment)
             if moment.tzinfo is None and wall is not None:
                 start, end = wall
             else:
@@ -167,5 +173,11 @@ class WindowTest:
                 out.append(self.slow(values) if closed else expired)
         return out
 
-    def slow(self, values: Sequence[object]) -> tuple[Verdict, str]:
-        return classify(dict(zip(self.rule.fields, values, strict=False)), self.rule, self.window, self.tz)
+    def slow(
+        self, values: Sequence[object], note: Callable[[datetime | None], None] | None = None
+    ) -> tuple[Verdict, str]:
+        """:func:`classify` of one record; ``note`` gets its date."""
+        record = dict(zip(self.rule.fields, values, strict=False))
+        if note is not None:
+            note(record_date(record, self.rule.fields, self.tz)[0])
+        return classify(record, self.rule, self.window, self.tz)

@@ -5,25 +5,26 @@ from __future__ import annotations
 
 import codecs
 import functools
-import hashlib
 import json
+import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import tzinfo
-from itertools import count
+from datetime import datetime, tzinfo
+from itertools import count, repeat
 from typing import Any
 
 import msgspec
 
 from crawler_ops.filtering import DateRule, Verdict, Window, WindowTest
 from crawler_ops.results import DeadLetter
+from crawler_ops.shaping import HeaderMaker, MessageShape, as_shape, epoch_ms, hash_key
 
 Transform = Callable[[dict[str, Any]], Any]
 
 
 class Message(msgspec.Struct, frozen=True, gc=False):
-    """One Kafka message: key, JSON value, headers (a list, as the producer takes them); ``topic`` None means
-    the task's topic.
+    """One Kafka message: key, JSON value, headers (a list, as the producer takes them), timestamp; ``topic``
+    None means the task's topic.
 
     A record published as the source sent it keeps its value as the ``msgspec.Raw`` slice of the page body
     (the producer reads any bytes-like value): copying it to ``bytes`` first cost more than the rest of
@@ -35,6 +36,7 @@ class Message(msgspec.Struct, frozen=True, gc=False):
     value: bytes | msgspec.Raw
     headers: list[tuple[str, bytes]]
     topic: str | None = None
+    timestamp: int = 0  # milliseconds since the epoch; 0: the time it is produced
 
 
 _encoder = msgspec.json.Encoder()
@@ -59,8 +61,7 @@ def record_key(record: Mapping[str, Any], key_field: str | None) -> bytes:
         value = record.get(key_field)
         if value not in (None, ""):
             return str(value).encode()
-    canonical = msgspec.json.encode(record, order="sorted")
-    return hashlib.sha256(canonical).hexdigest().encode()
+    return hash_key(record)
 
 
 @dataclass
@@ -86,11 +87,11 @@ class PageResult:
 Record = Mapping[str, Any] | msgspec.Raw
 
 
-def head_fields(date_fields: tuple[str, ...], key_field: str | None) -> tuple[str, ...]:
-    """The fields filtering reads of every record: the date fields in order of preference, then the key field."""
-    if not key_field or key_field in date_fields:
-        return date_fields
-    return (*date_fields, key_field)
+def head_fields(date_fields: tuple[str, ...], extra: MessageShape | str | None) -> tuple[str, ...]:
+    """The fields filtering reads of every record: the date fields in order of preference, then those the key and
+    headers read (``extra``: a message shape, or a key field)."""
+    more = as_shape(extra).fields
+    return (*date_fields, *(name for name in more if name not in date_fields))
 
 
 @functools.cache
@@ -179,29 +180,44 @@ def build_messages(
     first_offset: int,
     rule: DateRule,
     window: Window,
-    key_field: str | None,
+    key: MessageShape | str | None,
     headers: Sequence[tuple[str, bytes]],
     transform: Transform | None = None,
     tz: tzinfo | None = None,
+    run: Mapping[str, str] | None = None,
 ) -> PageResult:
     """Filter a page (records at ``first_offset``, ``first_offset + 1``, ...) into Kafka messages.
 
-    Records may be decoded mappings or the source's raw JSON (``msgspec.Raw``): then only the date and
-    key fields are decoded, and a kept record is published as the source sent it unless a transform
-    reshapes it. Records with no parseable date, or whose transform raises, are dead-lettered with the
-    reason, never dropped silently. Headers carry the crawl task, the run and the record's source offset.
+    Records may be decoded mappings or the source's raw JSON (``msgspec.Raw``): then only the date, key and header
+    fields are decoded, and a kept record is published as the source sent it unless a transform reshapes it. Records
+    with no parseable date, or whose transform raises, are dead-lettered with the reason, never dropped silently.
+    Headers carry the crawl task, the run and the record's source offset, then the shape's own (``run``: the
+    ``task``, ``run_id`` and ``ref`` its templates may read). ``key``: the message shape, or a key field.
     """
-    reader = HeadReader(rule.fields, key_field)
+    shape = as_shape(key)
+    tz = tz or rule.tz
+    reader = HeadReader(rule.fields, shape)
     heads = reader.read_page(records, first_offset)
-    verdicts = WindowTest(rule, window, tz or rule.tz).verdicts(heads)
+    moments: list[datetime | None] | None = [] if shape.record_time else None
+    verdicts = WindowTest(rule, window, tz).verdicts(heads, moments)
     result = PageResult()
-    # The common case, a kept raw record with a key, is written inline: it runs once per published record.
-    as_sent = transform is None and bool(key_field)
-    index, raw, append, keep, utf8 = reader.key_index, msgspec.Raw, result.messages.append, Verdict.KEEP, _utf8_decode
-    for offset, record, head, (verdict, detail) in zip(count(first_offset), records, heads, verdicts, strict=False):
+    extra = HeaderMaker(shape, reader.fields, run or {})
+    keys = reader.key_indexes
+    # The common case, a kept raw record keyed by one field, is written inline: it runs once per published record.
+    index = keys[0] if shape.key_field is not None else -1
+    as_sent = transform is None and index >= 0
+    raw, append, keep, utf8, stamp = msgspec.Raw, result.messages.append, Verdict.KEEP, _utf8_decode, epoch_ms
+    # A date ahead of the clock is stamped with the clock: brokers refuse timestamps far ahead of theirs
+    # (message.timestamp.after.max.ms, an hour by default), which would fail the batch at every attempt.
+    latest = int(time.time() * 1000)
+    dates = moments if moments is not None else repeat(None)
+    rows = zip(count(first_offset), records, heads, verdicts, dates, strict=False)
+    for offset, record, head, (verdict, detail), moment in rows:
         if verdict is keep:
-            key = head[index]
-            if as_sent and record.__class__ is raw and key is not None and key != "":
+            key_text = head[index] if index >= 0 else shape.key_of([head[i] for i in keys])
+            more = extra.headers(head, offset) if extra else ()
+            timestamp = min(stamp(moment, tz), latest) if moment is not None else 0
+            if as_sent and record.__class__ is raw and key_text is not None and key_text != "":
                 # A record published as sent skipped the decode that checks its text's UTF-8: consumers could not
                 # read it. Checked here, at about a microsecond a record (try costs nothing when nothing raises).
                 try:
@@ -209,9 +225,17 @@ def build_messages(
                 except UnicodeDecodeError as exc:
                     result.dead_letters.append(invalid_utf8(record, offset, exc))
                     continue
-                append(Message(str(key).encode(), record, [*headers, ("source_offset", b"%d" % offset)]))
+                append(
+                    Message(
+                        str(key_text).encode(),
+                        record,
+                        [*headers, ("source_offset", b"%d" % offset), *more],
+                        None,
+                        timestamp,
+                    )
+                )
             else:
-                result.add(kept_message(record, key, key_field, transform, headers, offset))
+                result.add(kept_message(record, key_text, shape, transform, headers, offset, timestamp, more))
         elif verdict is Verdict.EXPIRED:
             result.expired += 1
         elif head is reader.undecodable:
@@ -277,9 +301,11 @@ class HeadReader:
     :param key_field: the configured id field, if any (it may also be a date field).
     """
 
-    def __init__(self, date_fields: tuple[str, ...], key_field: str | None) -> None:
-        self.fields = head_fields(date_fields, key_field)
-        self.key_index = self.fields.index(key_field) if key_field else 0
+    def __init__(self, date_fields: tuple[str, ...], key: MessageShape | str | None) -> None:
+        shape = as_shape(key)
+        self.fields = head_fields(date_fields, shape)
+        self.key_indexes = tuple(self.fields.index(name) for name in (shape.key.names if shape.key else ()))
+        self.key_index = self.key_indexes[0] if self.key_indexes else 0
         self.decode = head_decoder(self.fields).decode
         # The head of a record nested too deeply to read here, or whose fields do not decode (invalid UTF-8): no field
         # found (so no date), told apart by identity.
@@ -312,36 +338,40 @@ class HeadReader:
 def kept_message(
     record: Record,
     key_value: Any,
-    key_field: str | None,
+    key: MessageShape | str | None,
     transform: Transform | None,
     headers: Sequence[tuple[str, bytes]],
     offset: int,
+    timestamp: int = 0,
+    more: Sequence[tuple[str, bytes]] = (),
 ) -> Message | DeadLetter:
-    """The message of a kept record, or its dead letter when its text is not UTF-8, or the transform or the
-    encoding fails."""
+    """The message of a kept record, or its dead letter when its text is not UTF-8, or the transform or the encoding
+    fails. ``key_value``: the key's text from the record's head (None: none); the headers are ``headers``, the
+    source offset, then ``more``."""
     if isinstance(record, msgspec.Raw):
         try:
             _utf8_decode(record, "strict", True)
         except UnicodeDecodeError as exc:
             return invalid_utf8(record, offset, exc)
     try:
-        key, value = make_message(record, key_value if key_field else None, key_field, transform)
+        shape = as_shape(key)
+        key_bytes, value = make_message(record, key_value if shape.key else None, shape, transform)
     except RecursionError:
         return DeadLetter(offset, "nested too deeply to decode or encode", dead_letter_record(record))
     except Exception as exc:  # noqa: BLE001 - a transform failing on one record dead-letters that record
         return DeadLetter(offset, f"transform or encoding failed: {exc!r}", dead_letter_record(record))
-    return Message(key, value, [*headers, ("source_offset", b"%d" % offset)])
+    return Message(key_bytes, value, [*headers, ("source_offset", b"%d" % offset), *more], None, timestamp)
 
 
 def make_message(
-    record: Record, key_value: Any, key_field: str | None, transform: Transform | None
+    record: Record, key_value: Any, shape: MessageShape, transform: Transform | None
 ) -> tuple[bytes, bytes | msgspec.Raw]:
     """Key and value of one kept record; raw JSON is passed through when nothing needs the decoded record."""
     if isinstance(record, msgspec.Raw) and transform is None and key_value not in (None, ""):
         return str(key_value).encode(), record
     decoded = full_record(record)
     value = _encoder.encode(transform(decoded) if transform else decoded)
-    return record_key(decoded, key_field), value
+    return shape.record_key(decoded), value
 
 
 def dead_letter_messages(
@@ -349,39 +379,52 @@ def dead_letter_messages(
     topic: str,
     task_id: str,
     run_id: str,
-    key_field: str | None,
+    key: MessageShape | str | None,
     headers: Sequence[tuple[str, bytes]],
 ) -> list[Message]:
-    """Messages for the dead-letter topic: the record as the source sent it, with the reason and offset."""
+    """Messages for the dead-letter topic: the record as the source sent it, with the reason and offset; keyed as
+    the topic keys records (``key``: the message shape, or a key field), timestamped when produced."""
+    shape = as_shape(key)
     messages = []
     for offset, reason, record in dead_letters:
-        key = record_key(record, key_field) if isinstance(record, Mapping) else f"{task_id}:{offset}".encode()
+        key_bytes = shape.record_key(record) if isinstance(record, Mapping) else f"{task_id}:{offset}".encode()
         value = _encoder.encode(
             {"task": task_id, "run_id": run_id, "source_offset": offset, "reason": reason, "record": record}
         )
         extra = [("source_offset", str(offset).encode()), ("reason", reason.encode()[:1000])]
-        messages.append(Message(key, value, [*headers, *extra], topic))
+        messages.append(Message(key_bytes, value, [*headers, *extra], topic))
     return messages
 
 
 def too_large(
-    messages: list[Message], records: Sequence[Record], first_offset: int, limit: int
+    messages: list[Message], records: Sequence[Record], first_offset: int, limit: int, with_headers: bool = False
 ) -> tuple[list[Message], list[DeadLetter]]:
-    """Split off the messages Kafka would refuse (key and value over ``limit`` bytes): dead letters with their
-    size, the record stored cut to the dead-letter size cap, instead of a batch that fails at every attempt."""
-    if all(len(m.value) + len(m.key) <= limit for m in messages):
+    """Split off the messages Kafka would refuse (key and value, and with ``with_headers`` the headers, over ``limit``
+    bytes): dead letters with their size, the record stored cut to the dead-letter size cap, instead of a batch that
+    fails at every attempt. The fixed headers are small and left out; a task's own headers may not be."""
+    size_of = message_size if with_headers else key_value_size
+    if all(size_of(m) <= limit for m in messages):
         return messages, []
     kept: list[Message] = []
     dead: list[DeadLetter] = []
     for message in messages:
-        size = len(message.value) + len(message.key)
+        size = size_of(message)
         if size <= limit:
             kept.append(message)
             continue
         offset = int(dict(message.headers)["source_offset"])
-        reason = f"message of {size} bytes is larger than kafka.max_message_bytes ({limit}); not published"
+        what = "with its headers " if with_headers else ""
+        reason = f"message of {size} bytes {what}is larger than kafka.max_message_bytes ({limit}); not published"
         dead.append(DeadLetter(offset, reason, cap_record(dead_letter_record(records[offset - first_offset]))))
     return kept, dead
+
+
+def key_value_size(message: Message) -> int:
+    return len(message.value) + len(message.key)
+
+
+def message_size(message: Message) -> int:
+    return len(message.value) + len(message.key) + sum(len(name) + len(value) for name, value in message.headers)
 
 
 def cap_record(record: Any) -> Any:

@@ -21,6 +21,7 @@ from typing import Any
 from crawler_ops.dates import date_format, parse_date
 from crawler_ops.filtering import Verdict, Window
 from crawler_ops.planning import narrow, probe_points
+from crawler_ops.shaping import MessageShape, as_shape
 
 #: Suggested record paths shown at most.
 MOST_SUGGESTIONS = 5
@@ -68,15 +69,18 @@ def record_lists(document: Any, depth: int = MOST_DEPTH) -> list[dict[str, Any]]
     return [{"path": path, "records": size} for path, size in found[:MOST_SUGGESTIONS]]
 
 
-def key_report(records: Sequence[Mapping[str, Any]], key_field: str | None) -> dict[str, Any]:
-    """How many records carry ``kafka.key_field`` (a value other than null or ""), and whether their keys are unique
-    on the page; without a key field, keys are a hash of each record."""
-    if not key_field:
+def key_report(records: Sequence[Mapping[str, Any]], key: MessageShape | str | None) -> dict[str, Any]:
+    """How many records have a key (``key``: the task's message shape or key field; a field's value other than null
+    or ""), and whether their keys are unique on the page; without a key, keys are a hash of each record."""
+    shape = as_shape(key)
+    if shape.key is None:
         return {"field": None, "records": len(records), "present": None, "missing": 0, "unique": None, "repeated": []}
-    keys = [str(r[key_field]) for r in records if r.get(key_field) not in (None, "")]
+    names = shape.key.names
+    rendered = (shape.key_of([r.get(name) for name in names]) for r in records)
+    keys = [text for text in rendered if text is not None]
     repeated = sorted(key for key, n in Counter(keys).items() if n > 1)
     return {
-        "field": key_field,
+        "field": shape.key_field or shape.key.text,
         "records": len(records),
         "present": len(keys),
         "missing": len(records) - len(keys),

@@ -175,7 +175,7 @@ class CrawlTaskConfig(DagSettings):
 
     @model_validator(mode="after")
     def _feed_has_key(self) -> CrawlTaskConfig:
-        check_feed_task(self.source.paginator.type, self.kafka.key_field)
+        check_feed_task(self.source.paginator.type, self.kafka.unique_key_field)
         return self
 
     @property

@@ -6,7 +6,9 @@ validating). Every field has a description; :mod:`crawler_ops.config.reference` 
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import timedelta
+from functools import cached_property
 from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
@@ -18,6 +20,7 @@ from crawler_ops.config.source_responses import ResponseRule, check_rules
 from crawler_ops.config.source_window import WindowFilterConfig, check_window_filter
 from crawler_ops.filtering import DateRule
 from crawler_ops.lineage import env_bootstrap_servers, kafka_server
+from crawler_ops.shaping import FIXED_HEADERS, MessageShape, Template
 
 if TYPE_CHECKING:
     from airflow.sdk import Asset
@@ -266,6 +269,27 @@ class FilterConfig(StrictModel):
         return timedelta(hours=self.future_tolerance_hours)
 
 
+def message_shape(kafka: KafkaConfig) -> MessageShape:
+    """The key (``key_field``, ``key_fields`` joined by ':', or ``key_template``), headers and timestamp of a task's
+    messages; a ValueError names the template that does not parse."""
+    key = MessageShape.field(kafka.key_field)
+    text = kafka.key_template
+    if kafka.key_fields is not None:
+        text = ":".join(f"{{{name}}}" for name in kafka.key_fields)
+    if text is not None:
+        try:
+            key = MessageShape.of(text)
+        except ValueError as exc:
+            raise ValueError(f"key_template: {exc}") from exc
+    headers = []
+    for name, template in kafka.headers.items():
+        try:
+            headers.append((name, Template.parse(template)))
+        except ValueError as exc:
+            raise ValueError(f"headers.{name}: {exc}") from exc
+    return replace(key, headers=tuple(headers), record_time=kafka.timestamp == "record_date")
+
+
 class KafkaConfig(StrictModel):
     """Where kept records go: a topic, keyed by a record field, delivered at least or exactly once."""
 
@@ -277,6 +301,35 @@ class KafkaConfig(StrictModel):
         "id",
         description="record field whose value is the message key; a record without it (or with it empty), or every "
         "record when null, is keyed by a SHA-256 of its canonical JSON",
+    )
+    key_fields: tuple[str, ...] | None = Field(
+        None,
+        min_length=1,
+        description="instead of key_field (left at its default): the key is these fields' values joined by ':' (a "
+        "record lacking one is keyed by the SHA-256 of its JSON)",
+    )
+    key_template: str | None = Field(
+        None,
+        description="instead of key_field (left at its default): the key as a template over record fields, such "
+        "as '{site}/{id}' ('{{' and '}}' are braces); a record lacking a field is keyed by the SHA-256 of its JSON",
+    )
+    headers: dict[str, str] = Field(
+        {},
+        description="more headers, name: template over record fields and {run.task}, {run.run_id}, {run.offset} (the "
+        "source offset), {run.ref} (the run's reference time); a header whose field is absent or empty is left out",
+    )
+    timestamp: Literal["record_date", "produce_time"] = Field(
+        "record_date",
+        description="the message timestamp: the record's date (the date the filter read, so retention, windows and "
+        "offsetsForTimes follow it) or the time it is produced; dead letters and markers always carry produce time",
+    )
+    compression: Literal["lz4", "zstd", "gzip", "snappy", "none"] | None = Field(
+        None, description="the producer's compression.type; default: the connection extra's, else lz4"
+    )
+    topic_config: dict[str, str | int | float | bool] = Field(
+        {},
+        description="topic settings (retention.ms, cleanup.policy, ...) given to the topic when crawler_ops creates "
+        "it; on an existing topic, plan fails naming each setting whose value differs",
     )
     partitions: int = Field(
         3, ge=1, description="partitions of the topic and dead-letter topic when crawler_ops creates them"
@@ -327,6 +380,29 @@ class KafkaConfig(StrictModel):
         description="host part of the topic's Asset URI kafka://<host>/<topic>; default: the connection's first "
         "bootstrap server when the environment defines the connection (AIRFLOW_CONN_<ID>), else the connection id",
     )
+
+    @model_validator(mode="after")
+    def _one_key(self) -> KafkaConfig:
+        given = [name for name in ("key_fields", "key_template") if getattr(self, name) is not None]
+        if given and self.key_field != KafkaConfig.model_fields["key_field"].default:
+            given.insert(0, "key_field")
+        if len(given) > 1:
+            raise ValueError(f"set only one of key_field, key_fields and key_template (got {' and '.join(given)})")
+        self.shape  # noqa: B018 - the templates parse, or the error names them
+        clash = [name for name in self.headers if name in FIXED_HEADERS]
+        if clash:
+            raise ValueError(f"headers: {', '.join(clash)} is a header every message carries already; choose another")
+        return self
+
+    @cached_property
+    def shape(self) -> MessageShape:
+        """Key, headers and timestamp of the task's messages; a ValueError names a template that does not parse."""
+        return message_shape(self)
+
+    @property
+    def unique_key_field(self) -> str | None:
+        """The one field that keys records (the key of a feed's newest record), when the key is one field."""
+        return self.shape.key_field
 
     @model_validator(mode="after")
     def _separate_dead_letters(self) -> KafkaConfig:

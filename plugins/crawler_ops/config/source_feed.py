@@ -39,6 +39,7 @@ def check_feed_task(kind: str, key_field: str | None) -> None:
         return
     if key_field is None:
         raise ValueError(
-            f"kafka.key_field is null, but a {kind} paginator finds where the last crawl stopped by "
-            "the key of the newest record it saw; name the records' unique key field in kafka.key_field"
+            f"the key is not one field (kafka.key_field is null, or key_fields or key_template is set), but a {kind} "
+            "paginator finds where the last crawl stopped by the key of the newest record it saw; name the records' "
+            "unique key field in kafka.key_field"
         )

@@ -73,6 +73,8 @@ class BatchFilter:
         self.run_id = run.run_id
         self.window: Window = run.window.in_zone(self.cfg.filter.rule.tz)
         self.headers = [("crawl_task", self.cfg.id.encode()), ("run_id", run.run_id.encode())]
+        self.shape = self.cfg.kafka.shape
+        self.run_names = {"task": self.cfg.id, "run_id": run.run_id, "ref": run.ref.isoformat()}
         self.transform: Transform | None = load_transform(self.cfg)
         self.early_stop = early_stop
         self.empty_streak = 0
@@ -89,18 +91,27 @@ class BatchFilter:
             )
         try:
             page = build_messages(
-                records, batch.lo, cfg.filter.rule, self.window, cfg.kafka.key_field, self.headers, self.transform
+                records,
+                batch.lo,
+                cfg.filter.rule,
+                self.window,
+                self.shape,
+                self.headers,
+                self.transform,
+                run=self.run_names,
             )
         except ValueError as exc:
             raise SourceError(
                 f"task {cfg.id}: {exc}; the source sent something that is not a record", retriable=False
             ) from exc
-        published, oversized = too_large(page.messages, records, batch.lo, cfg.kafka.max_message_bytes)
+        published, oversized = too_large(
+            page.messages, records, batch.lo, cfg.kafka.max_message_bytes, with_headers=bool(self.shape.headers)
+        )
         dead_letters = [*page.dead_letters, *oversized]
         messages: list[Message] = published
         dlq = cfg.kafka.dead_letter_topic
         if dlq is not None and dead_letters:
-            dead = dead_letter_messages(dead_letters, dlq, cfg.id, self.run_id, cfg.kafka.key_field, self.headers)
+            dead = dead_letter_messages(dead_letters, dlq, cfg.id, self.run_id, self.shape, self.headers)
             messages = [*published, *dead]
         return FilteredBatch(
             batch,
@@ -123,7 +134,7 @@ class BatchFilter:
         dlq = self.cfg.kafka.dead_letter_topic
         messages: list[Message] = []
         if dlq is not None:
-            messages = dead_letter_messages(dead, dlq, self.cfg.id, self.run_id, self.cfg.kafka.key_field, self.headers)
+            messages = dead_letter_messages(dead, dlq, self.cfg.id, self.run_id, self.shape, self.headers)
         return FilteredBatch(batch, messages, dead_letters=dead)
 
     def cutoff_after(self, batch: Batch, kept: int) -> int:

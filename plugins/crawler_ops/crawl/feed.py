@@ -196,7 +196,7 @@ class FeedWalk:
     ) -> None:
         self.run, self.cfg, self.source, self.ledger, self.publisher = run, run.cfg, source, ledger, publisher
         self.filter = BatchFilter(run, early_stop=False)
-        self.mark, self.key_field = mark, str(run.cfg.kafka.key_field)
+        self.mark, self.key_field = mark, str(run.cfg.kafka.unique_key_field)
         self.counts = RunCounts()
         self.current: Batch | None = None
 

@@ -199,7 +199,7 @@ class RunContext:
         from crawler_ops.hooks.source import SourceApiHook
         from crawler_ops.hooks.tokens import token_for
 
-        fields = head_fields(self.cfg.filter.date_fields, self.cfg.kafka.key_field)
+        fields = head_fields(self.cfg.filter.date_fields, self.cfg.kafka.shape)
         limiter = limiter_for(self.cfg.source, self.cfg.postgres_conn_id)
         window = self.window
         view = self.reads_filtered_view if filtered is None else filtered

@@ -61,7 +61,12 @@ class IdempotentProducerHook(KafkaProducerHook):
 
 def task_settings(kafka: KafkaConfig) -> dict[str, Any]:
     """The producer settings a task's ``kafka`` section sets over its connection's."""
-    return {} if kafka.partitioner is None else {"partitioner": kafka.partitioner}
+    settings: dict[str, Any] = {}
+    if kafka.partitioner is not None:
+        settings["partitioner"] = kafka.partitioner
+    if kafka.compression is not None:
+        settings["compression.type"] = kafka.compression
+    return settings
 
 
 def ensure_topic(
@@ -233,6 +238,7 @@ class KafkaPublisher:
                         key=message.key,
                         value=message.value,
                         headers=message.headers,  # type: ignore[arg-type]  # the stub's list is invariant
+                        timestamp=message.timestamp,
                         on_delivery=self._on_delivery,
                     )
                     break

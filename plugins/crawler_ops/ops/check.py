@@ -191,7 +191,7 @@ def judge_page(
         moment = record_moment(record_head(first[0], rule.fields) if first else {}, rule.fields, rule.tz)
         dated = [Dated(0, moment), *dated] if moment is not None else dated
     return {
-        "keys": key_report(objects, cfg.kafka.key_field),
+        "keys": key_report(objects, cfg.kafka.shape),
         "dates": date_report(objects, rule.fields, rule.tz, run.window.in_zone(rule.tz)),
         "order": order_verdict(dated),
         "sample_message": sample_message(run, batch, page, transform),

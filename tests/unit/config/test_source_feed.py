@@ -53,7 +53,16 @@ def test_a_feeds_default_query_sends_the_page_size_and_the_cursor(paginator, que
             r"no template sends \{cursor\}",
         ),
         ({"paginator": {"type": "link_header"}, "request": {"query": {}}}, {}, r"no template sends \{limit\}"),
-        ({"paginator": {"type": "link_header"}}, {"key_field": None}, "kafka.key_field is null, but a link_header"),
+        (
+            {"paginator": {"type": "link_header"}},
+            {"key_field": None},
+            r"kafka.key_field is null, or key_fields or key_template is set\), but a link_header",
+        ),
+        (
+            {"paginator": {"type": "cursor"}},
+            {"key_fields": ["site", "id"]},
+            r"the key is not one field .* but a cursor paginator finds where the last crawl stopped",
+        ),
         (
             {"paginator": {"type": "cursor"}, "window_filter": {"query": {"f": "{window_start}", "t": "{window_end}"}}},
             {},

@@ -74,7 +74,9 @@ class FakeProducer:
     waiting: list[Callable[[Any, Any], None]] = field(default_factory=list)
     polls: int = 0
 
-    def produce(self, topic: str, *, key: bytes, value: bytes, headers: Any, on_delivery: Any) -> None:
+    def produce(
+        self, topic: str, *, key: bytes, value: bytes, headers: Any, timestamp: int = 0, on_delivery: Any
+    ) -> None:
         if self.fails is not None:
             raise self.fails
         if self.full_after is not None and len(self.waiting) >= self.full_after:

@@ -1,0 +1,218 @@
+"""Unit tests of message shaping: key, header and timestamp of each kept record (crawler_ops.shaping and the
+page filter that applies it), and the config that names them."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from typing import Any
+from zoneinfo import ZoneInfo
+
+import msgspec
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from pydantic import ValidationError
+
+from crawler_ops.config.sections import KafkaConfig
+from crawler_ops.filtering import DateRule, Window, record_date
+from crawler_ops.records import Message, build_messages, dead_letter_messages, too_large
+from crawler_ops.results import DeadLetter
+from crawler_ops.shaping import MessageShape, Template, epoch_ms, hash_key
+
+RULE = DateRule(("aae397", "Collect_time"), "Asia/Shanghai")
+SHANGHAI = ZoneInfo("Asia/Shanghai")
+REF = datetime(2026, 11, 20, 12, tzinfo=UTC)
+WINDOW = Window.since(REF, days=7, now=REF, tolerance=timedelta(hours=24))
+HEADERS = [("crawl_task", b"t"), ("run_id", b"r")]
+RUN = {"task": "t", "run_id": "r", "ref": REF.isoformat()}
+
+
+def raw_page(records: list[dict[str, Any]]) -> list[msgspec.Raw]:
+    return [msgspec.Raw(msgspec.json.encode(r)) for r in records]
+
+
+def shape(**kafka: Any) -> MessageShape:
+    return KafkaConfig(topic="t", **kafka).shape
+
+
+def kept(records: list[dict[str, Any]], message_shape: MessageShape, first: int = 100, **kw: Any) -> list[Message]:
+    result = build_messages(raw_page(records), first, RULE, WINDOW, message_shape, HEADERS, run=RUN, **kw)
+    return result.messages
+
+
+# --- templates ------------------------------------------------------------------------------------------------------
+
+
+def test_a_template_reads_fields_and_literal_braces() -> None:
+    template = Template.parse("{site}/{{x}}/{id}-{site}")
+    assert template.names == ("site", "id")
+    assert template.render(["bj", 7]) == "bj/{x}/7-bj"
+    assert template.render(["bj", None]) is None
+    assert template.render(["", 7]) is None
+
+
+@pytest.mark.parametrize(
+    ("text", "error"),
+    [
+        ("{a", "is not closed"),
+        ("a}", "closes nothing"),
+        ("{}", "names no field"),
+        ("{run.when}", "unknown {run.when}"),
+    ],
+)
+def test_a_bad_template_says_what_is_wrong(text: str, error: str) -> None:
+    with pytest.raises(ValueError, match=error):
+        Template.parse(text)
+
+
+def test_a_key_may_not_read_run_metadata() -> None:
+    with pytest.raises(ValidationError, match=r"key_template: .*run metadata, not allowed here"):
+        KafkaConfig(topic="t", key_template="{id}-{run.run_id}")
+
+
+@given(st.text(alphabet=st.characters(blacklist_categories=("Cs",)), max_size=20))
+def test_literal_text_with_doubled_braces_renders_as_itself(text: str) -> None:
+    escaped = text.replace("{", "{{").replace("}", "}}")
+    assert Template.parse(escaped).render([]) == text
+
+
+# --- config ---------------------------------------------------------------------------------------------------------
+
+
+def test_only_one_way_of_keying_is_allowed() -> None:
+    with pytest.raises(ValidationError, match="set only one of key_field, key_fields and key_template"):
+        KafkaConfig(topic="t", key_field="code", key_fields=["a"])
+    with pytest.raises(ValidationError, match="got key_fields and key_template"):
+        KafkaConfig(topic="t", key_fields=["a"], key_template="{a}")
+
+
+def test_a_header_may_not_take_a_fixed_name_and_a_bad_one_is_named() -> None:
+    with pytest.raises(ValidationError, match="source_offset is a header every message carries already"):
+        KafkaConfig(topic="t", headers={"source_offset": "{id}"})
+    with pytest.raises(ValidationError, match=r"headers.site: template '\{site': "):
+        KafkaConfig(topic="t", headers={"site": "{site"})
+
+
+def test_the_default_shape_is_the_id_field_and_the_record_date() -> None:
+    default = shape()
+    assert default.key_field == "id" and default.record_time and default.headers == ()
+    assert shape(key_fields=["site", "id"]).key.text == "{site}:{id}"  # type: ignore[union-attr]
+    assert shape(key_field=None).key is None
+    assert not shape(timestamp="produce_time").record_time
+
+
+# --- keys -----------------------------------------------------------------------------------------------------------
+
+
+def test_key_fields_join_the_values_and_a_record_lacking_one_is_keyed_by_its_hash() -> None:
+    records = [
+        {"id": 1, "site": "bj", "aae397": "2026-11-19 08:00:00"},
+        {"id": 2, "aae397": "2026-11-19 08:00:00"},
+    ]
+    messages = kept(records, shape(key_fields=["site", "id"]))
+    assert messages[0].key == b"bj:1"
+    assert messages[1].key == hash_key(records[1])
+
+
+def test_a_key_template_keys_a_transformed_record_by_the_source_record() -> None:
+    records = [{"id": 3, "site": "sh", "aae397": "2026-11-19 08:00:00"}]
+    messages = kept(records, shape(key_template="{site}/{id}"), transform=lambda r: {"only": r["id"]})
+    assert messages[0].key == b"sh/3" and msgspec.json.decode(messages[0].value) == {"only": 3}
+
+
+def test_a_dead_letter_is_keyed_as_the_topic_keys_records() -> None:
+    record = {"id": 4, "site": "gz"}
+    letters = dead_letter_messages(
+        [DeadLetter(9, "bad date", record)], "dlq", "t", "r", shape(key_fields=["site", "id"]), HEADERS
+    )
+    assert letters[0].key == b"gz:4" and letters[0].timestamp == 0
+
+
+# --- headers --------------------------------------------------------------------------------------------------------
+
+
+def test_headers_render_record_fields_and_run_metadata_and_leave_out_what_has_no_value() -> None:
+    records = [
+        {"id": 1, "site": "bj", "aae397": "2026-11-19 08:00:00"},
+        {"id": 2, "site": "", "aae397": "2026-11-19 08:00:00"},
+    ]
+    templates = {"site": "{site}", "from": "{run.task}@{run.offset}", "ref": "{run.ref}", "id": "{run.run_id}:{id}"}
+    first, second = kept(records, shape(headers=templates), first=40)
+    assert first.headers == [
+        *HEADERS,
+        ("source_offset", b"40"),
+        ("site", b"bj"),
+        ("from", b"t@40"),
+        ("ref", REF.isoformat().encode()),
+        ("id", b"r:1"),
+    ]
+    assert [name for name, _ in second.headers] == ["crawl_task", "run_id", "source_offset", "from", "ref", "id"]
+
+
+def test_headers_count_towards_the_message_size_when_a_task_sets_its_own() -> None:
+    message = Message(b"k", b"v" * 1000, [("crawl_task", b"t"), ("source_offset", b"5"), ("big", b"x" * 200)])
+    assert too_large([message], [{"id": 1}], 5, 1100) == ([message], [])
+    kept_, dead = too_large([message], [{"id": 1}], 5, 1100, with_headers=True)
+    assert kept_ == [] and "with its headers is larger than kafka.max_message_bytes (1100)" in dead[0].reason
+
+
+# --- timestamps -----------------------------------------------------------------------------------------------------
+
+
+def test_the_timestamp_is_the_record_date_naive_dates_in_the_rule_zone() -> None:
+    records = [
+        {"id": 1, "aae397": "2026-11-19 08:00:00"},
+        {"id": 2, "aae397": "2026-11-19T08:00:00+00:00"},
+        {"id": 3, "aae397": "bad", "Collect_time": "2026/11/18 10:30"},
+        {"id": 4, "aae397": 1795046400},
+    ]
+    stamps = [m.timestamp for m in kept(records, shape())]
+    assert stamps == [
+        int(datetime(2026, 11, 19, 8, tzinfo=SHANGHAI).timestamp()) * 1000,
+        int(datetime(2026, 11, 19, 8, tzinfo=UTC).timestamp()) * 1000,
+        int(datetime(2026, 11, 18, 10, 30, tzinfo=SHANGHAI).timestamp()) * 1000,
+        1795046400 * 1000,
+    ]
+
+
+def test_produce_time_leaves_the_timestamp_to_the_producer() -> None:
+    records = [{"id": 1, "aae397": "2026-11-19 08:00:00"}]
+    assert [m.timestamp for m in kept(records, shape(timestamp="produce_time"))] == [0]
+
+
+def test_an_expired_or_undated_record_has_no_message_and_shifts_no_timestamp() -> None:
+    records = [
+        {"id": 1, "aae397": "2020-01-01 00:00:00"},
+        {"id": 2, "aae397": None},
+        {"id": 3, "aae397": "2026-11-19 09:00:00.250"},
+    ]
+    result = build_messages(raw_page(records), 0, RULE, WINDOW, shape(), HEADERS, run=RUN)
+    assert [(m.key, m.timestamp) for m in result.messages] == [
+        (b"3", int(datetime(2026, 11, 19, 9, tzinfo=SHANGHAI).timestamp()) * 1000 + 250)
+    ]
+    assert result.expired == 1 and len(result.dead_letters) == 1
+
+
+moments = st.datetimes(
+    min_value=datetime(2026, 11, 13, 13), max_value=datetime(2026, 11, 21, 11), timezones=st.none() | st.just(UTC)
+)
+
+
+@given(st.lists(moments, min_size=1, max_size=20), st.sampled_from(["iso", "space", "slash"]))
+def test_every_kept_record_is_stamped_with_the_date_the_filter_read(dates: list[datetime], style: str) -> None:
+    def text(moment: datetime) -> str:
+        iso = moment.isoformat(timespec="milliseconds")
+        return {"iso": iso, "space": iso.replace("T", " "), "slash": iso.replace("-", "/", 2)}[style]
+
+    records = [{"id": i, "aae397": text(d)} for i, d in enumerate(dates)]
+    result = build_messages(raw_page(records), 0, RULE, WINDOW, shape(), HEADERS, run=RUN)
+    for message in result.messages:
+        record = records[int(message.key)]
+        moment, _ = record_date(record, RULE.fields, SHANGHAI)
+        assert moment is not None and message.timestamp == epoch_ms(moment, SHANGHAI)
+    assert len(result.messages) + result.expired + len(result.dead_letters) == len(records)
+
+
+def test_epoch_ms_is_exact_to_the_millisecond() -> None:
+    moment = datetime(2026, 11, 19, 8, 0, 0, 999_999, tzinfo=UTC)
+    assert epoch_ms(moment, UTC) == int(datetime(2026, 11, 19, 8, tzinfo=UTC).timestamp()) * 1000 + 999
