@@ -5,10 +5,11 @@ broker accepts them within. Checked when a run is planned, before anything is pr
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Mapping
 from datetime import datetime
 
-from confluent_kafka import KafkaException
+from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient, ConfigResource, ResourceType
 
 from crawler_ops.errors import ConfigError, DeliveryError
@@ -23,13 +24,23 @@ def setting_text(value: object) -> str:
 
 
 def topic_settings(admin: AdminClient, topic: str, task_label: str, timeout: float = 15.0) -> dict[str, str]:
-    """The topic's effective settings (its own, else the broker's defaults)."""
+    """The topic's effective settings (its own, else the broker's defaults). A topic created a moment ago may be
+    unknown to the broker answering for a while: asked again until ``timeout``."""
     resource = ConfigResource(ResourceType.TOPIC, topic)
-    try:
-        entries = admin.describe_configs([resource], request_timeout=timeout)[resource].result(timeout=timeout)
-    except KafkaException as exc:
-        raise DeliveryError(f"task {task_label}: cannot read the settings of Kafka topic '{topic}': {exc}") from exc
-    return {name: entry.value for name, entry in entries.items() if entry.value is not None}
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            future = admin.describe_configs([resource], request_timeout=timeout)[resource]
+            entries = future.result(timeout=timeout)
+            return {name: entry.value for name, entry in entries.items() if entry.value is not None}
+        except KafkaException as exc:
+            error = exc.args[0] if exc.args else None
+            unknown = isinstance(error, KafkaError) and error.code() == KafkaError.UNKNOWN_TOPIC_OR_PART
+            if not unknown or time.monotonic() > deadline:
+                raise DeliveryError(
+                    f"task {task_label}: cannot read the settings of Kafka topic '{topic}': {exc}"
+                ) from exc
+        time.sleep(0.2)
 
 
 def config_drift(wanted: Mapping[str, object], actual: Mapping[str, str]) -> list[str]:
