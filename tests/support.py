@@ -128,6 +128,14 @@ def topic_exists(bootstrap: str, topic: str, timeout: float = 20.0) -> bool:
         consumer.close()
 
 
+def routed_topics(bootstrap: str, prefix: str) -> list[str]:
+    """The topics whose names start with ``prefix`` (those a topic_template routed records to)."""
+    from confluent_kafka.admin import AdminClient
+
+    names = AdminClient({"bootstrap.servers": bootstrap}).list_topics(timeout=30).topics
+    return sorted(name for name in names if name.startswith(prefix))
+
+
 def create_topic(bootstrap: str, topic: str, partitions: int = 2) -> None:
     """Create ``topic`` (for tests that check that a run published nothing to it)."""
     from confluent_kafka.admin import AdminClient, NewTopic

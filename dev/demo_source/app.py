@@ -112,6 +112,7 @@ class TaskBody(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     in_window_share: float = 0.3
     history_days: int = 365
     append_step_s: int = 60
+    city_codes: bool = False
     paging: PagingOptions = msgspec.field(default_factory=PagingOptions)
     auth: AuthOptions | None = None
     feed: FeedOptions = msgspec.field(default_factory=FeedOptions)
@@ -732,6 +733,7 @@ class DemoSource:
                 history_days=spec.history_days,
                 append_step_s=spec.append_step_s,
                 task_id=request.task_id,
+                city_codes=spec.city_codes,
             )
         except ValueError as exc:
             raise HttpError(400, str(exc)) from exc

@@ -31,6 +31,7 @@ import msgspec
 
 from demo_source.pools import (
     CITIES,
+    CITY_CODES,
     COMPANIES,
     DESCRIPTIONS,
     EDUCATION,
@@ -197,6 +198,8 @@ class TaskConfig:
     history_days: int = 365
     append_step_s: int = 60
     task_id: str = ""
+    #: Records also carry ``city_code``, an ASCII code of their city (for routing by a field).
+    city_codes: bool = False
 
     def __post_init__(self) -> None:
         """Validate the fields and normalise :attr:`ref`.
@@ -266,6 +269,7 @@ class TaskConfig:
             "in_window_share": self.in_window_share,
             "history_days": self.history_days,
             "append_step_s": self.append_step_s,
+            "city_codes": self.city_codes,
         }
 
 
@@ -410,6 +414,8 @@ def make_record(cfg: TaskConfig, offset: int, faults: Faults | None = None) -> d
     record["title"] = TITLES[bits & 31]
     record["company"] = COMPANIES[city][(bits >> 9) & 127]
     record["city"] = CITIES[city]
+    if cfg.city_codes:
+        record["city_code"] = CITY_CODES[city]
     record["salary"] = SALARIES[(bits >> 16) & 255]
     record["education"] = EDUCATION[(bits >> 24) & 7]
     record["description"] = DESCRIPTIONS[(bits >> 27) & 7]

@@ -46,6 +46,11 @@ TITLES: Final[tuple[str, ...]] = (
 )
 
 #: Cities (16 entries, selected with 4 hash bits).
+#: An ASCII code per city (same order as :data:`CITIES`), sent as ``city_code`` by tasks created with ``city_codes``.
+CITY_CODES: Final[tuple[str, ...]] = (
+    "bj", "sh", "sz", "gz", "hz", "cd", "nj", "wh", "xa", "su", "cq", "tj", "cs", "zz", "hf", "xm"
+)  # fmt: skip
+
 CITIES: Final[tuple[str, ...]] = (
     "北京",
     "上海",

@@ -37,6 +37,7 @@ class Message(msgspec.Struct, frozen=True, gc=False):
     headers: list[tuple[str, bytes]]
     topic: str | None = None
     timestamp: int = 0  # milliseconds since the epoch; 0: the time it is produced
+    routed: bool = False  # a record sent to ``topic`` by the task's topic_template (not a dead letter, not a marker)
 
 
 _encoder = msgspec.json.Encoder()
@@ -203,6 +204,9 @@ def build_messages(
     result = PageResult()
     extra = HeaderMaker(shape, reader.fields, run or {})
     keys = reader.key_indexes
+    route = shape.topic
+    route_at = [reader.fields.index(name) for name in route.names] if route is not None else []
+    problems: dict[str, str | None] = {}  # routed topic -> why no record can go there (None: fine)
     # The common case, a kept raw record keyed by one field, is written inline: it runs once per published record.
     index = keys[0] if shape.key_field is not None else -1
     as_sent = transform is None and index >= 0
@@ -217,6 +221,13 @@ def build_messages(
             key_text = head[index] if index >= 0 else shape.key_of([head[i] for i in keys])
             more = extra.headers(head, offset) if extra else ()
             timestamp = min(stamp(moment, tz), latest) if moment is not None else 0
+            topic = route.render([head[i] for i in route_at]) if route is not None else None
+            if topic is not None:
+                if topic not in problems:
+                    problems[topic] = shape.topic_problem(topic)
+                if problems[topic] is not None:
+                    result.dead_letters.append(DeadLetter(offset, str(problems[topic]), dead_letter_record(record)))
+                    continue
             if as_sent and record.__class__ is raw and key_text is not None and key_text != "":
                 # A record published as sent skipped the decode that checks its text's UTF-8: consumers could not
                 # read it. Checked here, at about a microsecond a record (try costs nothing when nothing raises).
@@ -225,17 +236,10 @@ def build_messages(
                 except UnicodeDecodeError as exc:
                     result.dead_letters.append(invalid_utf8(record, offset, exc))
                     continue
-                append(
-                    Message(
-                        str(key_text).encode(),
-                        record,
-                        [*headers, ("source_offset", b"%d" % offset), *more],
-                        None,
-                        timestamp,
-                    )
-                )
+                own = [*headers, ("source_offset", b"%d" % offset), *more]
+                append(Message(str(key_text).encode(), record, own, topic, timestamp, topic is not None))
             else:
-                result.add(kept_message(record, key_text, shape, transform, headers, offset, timestamp, more))
+                result.add(kept_message(record, key_text, shape, transform, headers, offset, timestamp, more, topic))
         elif verdict is Verdict.EXPIRED:
             result.expired += 1
         elif head is reader.undecodable:
@@ -344,10 +348,11 @@ def kept_message(
     offset: int,
     timestamp: int = 0,
     more: Sequence[tuple[str, bytes]] = (),
+    topic: str | None = None,
 ) -> Message | DeadLetter:
     """The message of a kept record, or its dead letter when its text is not UTF-8, or the transform or the encoding
     fails. ``key_value``: the key's text from the record's head (None: none); the headers are ``headers``, the
-    source offset, then ``more``."""
+    source offset, then ``more``; ``topic``: where the task's topic_template routes it (None: the task's topic)."""
     if isinstance(record, msgspec.Raw):
         try:
             _utf8_decode(record, "strict", True)
@@ -360,7 +365,8 @@ def kept_message(
         return DeadLetter(offset, "nested too deeply to decode or encode", dead_letter_record(record))
     except Exception as exc:  # noqa: BLE001 - a transform failing on one record dead-letters that record
         return DeadLetter(offset, f"transform or encoding failed: {exc!r}", dead_letter_record(record))
-    return Message(key_bytes, value, [*headers, ("source_offset", b"%d" % offset), *more], None, timestamp)
+    own = [*headers, ("source_offset", b"%d" % offset), *more]
+    return Message(key_bytes, value, own, topic, timestamp, topic is not None)
 
 
 def make_message(

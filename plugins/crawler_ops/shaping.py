@@ -10,6 +10,7 @@ a record lacking a field, or holding null or ``""`` in it, has no value for the 
 from __future__ import annotations
 
 import hashlib
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta, tzinfo
@@ -18,6 +19,8 @@ from typing import Any
 import msgspec
 
 RUN_NAMES = ("run.task", "run.run_id", "run.offset", "run.ref")
+TOPIC_NAME = re.compile(r"[A-Za-z0-9._-]{1,249}")
+RESERVED_PREFIX = "crawler_ops."  # marker topics (crawler_ops.batches.<task>)
 # Headers every message carries; a configured header may not take their names.
 FIXED_HEADERS = ("crawl_task", "run_id", "source_offset")
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
@@ -109,11 +112,16 @@ class MessageShape:
         for the template is keyed by that hash too.
     :param headers: (name, template) of the configured headers, after the fixed ones.
     :param record_time: the message timestamp is the record's date (else the time it is produced).
+    :param topic: the template of the topic a record is routed to; None, or a record with no value for it: the
+        task's topic.
+    :param reserved: topics no record may be routed to (the dead-letter and marker topics).
     """
 
     key: Template | None = None
     headers: tuple[tuple[str, Template], ...] = ()
     record_time: bool = True
+    topic: Template | None = None
+    reserved: frozenset[str] = frozenset()
 
     @classmethod
     def of(cls, key: str | None, headers: Mapping[str, str] | None = None, record_time: bool = True) -> MessageShape:
@@ -131,8 +139,20 @@ class MessageShape:
     @property
     def fields(self) -> tuple[str, ...]:
         """The record fields the key and headers read, each once, in order."""
-        names = [*(self.key.fields if self.key else ()), *(f for _, t in self.headers for f in t.fields)]
+        names = [
+            *(self.key.fields if self.key else ()),
+            *(f for _, t in self.headers for f in t.fields),
+            *(self.topic.fields if self.topic else ()),
+        ]
         return tuple(dict.fromkeys(names))
+
+    def topic_problem(self, name: str) -> str | None:
+        """Why a record cannot be routed to ``name`` (None: it can)."""
+        if not TOPIC_NAME.fullmatch(name) or name in (".", ".."):
+            return f"topic_template gives {name[:300]!r}, not a Kafka topic name (1 to 249 of A-Z a-z 0-9 . _ -)"
+        if name in self.reserved or name.startswith(RESERVED_PREFIX):
+            return f"topic_template gives {name!r}, a topic of dead letters or markers; not published"
+        return None
 
     @property
     def key_field(self) -> str | None:
@@ -185,7 +205,7 @@ class HeaderMaker:
         """The configured headers of one record (a header whose template has no value is left out)."""
         out = []
         for name, template, where in self.templates:
-            values = [head[w] if w.__class__ is int else self.value(w, offset) for w in where]  # type: ignore[index]
+            values = [head[w] if isinstance(w, int) else self.value(w, offset) for w in where]
             text = template.render(values)
             if text is not None:
                 out.append((name, text.encode()))

@@ -21,7 +21,16 @@ from crawler_ops.config import CrawlTaskConfig
 from crawler_ops.crawl.commit import commit_run
 from crawler_ops.crawl.plan import plan_run
 from crawler_ops.crawl.run import RunContext, RunParams
-from tests.support import Delivered, make_task, query, read_topic, run_record, runner_result, spawn_chunk
+from tests.support import (
+    Delivered,
+    make_task,
+    query,
+    read_topic,
+    routed_topics,
+    run_record,
+    runner_result,
+    spawn_chunk,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -140,3 +149,26 @@ def test_ten_kills_at_random_points_lose_nothing(source, kafka_bootstrap, pg_uri
     else:
         duplicated = batches_of(seen, messages)
         assert len(duplicated) <= kills, f"{len(duplicated)} batches duplicated by {kills} kills"
+
+
+def test_a_kill_before_the_kafka_commit_leaves_nothing_visible_on_any_routed_topic(
+    source, kafka_bootstrap, pg_uri, unique_id
+):
+    source.create(unique_id, total=2_000, ref=REF, in_window_share=1.0, city_codes=True)
+    source.faults(unique_id, latency_ms=20)
+    prefix = f"test.{unique_id}.city."
+    kafka = {"delivery": "exactly_once", "topic_template": prefix + "{city_code}"}
+    cfg = make_task(unique_id, max_chunks=1, source={"concurrency": 2}, kafka=kafka)
+    run = RunContext(cfg=cfg, run_id="eo-routed", ref=REF, params=RunParams())
+    [chunk] = plan_run(run)
+    die_at_third_batch(cfg, run, chunk, "before_commit")
+
+    summary = commit_run(run, [chunk], [runner_result(start_chunk(cfg, run, chunk, 2))])
+
+    truth = set(source.truth(unique_id, REF, days=7, tolerance_s=24 * 3600)["in_window_ids"])
+    topics = routed_topics(kafka_bootstrap, prefix)
+    committed = Counter(m.key for t in topics for m in read_topic(kafka_bootstrap, t))
+    assert set(committed) == truth and max(committed.values()) == 1, "every record once, across all routed topics"
+    uncommitted = [m for t in topics for m in read_topic(kafka_bootstrap, t, isolation="read_uncommitted")]
+    assert batches_of(keys(uncommitted), uncommitted) == {1_700}, "the aborted batch is spread over the topics too"
+    assert summary.status == "success" and summary.counts.published == len(truth)

@@ -17,7 +17,7 @@ from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic, Resourc
 
 from crawler_ops.filtering import DateRule, record_date
 from crawler_ops.shaping import epoch_ms
-from tests.support import REPO, make_task, read_topic, run_record, watermark
+from tests.support import REPO, make_task, read_topic, routed_topics, run_record, watermark
 
 pytestmark = pytest.mark.integration
 
@@ -184,3 +184,32 @@ def test_a_retention_shorter_than_the_window_fails_the_plan_under_record_dates_o
     produced = make_task(unique_id, kafka={"topic_config": short, "timestamp": "produce_time"}, filter={"days": 7})
     assert run_dag(produced, REF) == "success"
     assert len(read_topic(kafka_bootstrap, cfg.kafka.topic)) == 200
+
+
+def read_routed(bootstrap: str, prefix: str, isolation: str = "read_committed") -> dict[str, list]:
+    return {topic: read_topic(bootstrap, topic, isolation=isolation) for topic in routed_topics(bootstrap, prefix)}
+
+
+@pytest.mark.parametrize("delivery", ["at_least_once", "exactly_once"])
+def test_a_topic_template_routes_each_record_once_to_its_city_topic_created_with_the_task_settings(
+    source, kafka_bootstrap, pg_uri, unique_id, run_dag, delivery
+):
+    source.create(unique_id, total=600, ref=REF, in_window_share=0.5, city_codes=True)
+    prefix = f"test.{unique_id}.city."
+    cfg = make_task(
+        unique_id,
+        kafka={"topic_template": prefix + "{city_code}", "delivery": delivery, "topic_config": {"retention.ms": -1}},
+    )
+
+    assert run_dag(cfg, REF) == "success"
+
+    truth = set(source.truth(unique_id, REF, days=7, tolerance_s=24 * 3600)["in_window_ids"])
+    routed = read_routed(kafka_bootstrap, prefix)
+    assert len(routed) > 8, "records of many cities: many topics"
+    seen = [m.value["id"] for messages in routed.values() for m in messages]
+    assert sorted(seen) == sorted(truth), "each kept record once, on one topic"
+    for topic, messages in routed.items():
+        assert {prefix + m.value["city_code"] for m in messages} == {topic}
+        assert topic_settings(kafka_bootstrap, topic)["retention.ms"] == "-1"
+    assert read_topic(kafka_bootstrap, cfg.kafka.topic) == [], "every record had a city: none on the task topic"
+    assert run_record(pg_uri, unique_id)["published"] == len(truth)

@@ -216,3 +216,46 @@ def test_every_kept_record_is_stamped_with_the_date_the_filter_read(dates: list[
 def test_epoch_ms_is_exact_to_the_millisecond() -> None:
     moment = datetime(2026, 11, 19, 8, 0, 0, 999_999, tzinfo=UTC)
     assert epoch_ms(moment, UTC) == int(datetime(2026, 11, 19, 8, tzinfo=UTC).timestamp()) * 1000 + 999
+
+
+# --- routing --------------------------------------------------------------------------------------------------------
+
+
+def test_a_topic_template_routes_records_and_one_lacking_the_field_stays_on_the_task_topic() -> None:
+    records = [
+        {"id": 1, "city_code": "bj", "aae397": "2026-11-19 08:00:00"},
+        {"id": 2, "aae397": "2026-11-19 08:00:00"},
+        {"id": 3, "city_code": "sh", "aae397": "2026-11-19 08:00:00"},
+    ]
+    messages = kept(records, shape(topic_template="jobs.{city_code}"))
+    assert [(m.topic, m.routed) for m in messages] == [("jobs.bj", True), (None, False), ("jobs.sh", True)]
+    transformed = kept(records[:1], shape(topic_template="jobs.{city_code}"), transform=lambda r: r)
+    assert [(m.topic, m.routed) for m in transformed] == [("jobs.bj", True)]
+
+
+@pytest.mark.parametrize(
+    ("value", "reason"),
+    [
+        ("北京", "not a Kafka topic name"),
+        ("a b", "not a Kafka topic name"),
+        ("x" * 250, "not a Kafka topic name"),
+    ],
+)
+def test_a_record_routed_to_a_name_kafka_refuses_is_dead_lettered_naming_it(value: str, reason: str) -> None:
+    records = [{"id": 1, "city": value, "aae397": "2026-11-19 08:00:00"}]
+    result = build_messages(raw_page(records), 7, RULE, WINDOW, shape(topic_template="{city}"), HEADERS, run=RUN)
+    assert result.messages == [] and [d.offset for d in result.dead_letters] == [7]
+    assert reason in result.dead_letters[0].reason and "topic_template gives" in result.dead_letters[0].reason
+
+
+def test_no_record_is_routed_to_the_dead_letter_or_a_marker_topic() -> None:
+    routed = shape(topic_template="{t}", dead_letter_topic="dead")
+    for name in ("dead", "crawler_ops.batches.x"):
+        records = [{"id": 1, "t": name, "aae397": "2026-11-19 08:00:00"}]
+        result = build_messages(raw_page(records), 0, RULE, WINDOW, routed, HEADERS, run=RUN)
+        assert result.messages == [] and "a topic of dead letters or markers" in result.dead_letters[0].reason
+
+
+def test_a_topic_template_reads_record_fields_only() -> None:
+    with pytest.raises(ValidationError, match=r"topic_template: .*run metadata, not allowed here"):
+        KafkaConfig(topic="t", topic_template="jobs.{run.task}")

@@ -271,7 +271,15 @@ class FilterConfig(StrictModel):
 
 def message_shape(kafka: KafkaConfig) -> MessageShape:
     """The key (``key_field``, ``key_fields`` joined by ':', or ``key_template``), headers and timestamp of a task's
-    messages; a ValueError names the template that does not parse."""
+    messages; a ValueError names the template that does not parse, or the settings that do not go together."""
+    given = [name for name in ("key_fields", "key_template") if getattr(kafka, name) is not None]
+    if given and kafka.key_field != KafkaConfig.model_fields["key_field"].default:
+        given.insert(0, "key_field")
+    if len(given) > 1:
+        raise ValueError(f"set only one of key_field, key_fields and key_template (got {' and '.join(given)})")
+    clash = [name for name in kafka.headers if name in FIXED_HEADERS]
+    if clash:
+        raise ValueError(f"headers: {', '.join(clash)} is a header every message carries already; choose another")
     key = MessageShape.field(kafka.key_field)
     text = kafka.key_template
     if kafka.key_fields is not None:
@@ -287,7 +295,18 @@ def message_shape(kafka: KafkaConfig) -> MessageShape:
             headers.append((name, Template.parse(template)))
         except ValueError as exc:
             raise ValueError(f"headers.{name}: {exc}") from exc
-    return replace(key, headers=tuple(headers), record_time=kafka.timestamp == "record_date")
+    try:
+        topic = Template.parse(kafka.topic_template, allow_run=False) if kafka.topic_template else None
+    except ValueError as exc:
+        raise ValueError(f"topic_template: {exc}") from exc
+    reserved = frozenset(t for t in (kafka.dead_letter_topic, kafka.marker_topic) if t is not None)
+    return replace(
+        key,
+        headers=tuple(headers),
+        record_time=kafka.timestamp == "record_date",
+        topic=topic,
+        reserved=reserved,
+    )
 
 
 class KafkaConfig(StrictModel):
@@ -317,6 +336,12 @@ class KafkaConfig(StrictModel):
         {},
         description="more headers, name: template over record fields and {run.task}, {run.run_id}, {run.offset} (the "
         "source offset), {run.ref} (the run's reference time); a header whose field is absent or empty is left out",
+    )
+    topic_template: str | None = Field(
+        None,
+        description="route each kept record to the topic this template over record fields names, such as "
+        "'jobs.{city_code}'; a record lacking a field goes to topic; a routed topic is created and checked as topic "
+        "is, when a batch first sends to it; a name Kafka refuses dead-letters the record",
     )
     timestamp: Literal["record_date", "produce_time"] = Field(
         "record_date",
@@ -382,16 +407,8 @@ class KafkaConfig(StrictModel):
     )
 
     @model_validator(mode="after")
-    def _one_key(self) -> KafkaConfig:
-        given = [name for name in ("key_fields", "key_template") if getattr(self, name) is not None]
-        if given and self.key_field != KafkaConfig.model_fields["key_field"].default:
-            given.insert(0, "key_field")
-        if len(given) > 1:
-            raise ValueError(f"set only one of key_field, key_fields and key_template (got {' and '.join(given)})")
-        self.shape  # noqa: B018 - the templates parse, or the error names them
-        clash = [name for name in self.headers if name in FIXED_HEADERS]
-        if clash:
-            raise ValueError(f"headers: {', '.join(clash)} is a header every message carries already; choose another")
+    def _shaped(self) -> KafkaConfig:
+        self.shape  # noqa: B018 - one key, templates that parse, header names of its own; or the error names them
         return self
 
     @cached_property

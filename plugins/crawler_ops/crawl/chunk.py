@@ -443,11 +443,12 @@ def publisher_for(run: RunContext, batches: Sequence[Batch], ledger: Ledger) -> 
     if run.params.dry_run:
         return DryRunPublisher()
     hook = IdempotentProducerHook(cfg.kafka.conn_id, task_settings(cfg.kafka))
+    routes = run.topics(hook.admin) if cfg.kafka.topic_template is not None else None
     if cfg.kafka.delivery == "at_least_once":
-        return KafkaPublisher(hook.get_producer(), cfg.kafka.topic, cfg.id)
+        return KafkaPublisher(hook.get_producer(), cfg.kafka.topic, cfg.id, prepare=routes)
     generations = ledger.generations(batches)  # none for replays and backfills: their markers are their run's
     per_run = not run.uses_status_table
     markers = MarkerLog(hook.client_config(), cfg.marker_topic, cfg.id, run.run_id, generations, per_run=per_run)
     tid = transactional_id(cfg.id, batches, None if run.uses_status_table else run.run_id)
     producer = hook.transactional_producer(tid)
-    return TransactionalPublisher(producer, cfg.kafka.topic, cfg.id, markers, holds=ledger.renew)
+    return TransactionalPublisher(producer, cfg.kafka.topic, cfg.id, markers, holds=ledger.renew, prepare=routes)

@@ -7,7 +7,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
-from datetime import UTC, datetime
+from datetime import datetime
 from itertools import islice
 
 import psycopg
@@ -22,7 +22,6 @@ from crawler_ops.hooks.exactly_once import MARKER_TOPIC_CONFIG
 from crawler_ops.hooks.producer import IdempotentProducerHook, ensure_topic
 from crawler_ops.hooks.source import SourceApiHook
 from crawler_ops.hooks.store import CrawlStoreHook, Cursor
-from crawler_ops.hooks.topics import check_topic, setting_text
 from crawler_ops.planning import (
     Batch,
     ChunkPlan,
@@ -109,16 +108,11 @@ def ensure_topics(run: RunContext) -> None:
     cfg = run.cfg
     kafka = cfg.kafka
     admin = IdempotentProducerHook(kafka.conn_id).admin()
-    settings = {name: setting_text(value) for name, value in kafka.topic_config.items()}
-    ensure_topic(
-        admin, kafka.topic, kafka.partitions, kafka.replication_factor, kafka.create_topic, cfg.id, config=settings
-    )
+    run.topics(lambda: admin).prepare(kafka.topic)
     if kafka.dead_letter_topic is not None:
         ensure_topic(
             admin, kafka.dead_letter_topic, kafka.partitions, kafka.replication_factor, kafka.create_topic, cfg.id
         )
-    dated = (cfg.filter.days, run.window.start, datetime.now(UTC)) if kafka.timestamp == "record_date" else None
-    check_topic(admin, kafka.topic, cfg.id, kafka.topic_config, dated)
     if kafka.delivery == "exactly_once":
         ensure_topic(
             admin, cfg.marker_topic, 1, kafka.replication_factor, kafka.create_topic, cfg.id, config=MARKER_TOPIC_CONFIG

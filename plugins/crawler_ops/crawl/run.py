@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, MutableMapping
+from collections.abc import Callable, Mapping, MutableMapping
 from dataclasses import dataclass, field, fields
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
@@ -16,8 +16,11 @@ from crawler_ops.filtering import Window
 from crawler_ops.records import head_fields
 
 if TYPE_CHECKING:
+    from confluent_kafka.admin import AdminClient
+
     from crawler_ops.hooks.source import SourceApiHook
     from crawler_ops.hooks.store import CrawlStoreHook
+    from crawler_ops.hooks.topics import TaskTopics
 
 
 def run_param(
@@ -208,6 +211,12 @@ class RunContext:
         return SourceApiHook(
             self.cfg.source, self.cfg.id, self.cfg.source_task, fields, limiter, paging=paging, token=token
         )
+
+    def topics(self, admin: Callable[[], AdminClient]) -> TaskTopics:
+        """Makes the topics this run sends records to ready (``admin`` gives the admin client when first needed)."""
+        from crawler_ops.hooks.topics import TaskTopics
+
+        return TaskTopics(admin, self.cfg.kafka, self.cfg.id, self.cfg.filter.days, self.window.start)
 
     def store(self) -> CrawlStoreHook:
         from crawler_ops.hooks.store import CrawlStoreHook

@@ -173,8 +173,9 @@ class TransactionalPublisher(KafkaPublisher):
         markers: MarkerLog | None,
         flush_timeout: float = 120.0,
         holds: Callable[[Batch], bool] | None = None,
+        prepare: Callable[[set[str]], None] | None = None,
     ) -> None:
-        super().__init__(producer, topic, task_label, flush_timeout)
+        super().__init__(producer, topic, task_label, flush_timeout, prepare)
         self.markers = markers
         self.holds = holds
         self._open = False

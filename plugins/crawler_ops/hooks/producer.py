@@ -4,7 +4,7 @@ one for dry runs that publishes nothing."""
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
 from airflow.providers.apache.kafka.hooks.produce import KafkaProducerHook
@@ -189,16 +189,28 @@ class KafkaPublisher:
     unless each delivery report is a success, so reports are counted here and ``flush`` is checked.
 
     :param producer: an idempotent confluent-kafka producer.
-    :param topic: the task's topic (a message with its own ``topic`` goes there instead: dead letters).
+    :param topic: the task's topic (a message with its own ``topic`` goes there instead: a routed record, a dead
+        letter, a marker).
     :param task_label: the crawl task id, for error messages.
     :param flush_timeout: seconds to wait for the delivery reports of one batch.
+    :param prepare: called with the routed topics (of messages marked ``routed``) a batch is the first to send to,
+        before anything is produced: it makes sure they exist as the task wants them.
     """
 
-    def __init__(self, producer: Producer, topic: str, task_label: str, flush_timeout: float = 120.0) -> None:
+    def __init__(
+        self,
+        producer: Producer,
+        topic: str,
+        task_label: str,
+        flush_timeout: float = 120.0,
+        prepare: Callable[[set[str]], None] | None = None,
+    ) -> None:
         self.producer = producer
         self.topic = topic
         self.task_label = task_label
         self.flush_timeout = flush_timeout
+        self.prepare = prepare
+        self._routes: set[str] = set()  # routed topics met so far (prepared): their messages are records
         self._failures: list[str] = []
         self._delivered = 0
         self._to_topic = 0
@@ -215,7 +227,8 @@ class KafkaPublisher:
     def _on_delivery(self, err: KafkaError | None, msg: Any) -> None:
         if err is None:
             self._delivered += 1
-            self._to_topic += msg.topic() == self.topic
+            topic = msg.topic()
+            self._to_topic += topic == self.topic or topic in self._routes
         else:
             self._failures.append(str(err))
 
@@ -229,6 +242,11 @@ class KafkaPublisher:
         self._delivered = self._to_topic = 0
         self._expected = len(messages)
         self._topics = sorted({m.topic or self.topic for m in messages})
+        routed = {m.topic for m in messages if m.routed} - self._routes
+        if routed:
+            if self.prepare is not None:
+                self.prepare(routed)  # type: ignore[arg-type]  # a routed message names its topic
+            self._routes |= routed  # type: ignore[arg-type]
         for message in messages:
             topic = message.topic or self.topic
             while True:
@@ -249,7 +267,8 @@ class KafkaPublisher:
                     raise DeliveryError(f"task {self.task_label}: cannot produce to '{topic}': {exc}") from exc
 
     def confirm(self) -> int:
-        """Wait for the delivery reports of the last :meth:`send`; raise DeliveryError unless all succeeded."""
+        """Wait for the delivery reports of the last :meth:`send`; raise DeliveryError unless all succeeded. Returns
+        how many were records (to the task's topic or routed), not dead letters or markers."""
         if not self._expected:
             return 0
         # Delivery reports are served here (and on a full queue above), not after every message.

@@ -6,13 +6,20 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Mapping
-from datetime import datetime
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from functools import cached_property
+from typing import TYPE_CHECKING
 
 from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient, ConfigResource, ResourceType
 
 from crawler_ops.errors import ConfigError, DeliveryError
+from crawler_ops.hooks.producer import ensure_topic
+
+if TYPE_CHECKING:
+    from crawler_ops.config import KafkaConfig
 
 log = logging.getLogger(__name__)
 DAY_MS = 86_400_000
@@ -121,3 +128,45 @@ def check_topic(
             f"(kafka.timestamp: record_date): {'; '.join(errors)}. Nothing was produced. Raise the topic's setting "
             "(kafka.topic_config for a topic crawler_ops creates), or set kafka.timestamp: produce_time"
         )
+
+
+@dataclass
+class TaskTopics:
+    """Makes the topics a run sends records to ready, before anything is produced to them: each exists (created with
+    ``kafka.topic_config`` when ``kafka.create_topic`` allows) and holds what the task sends it (:func:`check_topic`).
+
+    :param admin: gives the admin client, asked for when a topic is first prepared.
+    :param kafka: the task's Kafka section.
+    :param task_label: the crawl task id, for messages.
+    :param days: the task's ``filter.days``.
+    :param oldest: the oldest date the run keeps (its window's start).
+    """
+
+    admin: Callable[[], AdminClient]
+    kafka: KafkaConfig
+    task_label: str
+    days: float
+    oldest: datetime
+
+    def __call__(self, topics: Iterable[str]) -> None:
+        for topic in sorted(topics):
+            self.prepare(topic)
+
+    @cached_property
+    def client(self) -> AdminClient:
+        return self.admin()
+
+    def prepare(self, topic: str) -> None:
+        kafka = self.kafka
+        settings = {name: setting_text(value) for name, value in kafka.topic_config.items()}
+        ensure_topic(
+            self.client,
+            topic,
+            kafka.partitions,
+            kafka.replication_factor,
+            kafka.create_topic,
+            self.task_label,
+            config=settings,
+        )
+        dated = (self.days, self.oldest, datetime.now(UTC)) if kafka.timestamp == "record_date" else None
+        check_topic(self.client, topic, self.task_label, kafka.topic_config, dated)

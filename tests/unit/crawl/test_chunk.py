@@ -442,7 +442,8 @@ def test_at_least_once_delivery_publishes_through_the_idempotent_producer_of_the
 
     hook, built = kafka_parts
     assert (hook.conn_id, hook.asked) == ("kafka_unit", [("idempotent",)])
-    assert publisher is built and built == Built("at least once", ("idempotent producer", "t.unit", "unit"))
+    assert publisher is built
+    assert built == Built("at least once", ("idempotent producer", "t.unit", "unit"), {"prepare": None})
 
 
 def test_exactly_once_delivery_fences_per_chunk_and_marks_batches_with_the_generations_of_their_rows(kafka_parts):
@@ -467,7 +468,7 @@ def test_exactly_once_delivery_fences_per_chunk_and_marks_batches_with_the_gener
         {"per_run": False},
     )
     assert publisher is built and built.args == (f"transactional producer {tid}", "t.unit", "unit", markers)
-    assert built.kwargs == {"holds": ledger.renew}, "before each commit the publisher asks the ledger for its claims"
+    assert built.kwargs == {"holds": ledger.renew, "prepare": None}, "before each commit the publisher asks the ledger"
 
 
 def test_exactly_once_replays_fence_per_run_and_chunk_and_keep_markers_of_their_own_run(kafka_parts):

@@ -211,3 +211,20 @@ def test_a_single_replica_topic_is_a_warning_naming_the_task_topic_and_the_setti
         "task t1: Kafka topic 'jobs' has a single replica: acks=all waits for one broker, and losing it loses the "
         "topic; on a cluster, set kafka.replication_factor (default min(3, brokers)) or add replicas"
     ]
+
+
+def test_routed_records_count_as_published_and_each_new_route_is_prepared_once_before_it_is_produced():
+    producer = FakeProducer()
+    prepared: list[set[str]] = []
+
+    def prepare(topics: set[str]) -> None:
+        assert producer.produced == [] or prepared, "a topic is prepared before the first message is produced"
+        prepared.append(set(topics))
+
+    publisher = KafkaPublisher(producer, "jobs", "t1", prepare=prepare)  # type: ignore[arg-type]
+    routed = [Message(b"a", b"{}", [], "jobs.bj", routed=True), Message(b"b", b"{}", [], "jobs.sh", routed=True)]
+    publisher.send(BATCH, [*routed, *messages(1), *messages(1, topic="jobs.dead")], RunCounts())
+    assert publisher.confirm() == 3, "routed and task-topic records count; the dead letter does not"
+    publisher.send(BATCH, [routed[0], Message(b"c", b"{}", [], "jobs.gz", routed=True)], RunCounts())
+    assert publisher.confirm() == 2
+    assert prepared == [{"jobs.bj", "jobs.sh"}, {"jobs.gz"}]
