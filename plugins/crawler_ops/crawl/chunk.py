@@ -35,7 +35,7 @@ from collections import deque
 from collections.abc import Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from crawler_ops.config import CrawlTaskConfig
@@ -43,6 +43,7 @@ from crawler_ops.crawl.batch_filter import BatchFilter, FilteredBatch
 from crawler_ops.crawl.feed import crawl_feed
 from crawler_ops.crawl.ledger import Ledger, ledger_for
 from crawler_ops.crawl.run import RunContext
+from crawler_ops.drift import FieldProfile, profile_values
 from crawler_ops.errors import PageSkippedError, StatusTableError
 from crawler_ops.hooks.budget import ByteBudget, PageAccount
 from crawler_ops.hooks.exactly_once import MarkerLog, TransactionalPublisher, transactional_id
@@ -186,7 +187,7 @@ class Checkpoint:
         held = then is None or renew is not None  # a batch its fetch thread could not take is not ours
         if sent is None:
             return held and (renew is None or self.ledger.renew(renew))
-        outcome = sent.outcome(published=published)
+        outcome = replace(sent.outcome(published=published), profile=published_profile(sent))
         run_cutoff, renewed = self.ledger.finish(outcome, renew)
         self.shared.add_done(outcome, run_cutoff)
         return held and renewed
@@ -371,6 +372,13 @@ class ChunkCrawler:
         self.source.close()
         self.publisher.close()
         self.ledger.close()
+
+
+def published_profile(sent: FilteredBatch) -> FieldProfile:
+    """The drift profile of a batch's published values (a sample: :data:`crawler_ops.drift.SAMPLE_PER_PAGE`), on the
+    checkpoint thread while the chunk's thread filters the next page. Its first ``kept`` messages are the published
+    records; dead letters for the dead-letter topic follow them."""
+    return profile_values(message.value for message in sent.messages[: sent.kept])
 
 
 def read_page(source: SourceApiHook, batch: Batch, task: str) -> PageRead | SkippedByRule:
