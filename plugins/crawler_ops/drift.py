@@ -5,9 +5,10 @@ Pure: no Airflow, no I/O. A batch's :class:`FieldProfile` is made from its publi
 see: the record as the source sent it, or a transform's output) and added to its run record with the batch's done
 mark; the commit compares the run's profile with the task's baseline (:func:`compare`).
 
-Profiling reads the first :data:`SAMPLE_PER_PAGE` published records of each page only: typing a record's fields costs
-about 5 µs (the top level decoded as ``dict[str, msgspec.Raw]``, each value typed by its first byte), more than
-filtering and keying it, so every count here is of *sampled* records (``sampled_records``), not of all records.
+Profiling reads the first ``drift_sample`` published records of each page only (the task's setting, 20 by default):
+typing a record's fields costs about as much as filtering, keying and encoding it (the top level decoded as
+``dict[str, msgspec.Raw]``, each value typed by its first byte; ``bench/drift_bench.py``), so every count here is of
+*sampled* records (``sampled_records``), not of all records.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ JSON_TYPES = ("string", "integer", "number", "boolean", "null", "object", "array
 # JSON at all (never expected: every published value was decoded or encoded as JSON) has the type ``invalid``.
 ROOT = "$"
 INVALID = "invalid"
-# Published records profiled per page (per batch), from its first one.
+# Published records profiled per page (per batch), from its first one: the default of the task's ``drift_sample``.
 SAMPLE_PER_PAGE = 20
 
 _FIRST_BYTE = {
@@ -222,6 +223,8 @@ class Drift:
 
     def describe(self) -> str:
         """One line for a person: ``drift: new field foo (string, 120 sampled records); retyped bar ...``."""
+        if self.sample_per_page == 0:
+            return "drift: not profiled (drift_sample is 0)"
         if self.baseline:
             return f"drift: baseline ({self.sampled_records} sampled records); nothing to compare with yet"
         if not self.drifted:

@@ -88,3 +88,30 @@ def test_a_repeated_commit_reports_the_same_drift_and_adds_to_the_baseline_once(
     assert again.drift == record["drift"] == run_record(pg_uri, unique_id)["drift"]
     ((baseline,),) = query(pg_uri, "SELECT profile FROM crawler_ops.field_baseline WHERE task_id = %s", unique_id)
     assert baseline["sampled_records"] == 60 and baseline["fields"]["remote"] == {"string": 20}
+
+
+def test_a_failed_run_reports_its_drift_but_leaves_the_baseline_to_successful_runs(source, pg_uri, unique_id, run_dag):
+    source.create(unique_id, total=200, ref=REF, in_window_share=1.0)
+    cfg = make_task(unique_id)
+    assert run_dag(cfg, REF) == "success"
+    source.faults(unique_id, set_fields={"remote": 1}, fail_offsets=[250])
+    source.append(unique_id, 200)  # batch [300, 400) is published, [200, 300) fails
+
+    assert run_dag(cfg, REF + timedelta(hours=1)) == "failed"
+
+    failed = run_record(pg_uri, unique_id)
+    assert failed["status"] == "failed" and failed["published"] == 100
+    assert failed["drift"]["new"] == [{"field": "remote", "types": {"integer": 20}, "sampled_records": 20}]
+    ((baseline,),) = query(pg_uri, "SELECT profile FROM crawler_ops.field_baseline WHERE task_id = %s", unique_id)
+    assert "remote" not in baseline["fields"] and baseline["sampled_records"] == 40
+
+    source.faults(unique_id, set_fields={"remote": 1})
+    assert run_dag(cfg, REF + timedelta(hours=2)) == "success"
+
+    retried = run_record(pg_uri, unique_id)
+    assert retried["published"] == 100, "the failed batch"
+    assert retried["drift"]["new"] == [{"field": "remote", "types": {"integer": 20}, "sampled_records": 20}], (
+        "still new: no successful run published it before"
+    )
+    ((baseline,),) = query(pg_uri, "SELECT profile FROM crawler_ops.field_baseline WHERE task_id = %s", unique_id)
+    assert "remote" in baseline["fields"]

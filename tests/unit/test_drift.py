@@ -183,3 +183,9 @@ def test_a_run_compared_with_a_baseline_that_holds_it_has_no_new_or_retyped_fiel
     drift = compare(earlier + run, run)
 
     assert not drift.new and not drift.retyped
+
+
+def test_a_task_that_profiles_nothing_says_so() -> None:
+    drift = compare(FieldProfile(), FieldProfile(), sample_per_page=0)
+
+    assert drift.describe() == "drift: not profiled (drift_sample is 0)" and not drift.drifted

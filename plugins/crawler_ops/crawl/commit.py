@@ -52,7 +52,7 @@ def commit_run(run: RunContext, chunks: Sequence[ChunkPlan], results: Sequence[A
                 errors.append(failure)
             status: RunStatus = "success" if not unfinished and failure is None else "failed"
             store.finish_run(cur, run.run_id, status, new, errors)
-            drift = None if record is None else record_drift(store, cur, run.run_id, record.profile, status)
+            drift = None if record is None else record_drift(store, cur, run, record.profile, status)
     finally:
         store.close()
     if drift is not None:
@@ -72,13 +72,16 @@ def commit_run(run: RunContext, chunks: Sequence[ChunkPlan], results: Sequence[A
     )
 
 
-def record_drift(store: CrawlStoreHook, cur: Cursor, run_id: str, profile: FieldProfile, status: RunStatus) -> Drift:
+def record_drift(
+    store: CrawlStoreHook, cur: Cursor, run: RunContext, profile: FieldProfile, status: RunStatus
+) -> Drift:
     """Compare the run's profile with the task's baseline and store the drift on the run record; a successful run
     adds its profile to the baseline. A repeated commit of the run that last added to it compares with, and adds to,
     the baseline from before that run again, so its report stays the same and nothing is counted twice."""
+    run_id = run.run_id
     saved = store.drift.read_baseline(cur)
     base = FieldProfile() if saved is None else saved.before if saved.run_id == run_id else saved.profile
-    drift = compare(base, profile)
+    drift = compare(base, profile, run.cfg.drift_sample)
     store.drift.save(cur, run_id, drift.to_json())
     if status == "success" and profile:
         store.drift.save_baseline(cur, run_id, base + profile, base)

@@ -247,7 +247,8 @@ class FeedWalk:
         filtered = self.filter.filter(batch, records, exact=False)
         self.publisher.send(batch, filtered.messages, filtered.outcome(published=filtered.kept).counts)
         published = self.publisher.confirm()
-        profile = profile_values(message.value for message in filtered.messages[: filtered.kept])
+        values = (message.value for message in filtered.messages[: filtered.kept])  # dead letters follow them
+        profile = profile_values(values, self.cfg.drift_sample)
         return replace(filtered.outcome(published=published), profile=profile)
 
     @property
