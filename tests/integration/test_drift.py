@@ -115,3 +115,17 @@ def test_a_failed_run_reports_its_drift_but_leaves_the_baseline_to_successful_ru
     )
     ((baseline,),) = query(pg_uri, "SELECT profile FROM crawler_ops.field_baseline WHERE task_id = %s", unique_id)
     assert "remote" in baseline["fields"]
+
+
+def test_a_feed_run_profiles_its_pages_too(source, pg_uri, unique_id, run_dag):
+    source.create(unique_id, total=250, ref=REF, in_window_share=1.0, feed={"next": "cursor"})
+    feed = {"paginator": {"type": "cursor", "cursor_path": "data.next_cursor"}, "page_path": "/api/{task}/feed"}
+    cfg = make_task(unique_id, max_chunks=1, source={**feed, "count_path": None}, drift_sample=30)
+
+    assert run_dag(cfg, REF) == "success"
+
+    record = run_record(pg_uri, unique_id)
+    assert record["published"] == 250 and record["drift"]["baseline"] is True
+    # pages of 100, 100 and 50 records, the first 30 of each profiled
+    assert record["drift_sampled"] == 90 and record["drift"]["sample_per_page"] == 30
+    assert record["drift_profile"] == {name: {"string": 90} for name in DEMO_FIELDS}
