@@ -114,8 +114,9 @@ def utc_midnight(now: datetime | None = None) -> datetime:
 class Faults(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
     """The fault set of a task; every field defaults to "no fault".
 
-    Only :attr:`bad_date_share` and :attr:`fallback_share` change record
-    content; the other fields are applied by the HTTP layer.
+    Only :attr:`bad_date_share`, :attr:`fallback_share`, :attr:`set_fields`
+    and :attr:`drop_fields` change record content; the other fields are applied
+    by the HTTP layer.
     """
 
     #: Share of list/count requests answered with :attr:`error_status`.
@@ -140,6 +141,11 @@ class Faults(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=Tr
     fail_status: HttpErrorStatus = 500
     #: Full list pages lose their last record.
     short_pages: bool = False
+    #: Fields every record gets (a new field, or an existing one with another
+    #: value, e.g. of another JSON type), after :attr:`drop_fields` are removed.
+    set_fields: dict[str, Any] = msgspec.field(default_factory=dict)
+    #: Fields removed from every record (a field the source stopped sending).
+    drop_fields: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         """Check that the two record-level shares do not overlap.
@@ -385,7 +391,7 @@ def _fault_kind(faults: Faults, content_hash: int) -> int:
     return _NORMAL
 
 
-def make_record(cfg: TaskConfig, offset: int, faults: Faults | None = None) -> dict[str, str]:
+def make_record(cfg: TaskConfig, offset: int, faults: Faults | None = None) -> dict[str, Any]:
     """Generate the record at ``offset``.
 
     :param cfg: the task configuration.
@@ -419,10 +425,14 @@ def make_record(cfg: TaskConfig, offset: int, faults: Faults | None = None) -> d
     record["salary"] = SALARIES[(bits >> 16) & 255]
     record["education"] = EDUCATION[(bits >> 24) & 7]
     record["description"] = DESCRIPTIONS[(bits >> 27) & 7]
+    if faults is not None and (faults.drop_fields or faults.set_fields):
+        for name in faults.drop_fields:
+            record.pop(name, None)
+        record.update(faults.set_fields)
     return record
 
 
-def make_page(cfg: TaskConfig, start: int, end: int, faults: Faults | None = None) -> list[dict[str, str]]:
+def make_page(cfg: TaskConfig, start: int, end: int, faults: Faults | None = None) -> list[dict[str, Any]]:
     """Generate the records at offsets ``start .. end - 1``.
 
     :param cfg: the task configuration.

@@ -8,7 +8,7 @@ order changes; the records, their dates and the count are the same.
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 from demo_source.data import Faults, TaskConfig, make_page, make_record
 
@@ -18,7 +18,7 @@ OLDEST_FIRST: Order = "oldest_first"
 
 def served_records(
     cfg: TaskConfig, start: int, end: int, total: int, order: Order, faults: Faults | None = None
-) -> list[dict[str, str]]:
+) -> list[dict[str, Any]]:
     """The records served at offsets ``start .. end - 1`` of a data set of ``total`` records in ``order``."""
     if order == OLDEST_FIRST:
         return make_page(cfg, start, end, faults)

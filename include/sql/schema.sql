@@ -65,6 +65,11 @@ CREATE TABLE IF NOT EXISTS crawler_ops.crawl_run (
     committed_published bigint NOT NULL DEFAULT 0,
     -- a first crawl with source.window_filter: the records the source counted in its window
     window_count   bigint,
+    -- field drift (crawler_ops.drift): the run's published records sampled so far and their top-level fields with a
+    -- count per JSON type (added with each batch's counts), and, from the commit, the drift against the baseline
+    drift_sampled  bigint NOT NULL DEFAULT 0,
+    drift_profile  jsonb NOT NULL DEFAULT '{}'::jsonb,
+    drift          jsonb,
     PRIMARY KEY (task_id, run_id)
 );
 
@@ -85,6 +90,17 @@ CREATE TABLE IF NOT EXISTS crawler_ops.crawl_error (
 CREATE INDEX IF NOT EXISTS crawl_error_task_time ON crawler_ops.crawl_error (task_id, created_at);
 CREATE INDEX IF NOT EXISTS crawl_error_time ON crawler_ops.crawl_error (created_at);
 CREATE INDEX IF NOT EXISTS crawl_run_age ON crawler_ops.crawl_run ((coalesce(finished_at, started_at)));
+
+-- One row per crawl task: the fields its successful runs published (the sum of their drift profiles, the baseline
+-- a run's drift is found against), the last run added (run_id) and the baseline before it (a repeated commit of that
+-- run compares with and adds to that one again).
+CREATE TABLE IF NOT EXISTS crawler_ops.field_baseline (
+    task_id    text PRIMARY KEY,
+    profile    jsonb NOT NULL,
+    run_id     text NOT NULL,
+    before_run jsonb NOT NULL,
+    updated_at timestamptz NOT NULL DEFAULT now()
+);
 
 -- One row per source connection: the request pacing every worker shares (crawler_ops.hooks.ratelimit). Times are
 -- epoch seconds on PostgreSQL's clock, so workers' clocks do not matter. Slots are handed out 1/rate apart from
@@ -134,6 +150,12 @@ BEGIN
     IF NOT EXISTS (SELECT 1 FROM information_schema.columns WHERE table_schema = 'crawler_ops'
                       AND table_name = 'crawl_run' AND column_name = 'window_count') THEN
         ALTER TABLE crawler_ops.crawl_run ADD COLUMN window_count bigint;
+    END IF;
+    IF NOT EXISTS (SELECT 1 FROM information_schema.columns WHERE table_schema = 'crawler_ops'
+                      AND table_name = 'crawl_run' AND column_name = 'drift') THEN
+        ALTER TABLE crawler_ops.crawl_run ADD COLUMN drift_sampled bigint NOT NULL DEFAULT 0,
+                                          ADD COLUMN drift_profile jsonb NOT NULL DEFAULT '{}'::jsonb,
+                                          ADD COLUMN drift jsonb;
     END IF;
     IF NOT EXISTS (SELECT 1 FROM information_schema.columns WHERE table_schema = 'crawler_ops'
                       AND table_name = 'progress' AND column_name = 'last_ref_time') THEN

@@ -7,4 +7,4 @@ ON CONFLICT (task_id, run_id) DO UPDATE
        published = 0, expired = 0, dead_lettered = 0, pages = 0, errors = '[]'::jsonb, notes = '[]'::jsonb,
        expiry_cutoff = 0, status = 'running', started_at = now(), finished_at = NULL, new_watermark = NULL,
        committed_kept = 0, committed_published = 0,
-       window_count = EXCLUDED.window_count
+       window_count = EXCLUDED.window_count, drift_sampled = 0, drift_profile = '{}'::jsonb, drift = NULL

@@ -400,6 +400,9 @@ def render_text(report: Mapping[str, Any]) -> str:
             )
             if run.get("last_error"):
                 lines.append(f"  last run's error: {run['last_error']}")
+        drift = row.get("drift")
+        if drift:
+            lines.append(f"  field {drift['summary']} (run {drift['run_id']})")
         errors = row.get("errors_24h") or {}
         if errors.get("records") or errors.get("batches"):
             counts = f"{errors['records']} records, {errors['batches']} batch/plan"

@@ -11,6 +11,7 @@ from dataclasses import asdict, dataclass, field, fields
 from datetime import datetime
 from typing import Any, Literal, NamedTuple, cast
 
+from crawler_ops.drift import FieldProfile
 from crawler_ops.planning import Batch
 
 
@@ -72,6 +73,7 @@ class BatchOutcome:
 
     :param cutoff: on a first crawl, offsets below this are older than the window (0: none found).
     :param skipped_as_expired: the batch lies below the cutoff and was not fetched.
+    :param profile: the fields of its published records (a sample of them), for the run's drift report.
     """
 
     batch: Batch
@@ -79,6 +81,7 @@ class BatchOutcome:
     dead_letters: tuple[DeadLetter, ...] = ()
     cutoff: int = 0
     skipped_as_expired: bool = False
+    profile: FieldProfile = field(default_factory=FieldProfile)
 
 
 @dataclass(frozen=True)
@@ -101,6 +104,7 @@ class RunRecord:
     :param committed_kept: of ``counts.kept``, what a commit of this run already added to the task's totals (a
         retried commit adds only what came since); ``committed_published`` likewise.
     :param window_count: a first crawl with ``source.window_filter``: the records the source counted in its window.
+    :param profile: the fields of the records its finished batches published (sampled), for its drift report.
     """
 
     mode: RunMode
@@ -118,6 +122,7 @@ class RunRecord:
     committed_kept: int = 0
     committed_published: int = 0
     window_count: int | None = None
+    profile: FieldProfile = field(default_factory=FieldProfile)
 
     @classmethod
     def from_row(cls, row: Mapping[str, Any]) -> RunRecord:
@@ -138,6 +143,7 @@ class RunRecord:
             committed_kept=int(row.get("committed_kept") or 0),
             committed_published=int(row.get("committed_published") or 0),
             window_count=row.get("window_count"),
+            profile=FieldProfile(int(row.get("drift_sampled") or 0), row.get("drift_profile") or {}),
         )
 
     @property
@@ -156,6 +162,8 @@ class RunSummary:
 
     :param unfinished: planned batches not done when the run ended; the run failed when there are any.
     :param notes: what an operator should know that is no error (a re-run of an older reference time).
+    :param drift: the run's field drift (:meth:`crawler_ops.drift.Drift.to_json`); None when the run has none (a
+        dry run, a run closed without its commit).
     """
 
     task: str
@@ -173,6 +181,7 @@ class RunSummary:
     duration_s: float | None = None
     unfinished: tuple[Batch, ...] = ()
     notes: tuple[str, ...] = ()
+    drift: Mapping[str, Any] | None = None
 
     @property
     def failed(self) -> bool:
@@ -198,4 +207,5 @@ class RunSummary:
             "duration_s": self.duration_s,
             "unfinished_batches": len(self.unfinished),
             "oldest_unfinished": [[b.lo, b.hi] for b in sorted(self.unfinished)[:5]],
+            "drift": None if self.drift is None else dict(self.drift),
         }

@@ -835,3 +835,13 @@ def test_the_admin_token_comes_from_the_environment_not_the_command_line(monkeyp
     assert parse_args([]).admin_token == "from-env"
     monkeypatch.delenv("DEMO_SOURCE_ADMIN_TOKEN")
     assert parse_args([]).admin_token is None
+
+
+def test_record_faults_set_and_drop_fields() -> None:
+    cfg = config(total0=10)
+    faults = msgspec.convert({"set_fields": {"remote": True, "salary": 12000}, "drop_fields": ["education"]}, Faults)
+
+    record = make_record(cfg, 3, faults)
+
+    assert record["remote"] is True and record["salary"] == 12000 and "education" not in record
+    assert record["id"] == make_record(cfg, 3)["id"], "the rest of the record is unchanged"

@@ -35,6 +35,7 @@ def test_status_text_shows_the_old_service_fields_and_errors():
                 "produced_count": 5,
                 "kafka": {"messages": 5, "groups": {"g": {"lag": 2}, "h": {"error": "unknown group"}}},
                 "errors_24h": {"records": 1, "batches": 2, "latest": "HTTP 500"},
+                "drift": {"run_id": "manual__1", "summary": "drift: new field remote (boolean, 40 sampled records)"},
             }
         ],
         "invalid_tasks": [{"task_id": "bad", "error": "field 'batch_size': too small"}],
@@ -47,6 +48,7 @@ def test_status_text_shows_the_old_service_fields_and_errors():
     assert "last start offset -" in text and "running unknown" in text and "filtered 5  produced 5" in text
     assert "errors (24h): 1 records, 2 batch/plan; latest: HTTP 500" in text
     assert "5 messages; g lag 2, h ? (unknown group)" in text
+    assert "field drift: new field remote (boolean, 40 sampled records) (run manual__1)" in text
     assert "bad: INVALID CONFIG: field 'batch_size': too small" in text
 
 

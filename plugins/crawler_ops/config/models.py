@@ -161,6 +161,13 @@ class CrawlTaskConfig(DagSettings):
         "if it takes one); its module must be found on the Python path when DAGs are parsed, and is imported only "
         "when a chunk runs",
     )
+    drift_sample: int = Field(
+        20,
+        ge=0,
+        le=10_000,
+        description="published records of each page profiled (from its first) for the run's field drift report: new, "
+        "missing and retyped top-level fields against earlier runs; its counts are of these sampled records; 0: none",
+    )
     notify: NotifyConfig | None = Field(None, description="a signed webhook told about runs; null: none")
 
     @field_validator("id")

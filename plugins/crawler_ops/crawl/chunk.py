@@ -35,7 +35,7 @@ from collections import deque
 from collections.abc import Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from crawler_ops.config import CrawlTaskConfig
@@ -43,6 +43,7 @@ from crawler_ops.crawl.batch_filter import BatchFilter, FilteredBatch
 from crawler_ops.crawl.feed import crawl_feed
 from crawler_ops.crawl.ledger import Ledger, ledger_for
 from crawler_ops.crawl.run import RunContext
+from crawler_ops.drift import FieldProfile, profile_values
 from crawler_ops.errors import PageSkippedError, StatusTableError
 from crawler_ops.hooks.budget import ByteBudget, PageAccount
 from crawler_ops.hooks.exactly_once import MarkerLog, TransactionalPublisher, transactional_id
@@ -158,10 +159,12 @@ class Checkpoint:
     :param publisher: where the batches went.
     :param ledger: where batches are recorded done and claims renewed.
     :param shared: the chunk's shared counters, which a batch recorded done adds to.
+    :param drift_sample: the published records of a batch profiled for the run's drift report.
     """
 
-    def __init__(self, publisher: Publisher, ledger: Ledger, shared: SharedCounts) -> None:
+    def __init__(self, publisher: Publisher, ledger: Ledger, shared: SharedCounts, drift_sample: int) -> None:
         self.publisher, self.ledger, self.shared = publisher, ledger, shared
+        self.drift_sample = drift_sample
         self._thread = ThreadPoolExecutor(1, thread_name_prefix="checkpoint")
 
     def __enter__(self) -> Checkpoint:
@@ -186,7 +189,7 @@ class Checkpoint:
         held = then is None or renew is not None  # a batch its fetch thread could not take is not ours
         if sent is None:
             return held and (renew is None or self.ledger.renew(renew))
-        outcome = sent.outcome(published=published)
+        outcome = replace(sent.outcome(published=published), profile=published_profile(sent, self.drift_sample))
         run_cutoff, renewed = self.ledger.finish(outcome, renew)
         self.shared.add_done(outcome, run_cutoff)
         return held and renewed
@@ -263,7 +266,7 @@ class ChunkCrawler:
                 frozen_heap(),
                 ThreadPoolExecutor(self.cfg.source.concurrency, thread_name_prefix="fetch") as fetch_threads,
                 self.memory,  # closed first on the way out: a fetch waiting for it must not hold up the shutdown
-                Checkpoint(self.publisher, self.ledger, self.shared) as checkpoint,
+                Checkpoint(self.publisher, self.ledger, self.shared, self.cfg.drift_sample) as checkpoint,
             ):
                 for ahead in self.fetches(fetch_threads):
                     self.in_flight.current = ahead.batch
@@ -371,6 +374,13 @@ class ChunkCrawler:
         self.source.close()
         self.publisher.close()
         self.ledger.close()
+
+
+def published_profile(sent: FilteredBatch, sample: int) -> FieldProfile:
+    """The drift profile of the first ``sample`` published values of a batch, on the checkpoint thread while the
+    chunk's thread filters the next page. Its first ``kept`` messages are the published records; dead letters for the
+    dead-letter topic follow them."""
+    return profile_values((message.value for message in sent.messages[: sent.kept]), sample)
 
 
 def read_page(source: SourceApiHook, batch: Batch, task: str) -> PageRead | SkippedByRule:

@@ -15,6 +15,7 @@ from crawler_ops.config import CrawlTaskConfig
 from crawler_ops.crawl.feed import advance_feed
 from crawler_ops.crawl.run import RunContext
 from crawler_ops.crawl.window import window_failure
+from crawler_ops.drift import Drift, FieldProfile, compare
 from crawler_ops.errors import CrawlerError
 from crawler_ops.hooks.store import CrawlStoreHook, Cursor
 from crawler_ops.planning import Batch, ChunkPlan, advance_watermark
@@ -51,8 +52,11 @@ def commit_run(run: RunContext, chunks: Sequence[ChunkPlan], results: Sequence[A
                 errors.append(failure)
             status: RunStatus = "success" if not unfinished and failure is None else "failed"
             store.finish_run(cur, run.run_id, status, new, errors)
+            drift = None if record is None else record_drift(store, cur, run, record.profile, status)
     finally:
         store.close()
+    if drift is not None:
+        log.log(logging.WARNING if drift.drifted else logging.INFO, "task %s: %s", run.cfg.id, drift.describe())
     return run_summary(
         run.cfg,
         run.run_id,
@@ -64,7 +68,24 @@ def commit_run(run: RunContext, chunks: Sequence[ChunkPlan], results: Sequence[A
         new=new,
         errors=errors,
         unfinished=unfinished,
+        drift=None if drift is None else drift.to_json(),
     )
+
+
+def record_drift(
+    store: CrawlStoreHook, cur: Cursor, run: RunContext, profile: FieldProfile, status: RunStatus
+) -> Drift:
+    """Compare the run's profile with the task's baseline and store the drift on the run record; a successful run
+    adds its profile to the baseline. A repeated commit of the run that last added to it compares with, and adds to,
+    the baseline from before that run again, so its report stays the same and nothing is counted twice."""
+    run_id = run.run_id
+    saved = store.drift.read_baseline(cur)
+    base = FieldProfile() if saved is None else saved.before if saved.run_id == run_id else saved.profile
+    drift = compare(base, profile, run.cfg.drift_sample)
+    store.drift.save(cur, run_id, drift.to_json())
+    if status == "success" and profile:
+        store.drift.save_baseline(cur, run_id, base + profile, base)
+    return drift
 
 
 def advance(
@@ -137,6 +158,7 @@ def run_summary(
     new: int | None,
     errors: Sequence[str],
     unfinished: Sequence[Batch] = (),
+    drift: Mapping[str, Any] | None = None,
 ) -> RunSummary:
     """The summary of a run of task ``cfg`` from its run record (None: the run has none)."""
     started = record.started_at if record else None
@@ -156,6 +178,7 @@ def run_summary(
         duration_s=round((datetime.now(UTC) - started).total_seconds(), 3) if started else None,
         unfinished=tuple(unfinished),
         notes=record.notes if record else (),
+        drift=drift,
     )
 
 

@@ -18,12 +18,14 @@ import logging
 import time
 import uuid
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from datetime import datetime
 from typing import Any
 
 from crawler_ops.crawl.batch_filter import BatchFilter, FilteredBatch
 from crawler_ops.crawl.ledger import DryRunLedger, Ledger, StatusTableLedger
 from crawler_ops.crawl.run import RunContext
+from crawler_ops.drift import profile_values
 from crawler_ops.errors import ConfigError, SourceError, StatusTableError
 from crawler_ops.filtering import DateRule, record_date
 from crawler_ops.hooks.exactly_once import TransactionalPublisher
@@ -244,7 +246,10 @@ class FeedWalk:
             return FilteredBatch(batch, prior=prior).outcome(published=0)
         filtered = self.filter.filter(batch, records, exact=False)
         self.publisher.send(batch, filtered.messages, filtered.outcome(published=filtered.kept).counts)
-        return filtered.outcome(published=self.publisher.confirm())
+        published = self.publisher.confirm()
+        values = (message.value for message in filtered.messages[: filtered.kept])  # dead letters follow them
+        profile = profile_values(values, self.cfg.drift_sample)
+        return replace(filtered.outcome(published=published), profile=profile)
 
     @property
     def since(self) -> datetime:

@@ -25,7 +25,8 @@ class CrawlReportHook(CrawlerDbHook):
         return BatchRows(self.task_id)
 
     def status_view(self, cur: Cursor) -> dict[str, Any] | None:
-        """Progress, batch rows by status, the last run and the last day's errors (None before any run)."""
+        """Progress, batch rows by status, the last run, the newest run's field drift and the last day's errors (None
+        before any run)."""
         if not schema_exists(cur):
             return None
         task = {"task": self.task_id}
@@ -33,6 +34,7 @@ class CrawlReportHook(CrawlerDbHook):
             "progress": fetch_dict(cur, read_sql("view/progress"), task),
             "batches": dict(cur.execute(read_sql("view/batch_counts"), task).fetchall()),
             "last_run": fetch_dict(cur, read_sql("view/last_run"), task),
+            "drift": fetch_dict(cur, read_sql("view/last_drift"), task),
             "errors": fetch_dict(cur, read_sql("view/recent_errors"), task),
             "parked": self.batches.parked(cur),
         }

@@ -11,13 +11,15 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from datetime import datetime
 from functools import cached_property
 from typing import Any, Literal
 
 from psycopg.types.json import Jsonb
 
+from crawler_ops.drift import FieldProfile
 from crawler_ops.hooks.batches import BatchRows
 from crawler_ops.hooks.db import CrawlerDbHook, Cursor, create_schema, fetch_dict
 from crawler_ops.planning import Batch
@@ -27,6 +29,44 @@ from crawler_ops.sqlfiles import read_sql
 
 # An escaped backslash or an escaped NUL in JSON text, matched left to right: a backslash followed by "u0000" is text.
 JSON_NUL_ESCAPE = re.compile(r"\\(?:\\|u0000)")
+
+
+@dataclass(frozen=True)
+class Baseline:
+    """A task's field baseline: the summed profiles of its successful runs, the last run added, and the baseline
+    before it (what a repeated commit of that run compares with again)."""
+
+    profile: FieldProfile
+    run_id: str
+    before: FieldProfile
+
+
+@dataclass(frozen=True)
+class DriftRows:
+    """One crawl task's field drift: its baseline (``crawler_ops.field_baseline``) and each run's drift on its record.
+    (A finished batch's profile is added to its run with its counts: :meth:`CrawlStoreHook.add_batch_counts`.)
+
+    :param task_id: the crawl task.
+    """
+
+    task_id: str
+
+    def read_baseline(self, cur: Cursor) -> Baseline | None:
+        """The task's field baseline (None before a successful run profiled a record)."""
+        row = cur.execute(read_sql("select_baseline"), {"task": self.task_id}).fetchone()
+        if row is None:
+            return None
+        profile, run_id, before = row
+        return Baseline(FieldProfile.from_json(profile), str(run_id), FieldProfile.from_json(before))
+
+    def save_baseline(self, cur: Cursor, run_id: str, profile: FieldProfile, before: FieldProfile) -> None:
+        """The baseline once run ``run_id`` added its profile to ``before``."""
+        params = {"task": self.task_id, "run_id": run_id, "before": Jsonb(before.to_json())}
+        cur.execute(read_sql("save_baseline"), {**params, "profile": Jsonb(profile.to_json())})
+
+    def save(self, cur: Cursor, run_id: str, drift: Mapping[str, Any]) -> None:
+        """A run's drift on its record."""
+        cur.execute(read_sql("save_drift"), {"task": self.task_id, "run_id": run_id, "drift": Jsonb(dict(drift))})
 
 
 class CrawlStoreHook(CrawlerDbHook):
@@ -40,6 +80,10 @@ class CrawlStoreHook(CrawlerDbHook):
     @cached_property
     def batches(self) -> BatchRows:
         return BatchRows(self.task_id)
+
+    @cached_property
+    def drift(self) -> DriftRows:
+        return DriftRows(self.task_id)
 
     def ensure_schema(self, cur: Cursor) -> None:
         create_schema(cur)
@@ -115,9 +159,12 @@ class CrawlStoreHook(CrawlerDbHook):
         return None if row is None else RunRecord.from_row(row)
 
     def add_batch_counts(self, cur: Cursor, run_id: str, outcome: BatchOutcome) -> int:
-        """Add a finished batch's counts to its run; returns the run's shared first-crawl expiry cutoff."""
+        """Add a finished batch's counts and drift profile to its run; returns the run's shared first-crawl expiry
+        cutoff."""
         params = {**outcome.counts.to_dict(), "task": self.task_id, "run_id": run_id, "cutoff": outcome.cutoff}
-        row = cur.execute(read_sql("add_run_counts"), params).fetchone()
+        profile = outcome.profile
+        drift = {"drift_sampled": profile.sampled_records, "drift_fields": Jsonb(profile.to_json()["fields"])}
+        row = cur.execute(read_sql("add_run_counts"), {**params, **drift}).fetchone()
         return int(row[0]) if row else 0
 
     def add_run_error(self, cur: Cursor, run_id: str, error: str) -> None:

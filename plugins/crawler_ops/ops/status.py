@@ -208,9 +208,19 @@ def stored_status(cfg: CrawlTaskConfig) -> dict[str, Any]:
         **{k: iso(v) for k, v in progress.items()},
         "batches": {STATUS_NAMES.get(int(k), str(k)): int(v) for k, v in view["batches"].items()},
         "last_run": {k: iso(last_run.get(k)) for k in RUN_FIELDS} if last_run else None,
+        "drift": drift_row(view["drift"]),
         "errors_24h": view["errors"] or {},
         "parked": [parked.describe() for parked in view["parked"]],
     }
+
+
+def drift_row(found: Mapping[str, Any] | None) -> dict[str, Any] | None:
+    """The newest field drift (:meth:`crawler_ops.drift.Drift.to_json`) with the run that found it; None before a
+    commit found one."""
+    if not found:
+        return None
+    run = {"run_id": found["run_id"], "status": found["status"], "finished_at": iso(found["finished_at"])}
+    return {**run, **found["drift"]}
 
 
 def run_history(cfg: CrawlTaskConfig) -> dict[str, Any]:

@@ -484,6 +484,7 @@ COLUMNS = (
     "filtered / produced",
     "last update",
     "last run",
+    "field drift",
     "errors 24h",
     "parked batches",
     "kafka",

@@ -193,3 +193,12 @@ def test_the_early_stop_is_logged_with_the_streak_and_the_cutoff(caplog):
     assert [r.getMessage() for r in caplog.records] == [
         "task unit: 2 consecutive pages without in-window records; offsets below 0 are treated as expired"
     ]
+
+
+def test_the_drift_profile_of_a_transformed_batch_is_of_what_consumers_read():
+    from crawler_ops.crawl.chunk import published_profile
+
+    batch_filter = make_filter(early_stop=False, transform=f"{__name__}.tag")
+    filtered = batch_filter.filter(Batch(0, 2), page(0, KEPT, OLD))
+
+    assert published_profile(filtered, 20).fields == {"tagged": {"string": 1}}

@@ -713,3 +713,18 @@ def test_the_line_of_a_chunk_done_gives_its_share_and_lowest_offset(chunk_parts,
         crawl_chunk_of(make_cfg(), ChunkPlan("the chunk", batches), dry_run=True)
 
     assert f"task unit the chunk: {line}" in caplog.records[-1].getMessage()
+
+
+def test_a_batch_profiles_only_its_first_published_records_for_the_drift_report() -> None:
+    from crawler_ops.crawl.batch_filter import FilteredBatch
+    from crawler_ops.crawl.chunk import published_profile
+
+    published = [Message(b"k%d" % i, b'{"id":%d,"n":"x"}' % i, []) for i in range(5)]
+    dead = Message(b"d", b'{"task":"t","reason":"no date","record":{}}', [], "dead.letters")
+    sent = FilteredBatch(Batch(0, 6), [*published, dead], fetched=6, kept=5)
+
+    profile = published_profile(sent, 3)
+
+    assert profile.sampled_records == 3
+    assert profile.fields == {"id": {"integer": 3}, "n": {"string": 3}}
+    assert published_profile(sent, 100).fields == {"id": {"integer": 5}, "n": {"string": 5}}, "no dead letter"

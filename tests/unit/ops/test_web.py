@@ -766,3 +766,28 @@ def test_a_stored_request_waits_for_a_build_slot_only_for_what_is_left_of_its_de
     assert passed == 0.0, "a request past its deadline does not wait at all"
     assert soon is not None and 0.0 < soon <= 0.3
     assert cache.flights == {}
+
+
+def test_the_field_drift_cell_shows_the_newest_drift_and_marks_a_change():
+    drift = {
+        "run_id": "manual__1",
+        "status": "success",
+        "summary": "drift: retyped salary string→integer (40 sampled records)",
+        "sample_per_page": 20,
+        "new": [],
+        "missing": [],
+        "retyped": [{"field": "salary", "from": ["string"], "to": "integer", "sampled_records": 40}],
+    }
+    quiet = {**drift, "summary": "drift: none (40 sampled records)", "retyped": []}
+    report = {
+        **ONE_TASK,
+        "tasks": [{"task_id": "a", "drift": drift}, {"task_id": "b", "drift": quiet}, {"task_id": "c"}],
+    }
+
+    page = web.render_html(report)
+
+    changed, unchanged, never = (row["drift"] for row in cells(page))
+    assert changed.startswith('<span class="bad">drift: retyped salary string→integer (40 sampled records)</span>')
+    assert "manual__1 (success); 20 records sampled a page" in changed
+    assert unchanged.startswith("<span>drift: none (40 sampled records)</span>")
+    assert never == "-"
