@@ -209,7 +209,7 @@ class TransactionalPublisher(KafkaPublisher):
             return 0
         self._open = False
         try:
-            self.check_delivered(self.producer.flush(self.flush_timeout))
+            self.check_delivered(self.flush())
             self.check_held()
             self.producer.commit_transaction(self.flush_timeout)
         except DeliveryError:

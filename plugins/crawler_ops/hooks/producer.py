@@ -272,9 +272,22 @@ class KafkaPublisher:
         if not self._expected:
             return 0
         # Delivery reports are served here (and on a full queue above), not after every message.
-        remaining = self.producer.flush(self.flush_timeout)
+        remaining = self.flush()
         self.check_delivered(remaining)
         return self._to_topic
+
+    def flush(self) -> int:
+        """Serve the delivery reports, waiting up to the flush timeout; the number of messages still queued.
+
+        A fatal error (a transactional producer fenced by a newer one) raised while reports are being served reaches
+        confluent-kafka's delivery callback with the exception pending, and surfaces as a SystemError caused by it:
+        the KafkaException itself is raised instead, for the callers that handle it."""
+        try:
+            return self.producer.flush(self.flush_timeout)
+        except SystemError as exc:
+            if isinstance(exc.__cause__, KafkaException):
+                raise exc.__cause__ from None
+            raise
 
     @property
     def where(self) -> str:
