@@ -17,7 +17,7 @@ import msgspec
 
 from crawler_ops.filtering import DateRule, Verdict, Window, WindowTest
 from crawler_ops.results import DeadLetter
-from crawler_ops.shaping import HeaderMaker, MessageShape, as_shape, epoch_ms, hash_key
+from crawler_ops.shaping import MILLISECOND, NAIVE_EPOCH, HeaderMaker, MessageShape, as_shape, epoch_ms, hash_key
 
 Transform = Callable[[dict[str, Any]], Any]
 
@@ -202,7 +202,8 @@ def build_messages(
     moments: list[datetime | None] | None = [] if shape.record_time else None
     verdicts = WindowTest(rule, window, tz).verdicts(heads, moments)
     result = PageResult()
-    extra = HeaderMaker(shape, reader.fields, run or {})
+    maker = HeaderMaker(shape, reader.fields, run or {})
+    extra = maker.headers if maker else None
     keys = reader.key_indexes
     route = shape.topic
     route_at = [reader.fields.index(name) for name in route.names] if route is not None else []
@@ -214,13 +215,19 @@ def build_messages(
     # A date ahead of the clock is stamped with the clock: brokers refuse timestamps far ahead of theirs
     # (message.timestamp.after.max.ms, an hour by default), which would fail the batch at every attempt.
     latest = int(time.time() * 1000)
+    naive_epoch, ms, zone_offset = NAIVE_EPOCH, MILLISECOND, tz.utcoffset
     dates = moments if moments is not None else repeat(None)
     rows = zip(count(first_offset), records, heads, verdicts, dates, strict=False)
     for offset, record, head, (verdict, detail), moment in rows:
         if verdict is keep:
             key_text = head[index] if index >= 0 else shape.key_of([head[i] for i in keys])
-            more = extra.headers(head, offset) if extra else ()
-            timestamp = min(stamp(moment, tz), latest) if moment is not None else 0
+            more = extra(head, offset) if extra is not None else ()
+            if moment is None:
+                timestamp = 0
+            elif moment.tzinfo is None:  # :func:`epoch_ms` of a wall time, inline: it runs once per published record
+                timestamp = min((moment - naive_epoch) // ms - zone_offset(moment) // ms, latest)  # type: ignore[operator]
+            else:
+                timestamp = min(stamp(moment, tz), latest)
             topic = route.render([head[i] for i in route_at]) if route is not None else None
             if topic is not None:
                 if topic not in problems:
