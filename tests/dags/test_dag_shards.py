@@ -80,3 +80,32 @@ def test_a_config_folder_builds_the_dags_of_every_file(monkeypatch, tmp_path):
 
     assert bag.import_errors == {}
     assert {"crawl_jobs_beijing", "crawl_jobs_shanghai"} <= set(bag.dag_ids)
+
+
+def test_a_shard_file_validates_only_its_own_tasks_and_reports_only_its_own_errors(monkeypatch, tmp_path):
+    from crawler_ops.config import loading
+    from crawler_ops.factory.crawl import build_crawl_dags
+
+    tasks = [{"id": f"t{i:03d}", "kafka": {"topic": f"jobs.t{i:03d}"}} for i in range(40)]
+    tasks[3]["batch_size"] = 0  # invalid: reported by its own shard only
+    tasks.append({"id": "t005", "kafka": {"topic": "again"}})  # a duplicate id, keyed "t005@40"
+    config = tmp_path / "tasks.yaml"
+    config.write_text(yaml.safe_dump({"tasks": tasks}), encoding="utf-8")
+    monkeypatch.setenv("CRAWLER_OPS_CONFIG", str(config))
+    validated: list[str] = []
+    real = loading.validate_entry
+    monkeypatch.setattr(
+        loading, "validate_entry", lambda model, raw, *a: (validated.append(raw["id"]), real(model, raw, *a))[1]
+    )
+
+    built = {}
+    for index in range(1, 5):
+        validated.clear()
+        dags = build_crawl_dags(shard_file=f"crawl_dags_{index}_of_4.py")
+        mine = {t["id"] for t in tasks[:40] if shard_of(t["id"], 4) == index - 1}
+        assert set(validated) == mine, "only the shard's own tasks are validated"
+        built[index] = set(dags)
+    every = [dag_id for ids in built.values() for dag_id in ids]
+    assert len(every) == len(set(every)), "each DAG in one file"
+    assert {f"crawl_t{i:03d}" for i in range(40)} - {"crawl_t003"} <= set(every)
+    assert sum(any("t003" in d for d in ids) for ids in built.values()) == 1, "the invalid task's DAG in one shard"

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -115,9 +115,11 @@ def validate_entries(
     kind: str,
     origin: str,
     check_imports: bool = False,
+    keep: Callable[[str], bool] | None = None,
 ) -> tuple[list[D], dict[str, str]]:
     """Validate each entry of a config list on its own; errors are keyed by the entry's ``key`` value. With
-    ``check_imports``, the modules of transforms and functions must be found on the Python path."""
+    ``check_imports``, the modules of transforms and functions must be found on the Python path. With ``keep``,
+    only the entries (and errors) whose label it keeps: the others are neither validated nor reported."""
     if not isinstance(entries, list):
         raise ConfigError(f"{origin}: '{kind}s' must be a list")
     valid: list[D] = []
@@ -126,9 +128,12 @@ def validate_entries(
     for index, raw in enumerate(entries):
         label = str(raw.get(key)) if isinstance(raw, Mapping) and raw.get(key) else f"#{index}"
         if label in seen:
-            errors[f"{label}@{index}"] = f"{origin}: {kind} '{label}': duplicate {key} ({kind} #{index})"
+            if keep is None or keep(f"{label}@{index}"):
+                errors[f"{label}@{index}"] = f"{origin}: {kind} '{label}': duplicate {key} ({kind} #{index})"
             continue
         seen.add(label)
+        if keep is not None and not keep(label):
+            continue
         if not isinstance(raw, Mapping):
             errors[label] = f"{origin}: {kind} '{label}': must be a mapping"
             continue
@@ -140,9 +145,13 @@ def validate_entries(
     return valid, errors
 
 
-def parse_config(document: Any, origin: str = "<config>", check_imports: bool = False) -> LoadedConfig:
+def parse_config(
+    document: Any, origin: str = "<config>", check_imports: bool = False, keep_task: Callable[[str], bool] | None = None
+) -> LoadedConfig:
     """Validate a parsed YAML document; per-entry problems go to ``errors`` / ``executor_errors``. With
-    ``check_imports`` (at DAG parse time), a transform or function whose module cannot be found is one."""
+    ``check_imports`` (at DAG parse time), a transform or function whose module cannot be found is one. With
+    ``keep_task`` (a crawl DAG file building its shard), only the crawl tasks it keeps (by id or label) are
+    validated, and no executor."""
     expected = tuple(TOP_LEVEL)
     if not isinstance(document, Mapping):
         raise ConfigError(f"{origin}: the top level must be a mapping with {', '.join(map(repr, expected))}")
@@ -154,10 +163,10 @@ def parse_config(document: Any, origin: str = "<config>", check_imports: bool = 
         raise ConfigError(f"{origin}: 'defaults' must be a mapping")
     crawl_defaults = {key: value for key, value in defaults.items() if key != EXECUTOR_DEFAULTS}
     tasks, errors = validate_entries(
-        document.get("tasks") or [], CrawlTaskConfig, "id", crawl_defaults, "task", origin, check_imports
+        document.get("tasks") or [], CrawlTaskConfig, "id", crawl_defaults, "task", origin, check_imports, keep_task
     )
     executors, executor_errors = validate_entries(
-        document.get("executors") or [],
+        [] if keep_task is not None else document.get("executors") or [],
         ExecutorTaskConfig,
         "name",
         executor_defaults(defaults, origin),
@@ -199,20 +208,23 @@ def parse_maintenance(
         return None, f"{origin}: maintenance: {describe(exc)}"
 
 
-def load_config(path: Path | None = None, check_imports: bool = False) -> LoadedConfig:
+def load_config(
+    path: Path | None = None, check_imports: bool = False, keep_task: Callable[[str], bool] | None = None
+) -> LoadedConfig:
     """Read and validate the config at ``path`` (default: ``$CRAWLER_OPS_CONFIG`` or the repo sample): one YAML
     file, or a folder whose ``*.yaml`` / ``*.yml`` files are read in name order, each with its own ``defaults``.
     With ``check_imports`` (DAG parsing only), also that each transform's and function's module exists, which
     imports their parent packages; without it (the status view in the api-server, the CLI) only names are read and
-    nothing the config names is imported."""
+    nothing the config names is imported. ``keep_task``: see :func:`parse_config`."""
     path = path or config_path()
     if not path.is_dir():
-        return parse_config(read_document(path), str(path), check_imports)
+        return parse_config(read_document(path), str(path), check_imports, keep_task)
     files = sorted(p for p in path.iterdir() if p.suffix in (".yaml", ".yml") and p.is_file())
     if not files:
         raise ConfigError(f"the config folder {path} holds no .yaml file; set {CONFIG_ENV} to a file or a folder")
     documents = [(str(f), read_document(f)) for f in files]
-    return merge_configs([(origin, parse_config(doc, origin, check_imports), doc) for origin, doc in documents])
+    parts = [(origin, parse_config(doc, origin, check_imports, keep_task), doc) for origin, doc in documents]
+    return merge_configs(parts)
 
 
 def read_document(path: Path) -> Any:

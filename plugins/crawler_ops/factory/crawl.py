@@ -7,7 +7,7 @@ from airflow.sdk import DAG
 from crawler_ops.config import CrawlTaskConfig, LoadedConfig, load_config
 from crawler_ops.crawl.run import RunParams
 from crawler_ops.factory.common import TAGS, build_dags, dag_settings, timetable_for
-from crawler_ops.factory.shards import file_shard, in_shard
+from crawler_ops.factory.shards import file_shard, in_shard, shard_of
 from crawler_ops.operators.crawl import (
     ANNOUNCE,
     COMMIT,
@@ -59,10 +59,12 @@ def build_crawl_dag(cfg: CrawlTaskConfig) -> DAG:
 def build_crawl_dags(loaded: LoadedConfig | None = None, shard_file: str | None = None) -> dict[str, DAG]:
     """The crawl DAGs ``crawl_<id>`` of the config: all of them, or those of the shard a DAG file named
     ``crawl_dags_<i>_of_<n>.py`` stands for (:mod:`.shards`)."""
-    loaded = loaded or load_config(check_imports=True)
-    tasks, errors = loaded.tasks, loaded.errors
-    if shard_file is not None:
-        index, count = file_shard(shard_file)
-        tasks = tuple(in_shard({t.id: t for t in tasks}, index, count).values())
-        errors = in_shard(errors, index, count)
-    return build_dags(tasks, errors, build_crawl_dag, "crawl_")
+    if shard_file is None:
+        loaded = loaded or load_config(check_imports=True)
+        return build_dags(loaded.tasks, loaded.errors, build_crawl_dag, "crawl_")
+    index, count = file_shard(shard_file)
+    # A shard file validates its own tasks only: validating every task of a large config in each file cost more
+    # than building the shard's DAGs.
+    loaded = loaded or load_config(check_imports=True, keep_task=lambda label: shard_of(label, count) == index)
+    tasks = tuple(in_shard({t.id: t for t in loaded.tasks}, index, count).values())
+    return build_dags(tasks, in_shard(loaded.errors, index, count), build_crawl_dag, "crawl_")
