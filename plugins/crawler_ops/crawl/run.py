@@ -23,6 +23,10 @@ if TYPE_CHECKING:
     from crawler_ops.hooks.topics import TaskTopics
 
 
+# The JSON-schema dialect of the crawl DAGs' Params (:meth:`RunParams.airflow_params`).
+DIALECT = {"$schema": "http://json-schema.org/draft-07/schema#"}
+
+
 def run_param(
     default: Any,
     description: str,
@@ -97,9 +101,14 @@ class RunParams:
 
     @classmethod
     def airflow_params(cls) -> dict[str, Param]:
-        """The crawl DAG's Params: the trigger form, and the JSON schema Airflow checks a run's conf against."""
+        """The crawl DAG's Params: the trigger form, and the JSON schema Airflow checks a run's conf against.
+
+        Each schema names its dialect, draft-07: Airflow checks a Param's schema against its dialect's meta-schema
+        whenever it resolves the Param, about 72 times a DAG when the DAG processor serializes it, and draft-07's
+        meta-schema is checked in less than half the time of the default (2020-12), which it would otherwise be."""
         return {
-            f.name: Param(f.default, description=f.metadata["description"], **f.metadata["schema"]) for f in fields(cls)
+            f.name: Param(f.default, description=f.metadata["description"], **{**DIALECT, **f.metadata["schema"]})
+            for f in fields(cls)
         }
 
     @classmethod

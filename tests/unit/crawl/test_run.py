@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from crawler_ops.config import CrawlTaskConfig
-from crawler_ops.crawl.run import RunContext, RunParams
+from crawler_ops.crawl.run import DIALECT, RunContext, RunParams
 from crawler_ops.errors import ConfigError
 from crawler_ops.filtering import Verdict
 
@@ -93,7 +93,8 @@ def test_the_dag_params_are_the_runparams_fields_with_their_defaults_and_schema(
 
     assert tuple(params) == RunParams.names() == tuple(f.name for f in fields(RunParams))
     assert RunParams.from_params({name: param.value for name, param in params.items()}, "unit") == RunParams()
-    assert params["max_batches"].schema == {"type": ["null", "integer"], "minimum": 1}
+    assert params["max_batches"].schema == {"type": ["null", "integer"], "minimum": 1, **DIALECT}
+    assert all(param.schema["$schema"] == "http://json-schema.org/draft-07/schema#" for param in params.values())
     assert all(param.description for param in params.values())
 
 
