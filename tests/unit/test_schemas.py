@@ -148,3 +148,32 @@ def test_avro_names_are_valid_distinct_and_map_back(names):
     mapping = avro_names(names)
     assert sorted(mapping.values()) == sorted(names)
     assert all(AVRO_NAME.fullmatch(n) for n in mapping)
+
+
+def renamed(value: Any, avro_type: Any) -> Any:
+    """``value`` with the keys of its records renamed to the Avro names of ``avro_type`` (None fills absent ones)."""
+    for branch in avro_type if isinstance(avro_type, list) else [avro_type]:
+        if not avro_valid(value, branch):
+            continue
+        name = branch["type"] if isinstance(branch, dict) else branch
+        if name == "record":
+            return {f["name"]: renamed(value.get(f.get("doc", f["name"])), f["type"]) for f in branch["fields"]}
+        if name == "array":
+            return [renamed(v, branch["items"]) for v in value]
+        return value
+    raise AssertionError(f"{value!r} fits no branch of {avro_type!r}")
+
+
+@PROPERTY
+@given(records)
+def test_records_encoded_with_fastavro_decode_back_equal(samples):
+    fastavro = pytest.importorskip("fastavro")
+    import io
+
+    schema = avro_schema(samples)
+    parsed = fastavro.parse_schema(schema)
+    expected = [renamed(record, schema) for record in samples]
+    buffer = io.BytesIO()
+    fastavro.writer(buffer, parsed, expected)
+    buffer.seek(0)
+    assert list(fastavro.reader(buffer)) == expected
