@@ -1,0 +1,242 @@
+"""Pure schema inference: a JSON Schema (draft-07) and an Avro record schema from sample records.
+
+Types read from the samples: text is ``string``, integers ``long``, other numbers ``double``, ``true``/``false``
+``boolean``, ``None`` ``null``; a dict is a nested object (a nested Avro record), a list an array of the union of
+its items. A field seen with more than one type is a union; a field absent from some samples, or ``None`` in
+some, is optional: left out of ``required`` in the JSON Schema, ``["null", ...]`` with default null in Avro.
+
+Avro names must match ``[A-Za-z_][A-Za-z0-9_]*``. A field name that already does (``Collect_time``) is kept
+as it is. Otherwise every character outside ``[A-Za-z0-9_]`` becomes ``_u`` and its code point in 4 hex digits
+(more for code points above FFFF), and a leading digit gets a ``_`` in front: ``时间`` is ``_u65f6_u95f4``,
+``page-size`` is ``page_u002dsize``, ``1st`` is ``_1st``. The rule is one to one for names without ``_u``
+in them; a clash (a record holding both ``a-b`` and ``a_u002db``) gets ``_2``, ``_3`` ... after the later
+name. The original name is the Avro field's ``doc`` and the mapping, Avro name to original name, is returned
+by ``avro_names``, so a producer renames keys with it before encoding.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+JSON_SCHEMA_DRAFT = "http://json-schema.org/draft-07/schema#"
+_AVRO_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_AVRO_CHAR = re.compile(r"[A-Za-z0-9_]")
+# Order of the branches of a union: null first, so default null is valid Avro.
+_ORDER = ("null", "boolean", "long", "double", "string", "array", "object")
+
+
+def kind(value: object) -> str:
+    """The inferred type name of one value: null, boolean, long, double, string, array or object."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, int):
+        return "long"
+    if isinstance(value, float):
+        return "double"
+    if isinstance(value, str):
+        return "string"
+    if isinstance(value, (list, tuple)):
+        return "array"
+    if isinstance(value, Mapping):
+        return "object"
+    raise TypeError(f"no schema type for a value of type {type(value).__name__}")
+
+
+def avro_name(name: str) -> str:
+    """The Avro name of a field name, by the rule of this module (without the clash suffix)."""
+    if _AVRO_NAME.fullmatch(name):
+        return name
+    text = "".join(c if _AVRO_CHAR.fullmatch(c) else f"_u{ord(c):04x}" for c in name)
+    return text if text and not text[0].isdigit() else f"_{text}"
+
+
+def avro_names(names: Iterable[str]) -> dict[str, str]:
+    """Avro name -> original name for the field names of one record, clashes numbered ``_2``, ``_3`` ..."""
+    mapping: dict[str, str] = {}
+    for name in names:
+        base = candidate = avro_name(name)
+        number = 1
+        while candidate in mapping:
+            number += 1
+            candidate = f"{base}_{number}"
+        mapping[candidate] = name
+    return mapping
+
+
+class _Shape:
+    """What the samples show at one position: the kinds seen, the fields of objects, the items of arrays."""
+
+    def __init__(self) -> None:
+        self.kinds: set[str] = set()
+        self.fields: dict[str, _Shape] = {}
+        self.seen: dict[str, int] = {}
+        self.objects = 0
+        self.items: _Shape | None = None
+
+    def add(self, value: object) -> None:
+        k = kind(value)
+        self.kinds.add(k)
+        if k == "object":
+            self.objects += 1
+            for name, inner in value.items():  # type: ignore[attr-defined]
+                self.fields.setdefault(str(name), _Shape()).add(inner)
+                self.seen[str(name)] = self.seen.get(str(name), 0) + 1
+        elif k == "array":
+            self.items = self.items or _Shape()
+            for inner in value:  # type: ignore[attr-defined]
+                self.items.add(inner)
+
+    def optional(self, name: str) -> bool:
+        return self.seen[name] < self.objects or "null" in self.fields[name].kinds
+
+
+def _shape(records: Iterable[Mapping[str, Any]]) -> _Shape:
+    shape = _Shape()
+    for record in records:
+        if not isinstance(record, Mapping):
+            raise TypeError("a sample record must be a dict")
+        shape.add(record)
+    if not shape.objects:
+        raise ValueError("no sample records to infer a schema from")
+    return shape
+
+
+def json_schema(records: Iterable[Mapping[str, Any]], title: str = "record") -> dict[str, Any]:
+    """A draft-07 JSON Schema that every one of ``records`` is valid against."""
+    schema = _json(_shape(records))
+    return {"$schema": JSON_SCHEMA_DRAFT, "title": title, **schema}
+
+
+def _json(shape: _Shape) -> dict[str, Any]:
+    branches = []
+    for k in sorted(shape.kinds, key=_ORDER.index):
+        if k == "object":
+            required = sorted(n for n in shape.fields if shape.seen[n] == shape.objects)
+            branch: dict[str, Any] = {
+                "type": "object",
+                "properties": {n: _json(inner) for n, inner in shape.fields.items()},
+            }
+            if required:
+                branch["required"] = required
+        elif k == "array":
+            branch = {"type": "array", "items": _json(shape.items) if shape.items and shape.items.kinds else {}}
+        else:
+            branch = {"type": {"long": "integer", "double": "number"}.get(k, k)}
+        branches.append(branch)
+    if not branches:
+        return {}
+    if len(branches) == 1:
+        return branches[0]
+    if all(set(b) == {"type"} for b in branches):
+        types = [b["type"] for b in branches]
+        # An integer is a number too: integer+number is just number.
+        if "number" in types and "integer" in types:
+            types.remove("integer")
+        return {"type": types if len(types) > 1 else types[0]}
+    return {"anyOf": branches}
+
+
+def avro_schema(
+    records: Iterable[Mapping[str, Any]], name: str = "Record", namespace: str = "crawler_ops"
+) -> dict[str, Any]:
+    """An Avro record schema for ``records``; nested objects are nested records named after their path."""
+    schema = _avro_record(_shape(records), avro_name(name), set())
+    schema["namespace"] = namespace
+    return schema
+
+
+def _avro_record(shape: _Shape, name: str, taken: set[str]) -> dict[str, Any]:
+    taken.add(name)
+    fields = []
+    for field_name, original in avro_names(shape.fields).items():
+        inner = shape.fields[original]
+        kinds = set(inner.kinds)
+        if shape.optional(original):
+            kinds.add("null")
+        field: dict[str, Any] = {"name": field_name, "type": _avro_type(inner, kinds, f"{name}_{field_name}", taken)}
+        if "null" in kinds:
+            field["default"] = None
+        if field_name != original:
+            field["doc"] = original
+        fields.append(field)
+    return {"type": "record", "name": name, "fields": fields}
+
+
+def _avro_type(shape: _Shape, kinds: set[str], name: str, taken: set[str]) -> Any:
+    branches: list[Any] = []
+    for k in sorted(kinds, key=_ORDER.index):
+        if k == "object":
+            record_name = name
+            while record_name in taken:
+                record_name += "_"
+            branches.append(_avro_record(shape, record_name, taken))
+        elif k == "array":
+            items = shape.items
+            item_type = _avro_type(items, set(items.kinds), f"{name}_item", taken) if items and items.kinds else "null"
+            branches.append({"type": "array", "items": item_type})
+        else:
+            branches.append(k)
+    if not branches:
+        return "null"
+    return branches[0] if len(branches) == 1 else branches
+
+
+def incompatible_fields(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[str]:
+    """Why ``new`` (an Avro record schema) cannot read data written with ``old``: one sentence a field.
+
+    BACKWARD: a consumer on the new schema reads old records. It breaks when the new schema adds a field
+    without a default, or changes a field's type to one old values cannot be promoted to.
+    """
+    problems: list[str] = []
+    _compare(old, new, "", problems)
+    return problems
+
+
+_PROMOTIONS = {("long", "double"), ("long", "float"), ("int", "long"), ("int", "double"), ("float", "double")}
+
+
+def _branches(avro_type: Any) -> list[Any]:
+    return list(avro_type) if isinstance(avro_type, list) else [avro_type]
+
+
+def _type_name(avro_type: Any) -> str:
+    return avro_type["type"] if isinstance(avro_type, dict) else str(avro_type)
+
+
+def _compare(old: Mapping[str, Any], new: Mapping[str, Any], prefix: str, problems: list[str]) -> None:
+    old_fields = {f["name"]: f for f in old.get("fields", [])}
+    for field in new.get("fields", []):
+        path = prefix + field["name"]
+        before = old_fields.get(field["name"])
+        if before is None:
+            if "default" not in field:
+                problems.append(f"{path} is new and has no default, so records written before it cannot be read")
+            continue
+        for branch in _branches(before["type"]):
+            match = _reader_branch(branch, _branches(field["type"]))
+            if match is None:
+                problems.append(
+                    f"{path} was {_type_name(branch)} and is now {_describe(field['type'])}, "
+                    f"which cannot hold an old {_type_name(branch)} value"
+                )
+            elif _type_name(branch) == "record":
+                _compare(branch, match, path + ".", problems)
+
+
+def _reader_branch(writer: Any, readers: list[Any]) -> Any:
+    name = _type_name(writer)
+    for reader in readers:
+        reader_name = _type_name(reader)
+        if reader_name == name or (name, reader_name) in _PROMOTIONS:
+            if name == "array" and _type_name(reader["items"]) != _type_name(writer["items"]):
+                continue
+            return reader
+    return None
+
+
+def _describe(avro_type: Any) -> str:
+    return " or ".join(_type_name(b) for b in _branches(avro_type))
