@@ -17,20 +17,14 @@ import argparse
 import sys
 import time
 from collections.abc import Callable
-from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(REPO / "plugins"), str(REPO / "dev")]
 
-import msgspec  # noqa: E402
-
-from crawler_ops.config import SourceConfig  # noqa: E402
+from crawlbench.demo_pages import demo_pages  # noqa: E402
 from crawler_ops.drift import SAMPLE_PER_PAGE, profile_values  # noqa: E402
-from crawler_ops.filtering import DateRule, Window  # noqa: E402
-from crawler_ops.hooks.source import SourceApiHook  # noqa: E402
-from crawler_ops.records import build_messages, head_fields  # noqa: E402
-from demo_source.data import TaskConfig, make_page  # noqa: E402
+from crawler_ops.records import build_messages  # noqa: E402
 
 PAGES, PAGE = 40, 500
 
@@ -49,18 +43,9 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=9)
     parser.add_argument("--sample", type=int, default=SAMPLE_PER_PAGE, help="records profiled per page")
     args = parser.parse_args()
-    ref = datetime(2026, 11, 20, tzinfo=UTC)
-    cfg = TaskConfig(total0=PAGES * PAGE * 2, seed=7, ref=ref, in_window_share=1.0, task_id="jobs")
-    rule = DateRule(("aae397", "Collect_time"), "Asia/Shanghai")
-    window = Window.since(ref, days=3650, now=ref, tolerance=timedelta(hours=24))
-    hook = SourceApiHook(SourceConfig(), "t", "t", head_fields(rule.fields, "id"))
-    encode = msgspec.json.Encoder().encode
-    pages = [
-        hook.read_page(encode({"data": {"data": make_page(cfg, lo, lo + PAGE)}})) for lo in range(0, PAGES * PAGE, PAGE)
-    ]
-    records = PAGES * PAGE
-    size = sum(len(record) for page in pages for record in page) / records
-    headers = [("crawl_task", b"jobs"), ("run_id", b"r")]
+    demo = demo_pages(PAGES, PAGE)
+    pages, rule, window, headers = demo.pages, demo.rule, demo.window, demo.headers
+    records, size = demo.records, demo.record_bytes
     published = [[m.value for m in build_messages(p, 0, rule, window, "id", headers).messages] for p in pages]
     assert sum(map(len, published)) == records
 

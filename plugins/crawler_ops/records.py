@@ -17,7 +17,7 @@ import msgspec
 
 from crawler_ops.filtering import DateRule, Verdict, Window, WindowTest
 from crawler_ops.results import DeadLetter
-from crawler_ops.shaping import MILLISECOND, NAIVE_EPOCH, HeaderMaker, MessageShape, as_shape, epoch_ms, hash_key
+from crawler_ops.shaping import MILLISECOND, NAIVE_EPOCH, HeaderMaker, MessageShape, as_shape, epoch_ms
 
 Transform = Callable[[dict[str, Any]], Any]
 
@@ -58,11 +58,7 @@ _utf8_decode = codecs.utf_8_decode
 
 def record_key(record: Mapping[str, Any], key_field: str | None) -> bytes:
     """The configured id field's value, else a SHA-256 of the record's canonical JSON (stable across runs)."""
-    if key_field:
-        value = record.get(key_field)
-        if value not in (None, ""):
-            return str(value).encode()
-    return hash_key(record)
+    return MessageShape.field(key_field).record_key(record)
 
 
 @dataclass
@@ -316,7 +312,6 @@ class HeadReader:
         shape = as_shape(key)
         self.fields = head_fields(date_fields, shape)
         self.key_indexes = tuple(self.fields.index(name) for name in (shape.key.names if shape.key else ()))
-        self.key_index = self.key_indexes[0] if self.key_indexes else 0
         self.decode = head_decoder(self.fields).decode
         # The head of a record nested too deeply to read here, or whose fields do not decode (invalid UTF-8): no field
         # found (so no date), told apart by identity.
