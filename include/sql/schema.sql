@@ -1,4 +1,5 @@
--- crawler_ops progress store. Idempotent: run at the start of every plan task.
+-- crawler_ops progress store. Idempotent DDL, applied by create_schema (crawler_ops.hooks.db) when the schema's comment
+-- does not name this file's SHA-256 (any edit here is applied by the next plan).
 CREATE SCHEMA IF NOT EXISTS crawler_ops;
 
 -- One row per crawl task: the watermark (every offset below it is done) and the status fields the status view shows.

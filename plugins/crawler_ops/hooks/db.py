@@ -10,12 +10,14 @@ caller decides what commits together.
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any, cast
 
 import psycopg
 from airflow.providers.postgres.hooks.postgres import PostgresHook
+from psycopg import sql
 
 from crawler_ops.errors import StatusTableError
 from crawler_ops.hooks.bounded import ACTIVE, BoundedSessions
@@ -39,10 +41,30 @@ def fetch_rows(cur: Cursor, statement: str, params: dict[str, Any]) -> list[dict
     return [dict(zip(names, row, strict=True)) for row in rows]
 
 
+def schema_stamp() -> str:
+    """The comment ``create_schema`` leaves on the schema: the SHA-256 of the schema.sql it applied."""
+    return "crawler_ops schema " + hashlib.sha256(read_sql("schema").encode()).hexdigest()
+
+
 def create_schema(cur: Cursor) -> None:
-    """Create or upgrade the ``crawler_ops`` schema (idempotent; concurrent callers wait for each other)."""
+    """Create or upgrade the ``crawler_ops`` schema (idempotent; concurrent callers wait for each other).
+
+    A schema stamped with this schema.sql is left alone without any lock: re-running the DDL would lock its tables
+    (``CREATE INDEX IF NOT EXISTS`` takes a SHARE lock even when the index exists) and could deadlock with runs
+    writing those tables."""
+    stamp = schema_stamp()
+    if _stamp(cur) == stamp:
+        return
     cur.execute(read_sql("lock_schema"))
+    if _stamp(cur) == stamp:
+        return
     cur.execute(read_sql("schema"))
+    cur.execute(sql.SQL("COMMENT ON SCHEMA crawler_ops IS {}").format(sql.Literal(stamp)))
+
+
+def _stamp(cur: Cursor) -> str | None:
+    row = cur.execute(read_sql("view/schema_version")).fetchone()
+    return None if row is None else row[0]
 
 
 def row_connection(
