@@ -176,6 +176,26 @@ def test_the_sample_config_dags_import_without_errors(monkeypatch):
     assert set(bag.dag_ids) == SAMPLE_DAG_IDS
 
 
+def test_each_step_of_a_crawl_dag_sees_the_dag_params_merged_with_the_run_conf(monkeypatch):
+    from airflow.sdk.definitions.param import ParamValidationError, process_params
+    from airflow.serialization.serialized_objects import DagSerialization
+
+    from crawler_ops.crawl.run import RunParams
+
+    dag = load_bag(monkeypatch, SAMPLE).dags["crawl_jobs_beijing"]
+    defaults = {name: getattr(RunParams(), name) for name in RunParams.names()}
+    served = DagSerialization.from_dict(DagSerialization.to_dict(dag))
+    assert served.params.dump() == defaults, "the trigger form and the scheduler read the DAG's Params"
+    for step in dag.tasks:
+        assert not step.params, f"{step.task_id} carries no copy of the DAG's Params (serializing would resolve it)"
+        assert process_params(dag, step, None, suppress_exception=False) == defaults
+        with pytest.raises(ParamValidationError, match="max_batches"):
+            process_params(dag, step, {"max_batches": 0}, suppress_exception=False)
+    # (Airflow keeps a run's conf in the Param objects it resolved: the process of one run's task ends with it.)
+    conf = {"reset": True, "max_batches": 3}
+    assert process_params(dag, dag.get_task("commit"), conf, suppress_exception=False) == {**defaults, **conf}
+
+
 @pytest.mark.parametrize(
     ("dag_id", "timetable"),
     [

@@ -22,6 +22,9 @@ from crawler_ops.errors import ConfigError
 
 CONFIG_ENV = "CRAWLER_OPS_CONFIG"
 DEFAULT_CONFIG = Path(__file__).resolve().parents[3] / "include" / "crawler_tasks.yaml"
+# libyaml's safe loader reads the same documents to the same values as PyYAML's own, about ten times faster: every DAG
+# file reads the whole config each time the DAG processor parses it.
+SAFE_LOADER: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 M = TypeVar("M", bound=BaseModel)
 D = TypeVar("D", bound=DagSettings)
@@ -229,11 +232,17 @@ def load_config(
 
 def read_document(path: Path) -> Any:
     try:
-        return yaml.safe_load(path.read_text(encoding="utf-8"))
+        text = path.read_text(encoding="utf-8")
     except OSError as exc:
         raise ConfigError(f"cannot read crawler config {path}: {exc}; set {CONFIG_ENV}") from exc
     except UnicodeDecodeError as exc:
         raise ConfigError(f"{path} is not UTF-8 text ({exc}); save it as UTF-8") from exc
+    try:
+        return yaml.load(text, Loader=SAFE_LOADER)
+    except yaml.YAMLError:
+        pass
+    try:  # PyYAML's own loader says the same, and quotes the offending lines
+        return yaml.load(text, Loader=yaml.SafeLoader)
     except yaml.YAMLError as exc:
         raise ConfigError(f"{path} is not valid YAML: {exc}") from exc
 
