@@ -87,6 +87,49 @@ def latency_table(suites: Sequence[Suite]) -> str:
     return "\n".join(rows)
 
 
+# The crawl's targets: (source latency ms, what the crawl span is held against, the least ratio). Each is measured in
+# the same suite as the span, so the ratio holds however loaded the machine was.
+TARGETS = (
+    (0.0, "min(source drain, sink limit)", 0.8),
+    (50.0, "old loop (no sleep)", 5.0),
+    (50.0, "limit", 0.8),
+    (200.0, "limit", 0.8),
+)
+
+
+def target_basis(suite: Suite, against: str) -> float | None:
+    """The rate the crawl span of ``suite`` is held against (None when the suite did not measure it)."""
+    if against == "limit":
+        limit, _ = suite.limit()
+        return None if math.isnan(limit) else limit
+    if against.startswith("old loop"):
+        old = suite.variant("old algorithm (no sleep")
+        return old.rate if old else None
+    bounds = [v.rate for v in (suite.variant("source drain"), suite.variant("sink limit")) if v]
+    return min(bounds) if bounds else None
+
+
+def targets_table(suites: Sequence[Suite]) -> str:
+    """Each target against the measurement of the suite at its latency (first suite of each latency)."""
+    rows = [
+        "| source latency ms | crawl span rec/s | held against | its rec/s | ratio | target | met |",
+        "|---:|---:|---|---:|---:|---:|---|",
+    ]
+    for latency, against, least in TARGETS:
+        suite = next((x for x in suites if x.latency_ms == latency), None)
+        span = suite.variant("project: crawl") if suite else None
+        basis = target_basis(suite, against) if suite else None
+        if suite is None or span is None or not basis:
+            rows.append(f"| {latency:g} | - | {against} | - | - | ≥ {least:g} | not measured |")
+            continue
+        ratio = span.rate / basis
+        rows.append(
+            f"| {latency:g} | {fmt(span.rate)} | {against} | {fmt(basis)} | {ratio:.2f} | ≥ {least:g} "
+            f"| {'yes' if ratio >= least else 'NO'} |"
+        )
+    return "\n".join(rows)
+
+
 def pages_table(suite: Suite) -> str:
     """Pages fetched on the first crawl against ceil(in_window / batch) + max_expired_batches."""
     ds = suite.dataset
@@ -263,6 +306,7 @@ def render(suites: Sequence[Suite], header: str) -> str:
     by_latency = [x for x in suites if x.dataset["total"] == suites[0].dataset["total"]]
     if len(by_latency) > 1:
         parts += [f"\n## latency profile, total {suites[0].dataset['total']:,}\n", latency_table(by_latency)]
+    parts += ["\n## targets (ratios within this run)\n", targets_table(suites)]
     growth = [x for x in suites if x.latency_ms == suites[0].latency_ms]
     if len(growth) > 1:
         parts += [f"\n## growth with the total (source latency {suites[0].latency_ms:g} ms)\n", growth_table(growth)]
