@@ -43,6 +43,7 @@ from pathlib import Path
 from typing import Any
 
 from crawlbench.common import REF, RESULTS_DIR, SOURCE_MAX_LIMIT, BenchError
+from crawlbench.cores import source_on_own_core
 from crawlbench.environment import Stack, load_stack
 from crawlbench.limits import (
     fetch_window_pages,
@@ -86,6 +87,11 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         "--profile",
         action="store_true",
         help="run each dags test under py-spy and report the top of the chunk's profile",
+    )
+    parser.add_argument(
+        "--pin-source",
+        action="store_true",
+        help="the demo source on a core of its own, the crawler on the others (the crawler's own ceiling)",
     )
     parser.add_argument("--scheduler", action="store_true", help="also run the DAG under a real scheduler (optional)")
     parser.add_argument(
@@ -263,13 +269,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
         out_dir = RESULTS_DIR / stamp
         suites: list[Suite] = []
-        for total, latency_ms in plan_suites(args):
-            base = next((x for x in suites if x.dataset["total"] == total), None)
-            suites.append(run_suite(stack, args, total, latency_ms, base, out_dir, say))
+        with source_on_own_core(args.pin_source) as pinned:
+            for total, latency_ms in plan_suites(args):
+                base = next((x for x in suites if x.dataset["total"] == total), None)
+                suites.append(run_suite(stack, args, total, latency_ms, base, out_dir, say))
     except BenchError as exc:
         print(f"crawl_bench: error: {exc}", file=sys.stderr)
         return 2
-    markdown = render(suites, header_text(stack, load_before))
+    markdown = render(suites, "\n".join(filter(None, [header_text(stack, load_before), pinned])))
     print(markdown)
     json_path = RESULTS_DIR / f"{stamp}.json"
     write_json(json_path, args, suites, markdown)
