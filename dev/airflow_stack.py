@@ -17,6 +17,7 @@ from pathlib import Path
 import celery_stack
 from pg_server import write_private
 from postgres_stack import ensure_database, metadata_db_uri
+from registry_server import registry_url
 from stack_common import (
     LOGS,
     REPO,
@@ -80,6 +81,8 @@ def stack_env(ports: Ports, postgres_uri: str, bootstrap: str | None = None) -> 
         "CRAWLER_OPS_SOURCE_ADMIN_TOKEN": source_token(),
         "CRAWLER_OPS_KAFKA_BOOTSTRAP": bootstrap or f"127.0.0.1:{ports.kafka}",
         "CRAWLER_OPS_PG_URI": postgres_uri,
+        # the Schema Registry's Confluent-compatible API
+        "CRAWLER_OPS_REGISTRY_URL": registry_url(ports.registry),
     }
 
 

@@ -11,7 +11,7 @@ import time
 import uuid
 from pathlib import Path
 
-from stack_common import REPO, STACK, Ports, StackError, log, port_open, running_pid, spawn, stop_pid, wait_until
+from stack_common import REPO, STACK, Ports, StackError, log, port_open, reused, spawn, wait_until
 
 KAFKA_DIR = REPO / "dev" / "kafka"
 
@@ -111,13 +111,8 @@ def format_kafka_storage(jvm: list[str], data: Path, props: Path, cluster_id: st
 
 
 def start_kafka(ports: Ports) -> None:
-    pid = running_pid("kafka")
-    if pid is not None and kafka_ready(ports.kafka):
-        log(f"kafka: already running (pid {pid}) on 127.0.0.1:{ports.kafka}")
+    if reused("kafka", lambda: kafka_ready(ports.kafka), f"127.0.0.1:{ports.kafka}"):
         return
-    if pid is not None:
-        log(f"kafka: pid {pid} runs but does not answer; restarting it")
-        stop_pid("kafka", pid)
     java, classpath = java_cmd(), kafka_classpath()
     data = STACK / "kafka" / "data"
     props = write_kafka_properties(

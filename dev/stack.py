@@ -1,4 +1,5 @@
-"""Start, stop and inspect the local stack: Kafka (KRaft), PostgreSQL, the demo source API, Airflow's DB.
+"""Start, stop and inspect the local stack: Kafka (KRaft), PostgreSQL, the demo source API, a Schema Registry,
+Airflow's DB.
 
 Usage (from the repo root, with the project venv)::
 
@@ -41,6 +42,7 @@ from kafka_cluster import start_kafka_cluster, stop_kafka_cluster
 from kafka_server import kafka_ready, start_kafka
 from pg_server import write_private
 from postgres_stack import PG_DATABASE, ensure_database, pg_ready, start_postgres, stop_postgres, with_database
+from registry_server import registry_ready, start_registry
 from source_server import start_source
 from stack_common import (
     DEFAULT_PORTS,
@@ -70,6 +72,7 @@ from stack_common import (
 #   kafka_server    the Kafka jars, a KRaft node's properties and storage, the single broker
 #   kafka_cluster   an N-node KRaft cluster (also a command of its own)
 #   source_server   the demo source API
+#   registry_server the Schema Registry (Apicurio, Confluent-compatible API), built once with Maven
 #   airflow_stack   Airflow's environment, secrets, login, DB migration and services (Local or Celery executor)
 # Names that the tests and bench/ read as ``stack.<name>`` are imported here for them (see __all__); patch a
 # name in the module that defines it.
@@ -116,6 +119,7 @@ def up(kafka_brokers: int | None = None) -> dict[str, str]:
         start_kafka(ports)
     elif (pid := running_pid("kafka")) is not None:
         stop_pid("kafka", pid)
+    start_registry(ports)
     env = stack_env(ports, postgres_uri, bootstrap)
     state = {"ports": ports.__dict__, "env": env, "kafka_brokers": brokers}
     write_private(STATE_FILE, json.dumps(state, indent=2))
@@ -137,7 +141,7 @@ def shell_quote(value: str) -> str:
 
 def down() -> None:
     stop_kafka_cluster()
-    for name in ("kafka", "source"):
+    for name in ("kafka", "source", "registry"):
         pid = running_pid(name)
         if pid is not None:
             stop_pid(name, pid)
@@ -164,6 +168,7 @@ def health(state: dict) -> dict[str, bool]:
             env["CRAWLER_OPS_KAFKA_BOOTSTRAP"] if state.get("kafka_brokers", 1) > 1 else ports["kafka"]
         ),
         "source": http_ok(f"http://127.0.0.1:{ports['source']}/healthz"),
+        "registry": "registry" in ports and registry_ready(ports["registry"]),
     }
 
 

@@ -18,6 +18,7 @@ import subprocess
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -36,6 +37,7 @@ DEFAULT_PORTS = {
     "kafka_controller": 19093,
     "postgres": 15432,
     "source": 18080,
+    "registry": 18081,
 }
 AIRFLOW_PORT = 18088
 
@@ -50,6 +52,7 @@ class Ports:
     kafka_controller: int
     postgres: int
     source: int
+    registry: int = 0
 
 
 def log(msg: str) -> None:
@@ -104,6 +107,19 @@ def running_pid(name: str) -> int | None:
     log(f"{name}: removing stale pid file (process {pid} is gone)")
     (RUN / f"{name}.pid").unlink(missing_ok=True)
     return None
+
+
+def reused(name: str, ready: Callable[[], bool], where: str) -> bool:
+    """Whether our own ``name`` already runs and answers (``ready``), to be reused; one that runs but does not answer
+    is stopped, to be started again."""
+    pid = running_pid(name)
+    if pid is not None and ready():
+        log(f"{name}: already running (pid {pid}) on {where}")
+        return True
+    if pid is not None:
+        log(f"{name}: pid {pid} runs but does not answer; restarting it")
+        stop_pid(name, pid)
+    return False
 
 
 def stop_pid(name: str, pid: int, timeout: float = 20.0, run: Path | None = None) -> None:
@@ -250,6 +266,7 @@ def resolve_ports() -> Ports:
     ports = Ports(**chosen)
     (RUN / "kafka.ports").write_text(json.dumps({"kafka": ports.kafka, "kafka_controller": ports.kafka_controller}))
     (RUN / "source.ports").write_text(json.dumps({"source": ports.source}))
+    (RUN / "registry.ports").write_text(json.dumps({"registry": ports.registry}))
     return ports
 
 

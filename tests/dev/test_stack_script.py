@@ -170,4 +170,5 @@ def test_the_stack_script_started_from_another_python_runs_under_the_project_ven
     done = subprocess.run([base_python, script, "status"], capture_output=True, text=True, env=env, timeout=60)
 
     assert "Traceback" not in done.stderr, done.stderr
-    assert done.stdout.splitlines() == ["postgres  DOWN", "kafka     DOWN", "source    DOWN"], done.stdout + done.stderr
+    expected = ["postgres  DOWN", "kafka     DOWN", "source    DOWN", "registry  DOWN"]
+    assert done.stdout.splitlines() == expected, done.stdout + done.stderr
