@@ -386,6 +386,13 @@ def render_text(report: Mapping[str, Any]) -> str:
     if sample:
         lines.append(f"  message    topic {sample['topic']} key {sample['key']} headers {dict(sample['headers'])}")
         lines.append(f"             value {shorten(sample['value'], 160)}")
+    schema = report.get("schema")
+    if schema:
+        lines.append(
+            f"  schema     {schema_fields(schema['json_schema'])} (from {schema['records']} records"
+            + (", before the task's transform" if schema["before_transform"] else "")
+            + "; the JSON Schema and the Avro schema: --json)"
+        )
     crawl = report.get("first_crawl")
     if crawl:
         lines.append(
@@ -395,6 +402,19 @@ def render_text(report: Mapping[str, Any]) -> str:
         )
     lines.append(f"  requests   {report['requests']} made by this check")
     return "\n".join(lines)
+
+
+def schema_fields(schema: Mapping[str, Any]) -> str:
+    """The top-level fields of an inferred JSON Schema in a few words: ``id integer, aae397 string?`` (``?``: not
+    in every record, or null in some)."""
+    required = set(schema.get("required", ()))
+    words = []
+    for name, field in schema.get("properties", {}).items():
+        types = field.get("type", "any")
+        kinds = [t for t in ([types] if isinstance(types, str) else types) if t != "null"] or ["null"]
+        optional = name not in required or "null" in (types if isinstance(types, list) else [types])
+        words.append(f"{name} {'|'.join(kinds) if 'anyOf' not in field else 'mixed'}{'?' if optional else ''}")
+    return ", ".join(words) or "no fields"
 
 
 def show_count(value: int | None) -> str:

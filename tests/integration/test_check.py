@@ -11,6 +11,8 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+import fastavro
+import jsonschema
 import pytest
 
 from crawler_ops.config import CrawlTaskConfig
@@ -57,6 +59,13 @@ def test_a_healthy_task_passes_and_its_sample_message_is_what_a_crawl_publishes(
     truth = source.truth(unique_id, ref, days=cfg.filter.days, tolerance_s=0)["in_window_count"]
     low, high = report["first_crawl"]["records_in_window"]
     assert low <= truth <= high, (low, truth, high)
+
+    schema = report["schema"]
+    assert schema["records"] == 100 and schema["before_transform"] is False
+    for record in source.records(unique_id, 950, 100):  # every record of the page fits both inferred schemas
+        jsonschema.validate(record, schema["json_schema"])
+        fastavro.validation.validate(record, fastavro.parse_schema(schema["avro"]), raise_errors=True)
+    assert {"id", "aae397", "Collect_time"} <= set(schema["json_schema"]["properties"])
 
     sample = report["sample_message"]
     assert run_dag(cfg, ref) == "success"
@@ -203,6 +212,8 @@ def test_the_cli_runs_the_tasks_transform_and_the_status_view_does_not(source, u
     assert code == 0 and isinstance(report, dict), report
     transformed = json.loads(report["sample_message"]["value"])
     assert "description" not in transformed and "note" not in report["sample_message"]
+    assert report["schema"]["before_transform"] is True, "the schema is of the records as the source sends them"
+    assert "description" in report["schema"]["json_schema"]["properties"]
 
     in_view = check_within(cfg, 30.0)["sample_message"]
     assert "description" in json.loads(in_view["value"])
@@ -229,6 +240,13 @@ def test_a_feed_is_checked_on_its_first_page_newest_first_with_the_next_position
     assert report["page"]["next"], "the position of the second page"
     assert report["order"]["verdict"] == "yes", "the demo feed lists its newest records first"
     assert positions(feed_requests(source, unique_id)) == [None], "one request: the first page"
+    schema = report["schema"]
+    assert schema["records"] == 100 and schema["before_transform"] is False
+    for record in source.records(unique_id, 950, 100):  # every record of the page fits both inferred schemas
+        jsonschema.validate(record, schema["json_schema"])
+        fastavro.validation.validate(record, fastavro.parse_schema(schema["avro"]), raise_errors=True)
+    assert {"id", "aae397", "Collect_time"} <= set(schema["json_schema"]["properties"])
+
     sample = report["sample_message"]
     assert run_dag(cfg, ref) == "success"
     published = {m.key: m.value for m in read_topic(kafka_bootstrap, cfg.kafka.topic)}

@@ -334,3 +334,13 @@ def test_each_problem_in_the_data_fails_the_check(part: str, value: Any, says: s
 
 def test_an_unknown_order_is_no_problem() -> None:
     assert problems(report(order=order_verdict(dated([1, 1])))) == []
+
+
+def test_the_schema_line_names_each_field_its_types_and_whether_every_record_has_it():
+    from crawler_ops.schemas import json_schema
+    from crawler_ops.source_check import schema_fields
+
+    records = [{"id": 1, "aae397": "2026-12-01", "pay": 1.5, "tags": ["a"]}, {"id": 2, "pay": None, "tags": []}]
+    assert schema_fields(json_schema(records)) == "id integer, aae397 string?, pay number?, tags array"
+    assert schema_fields(json_schema([{"x": 1}, {"x": "a"}])) == "x integer|string"
+    assert schema_fields({"type": "object"}) == "no fields"

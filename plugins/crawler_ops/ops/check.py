@@ -26,6 +26,7 @@ from crawler_ops.hooks.feed import feed_send, read_feed
 from crawler_ops.hooks.source import SourceApiHook
 from crawler_ops.planning import Batch
 from crawler_ops.records import Message, Page, full_record, record_head
+from crawler_ops.schemas import avro_schema, json_schema
 from crawler_ops.source_check import (
     Dated,
     Rate,
@@ -195,7 +196,21 @@ def judge_page(
         "dates": date_report(objects, rule.fields, rule.tz, run.window.in_zone(rule.tz)),
         "order": order_verdict(dated),
         "sample_message": sample_message(run, batch, page, transform),
+        "schema": inferred_schema(cfg, objects),
         "dated": dated,
+    }
+
+
+def inferred_schema(cfg: CrawlTaskConfig, objects: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The value schema of the page's records as the source sends them (a transform is not run on them): a JSON
+    Schema (draft-07) and an Avro record named after the task; None when the page holds no object."""
+    if not objects:
+        return None
+    return {
+        "records": len(objects),
+        "before_transform": cfg.transform is not None,
+        "json_schema": json_schema(objects, title=cfg.id),
+        "avro": avro_schema(objects, name=cfg.id),
     }
 
 
