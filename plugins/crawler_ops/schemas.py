@@ -240,3 +240,66 @@ def _reader_branch(writer: Any, readers: list[Any]) -> Any:
 
 def _describe(avro_type: Any) -> str:
     return " or ".join(_type_name(b) for b in _branches(avro_type))
+
+
+def json_schema_breaks(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[str]:
+    """Why ``new`` (a JSON Schema) rejects records that ``old`` accepts: one sentence a break.
+
+    BACKWARD, as a registry checks it: every record valid under the old schema must stay valid. With open objects
+    (properties not listed are allowed, as :func:`json_schema` infers them), a break is a property newly required,
+    or one whose old types the new schema does not accept (an integer is a number; not the other way round); nested
+    objects and array items are compared the same way.
+    """
+    problems: list[str] = []
+    _compare_json(old, new, "", problems)
+    return problems
+
+
+def _json_types(schema: Mapping[str, Any]) -> dict[str, Mapping[str, Any]]:
+    """Type name -> the (sub)schema giving it; ``any`` for a schema that names no type."""
+    if "anyOf" in schema:
+        found: dict[str, Mapping[str, Any]] = {}
+        for branch in schema["anyOf"]:
+            found.update(_json_types(branch))
+        return found
+    named = schema.get("type")
+    if named is None:
+        return {"any": schema}
+    return {name: schema for name in ([named] if isinstance(named, str) else named)}
+
+
+def _accepting(types: Mapping[str, Mapping[str, Any]], name: str) -> Mapping[str, Any] | None:
+    for candidate in (name, "number", "any") if name == "integer" else (name, "any"):
+        if candidate in types:
+            return types[candidate]
+    return None
+
+
+def _compare_json(old: Mapping[str, Any], new: Mapping[str, Any], path: str, problems: list[str]) -> None:
+    new_types = _json_types(new)
+    if "any" in new_types:
+        return
+    where = path or "the record"
+    for name, before in _json_types(old).items():
+        after = _accepting(new_types, name) if name != "any" else None
+        if after is None:
+            problems.append(
+                f"{where} was {name} and is now {' or '.join(new_types)}, which rejects an old {name} value"
+            )
+        elif name == "object":
+            _compare_properties(before, after, path, problems)
+        elif name == "array":
+            _compare_json(before.get("items", {}), after.get("items", {}), f"{path}[]" if path else "[]", problems)
+
+
+def _compare_properties(old: Mapping[str, Any], new: Mapping[str, Any], path: str, problems: list[str]) -> None:
+    prefix = f"{path}." if path else ""
+    old_properties, new_properties = old.get("properties", {}), new.get("properties", {})
+    was_required = set(old.get("required", ()))
+    for name in new.get("required", ()):
+        if name not in was_required:
+            why = "is new and required" if name not in old_properties else "is now required"
+            problems.append(f"{prefix}{name} {why}, so records written before without it are rejected")
+    for name, after in new_properties.items():
+        if name in old_properties:
+            _compare_json(old_properties[name], after, prefix + name, problems)

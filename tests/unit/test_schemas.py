@@ -7,10 +7,17 @@ from typing import Any
 
 import jsonschema
 import pytest
-from hypothesis import given, settings
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from crawler_ops.schemas import avro_name, avro_names, avro_schema, incompatible_fields, json_schema
+from crawler_ops.schemas import (
+    avro_name,
+    avro_names,
+    avro_schema,
+    incompatible_fields,
+    json_schema,
+    json_schema_breaks,
+)
 
 PROPERTY = settings(max_examples=200, deadline=None)
 AVRO_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
@@ -177,3 +184,61 @@ def test_records_encoded_with_fastavro_decode_back_equal(samples):
     fastavro.writer(buffer, parsed, expected)
     buffer.seek(0)
     assert list(fastavro.reader(buffer)) == expected
+
+
+def test_json_schema_breaks_name_each_field_in_words():
+    old = json_schema(SAMPLES)
+    new = json_schema([{**r, "id": str(r["id"]), "added": 1, "shop": {"n": True}} for r in SAMPLES])
+    assert json_schema_breaks(old, new) == [
+        "added is new and required, so records written before without it are rejected",
+        "id was integer and is now string, which rejects an old integer value",
+        "shop.n was integer and is now boolean, which rejects an old integer value",
+    ]
+    assert json_schema_breaks(json_schema([{"tags": [1]}]), json_schema([{"tags": ["a"]}])) == [
+        "tags[] was integer and is now string, which rejects an old integer value"
+    ]
+
+
+def test_json_schema_breaks_allow_widening_and_refuse_narrowing():
+    integers, numbers = json_schema([{"x": 1}]), json_schema([{"x": 1.5}])
+    assert json_schema_breaks(integers, numbers) == [], "an integer is a number"
+    assert json_schema_breaks(numbers, integers) == [
+        "x was number and is now integer, which rejects an old number value"
+    ]
+    optional = json_schema([{"x": 1}, {}])
+    assert json_schema_breaks(optional, integers) == [
+        "x is now required, so records written before without it are rejected"
+    ]
+    assert json_schema_breaks(integers, optional) == []
+    assert json_schema_breaks(integers, {"type": "object"}) == [], "a schema naming no property accepts them all"
+
+
+def no_empty_lists(value: Any) -> bool:
+    if isinstance(value, list):
+        return bool(value) and all(no_empty_lists(v) for v in value)
+    if isinstance(value, dict):
+        return all(no_empty_lists(v) for v in value.values())
+    return True
+
+
+@st.composite
+def revised(draw: Any) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """Samples, and the same records with some values replaced by others (of any type): what a source that changed
+    some fields' types sends."""
+    old = draw(records)
+    new = [{k: draw(values) if draw(st.booleans()) else v for k, v in r.items()} for r in old]
+    return old, new
+
+
+@PROPERTY
+@given(revised(), records)
+def test_json_schema_breaks_are_sound_and_more_samples_break_nothing(pair, more):
+    old_samples, new_samples = pair
+    old, new = json_schema(old_samples), json_schema(new_samples)
+    assert json_schema_breaks(old, old) == []
+    if not json_schema_breaks(old, new):
+        for record in old_samples:  # no break named: every record the old schema was inferred from still fits
+            jsonschema.validate(record, new)
+    # Inferring from more samples only widens (an empty list says nothing of its items, so it is left out here).
+    assume(all(no_empty_lists(r) for r in old_samples))
+    assert json_schema_breaks(old, json_schema([*old_samples, *more])) == []
