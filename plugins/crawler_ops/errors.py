@@ -35,6 +35,19 @@ class DeliveryError(CrawlerError):
     """Kafka did not confirm a delivery, or the topic is missing and cannot be created."""
 
 
+class RegistryError(CrawlerError):
+    """The Schema Registry refused a schema or did not answer.
+
+    :param retriable: True when asking again later may pass (the registry down, a 5xx, a timeout); False for an
+        answer that retrying will not change (an incompatible schema, a subject or id that does not exist, a refused
+        login).
+    """
+
+    def __init__(self, message: str, *, retriable: bool) -> None:
+        super().__init__(message)
+        self.retriable = retriable
+
+
 class StatusTableError(CrawlerError):
     """The progress store or the status table is unusable or inconsistent."""
 

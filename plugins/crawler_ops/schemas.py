@@ -245,10 +245,12 @@ def _describe(avro_type: Any) -> str:
 def json_schema_breaks(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[str]:
     """Why ``new`` (a JSON Schema) rejects records that ``old`` accepts: one sentence a break.
 
-    BACKWARD, as a registry checks it: every record valid under the old schema must stay valid. With open objects
-    (properties not listed are allowed, as :func:`json_schema` infers them), a break is a property newly required,
-    or one whose old types the new schema does not accept (an integer is a number; not the other way round); nested
-    objects and array items are compared the same way.
+    BACKWARD, as a registry checks it: every record valid under the old schema must stay valid. A break is a
+    property newly required; one whose old types the new schema does not accept (an integer is a number, not the
+    other way round); a property the new schema lists that an open old object did not (an open object, as
+    :func:`json_schema` infers them, lets a record hold any value under a name it does not list); and a property the
+    old schema listed that a closed new object (``additionalProperties: false``) drops. Nested objects and array
+    items are compared the same way.
     """
     problems: list[str] = []
     _compare_json(old, new, "", problems)
@@ -300,6 +302,18 @@ def _compare_properties(old: Mapping[str, Any], new: Mapping[str, Any], path: st
         if name not in was_required:
             why = "is new and required" if name not in old_properties else "is now required"
             problems.append(f"{prefix}{name} {why}, so records written before without it are rejected")
+    old_open = old.get("additionalProperties", True) is not False
     for name, after in new_properties.items():
         if name in old_properties:
             _compare_json(old_properties[name], after, prefix + name, problems)
+        elif old_open and name not in new.get("required", ()) and after != {}:
+            problems.append(
+                f"{prefix}{name} is new, and the old schema let a record hold {name} with any value, which this one "
+                "may reject"
+            )
+    if new.get("additionalProperties", True) is False:
+        for name in old_properties:
+            if name not in new_properties:
+                problems.append(
+                    f"{prefix}{name} is gone and no other property is allowed, so old records holding it are rejected"
+                )
