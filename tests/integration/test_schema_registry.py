@@ -15,7 +15,7 @@ import pytest
 
 from crawler_ops.errors import RegistryError
 from crawler_ops.hooks.registry import SchemaRegistryHook, framed, subject_of, unframed
-from crawler_ops.schemas import json_schema_breaks
+from crawler_ops.schemas import incompatible_fields, json_schema_breaks
 
 CONTENT = {"Content-Type": "application/vnd.schemaregistry.v1+json"}
 
@@ -169,3 +169,32 @@ def test_the_breaks_named_agree_with_the_registrys_backward_check(
     hook.register(subject, old, "JSON")
     hook.client.put(f"/config/{subject}", json={"compatibility": "BACKWARD"})
     assert hook.compatible(subject, new, "JSON") == (json_schema_breaks(old, new) == []), json_schema_breaks(old, new)
+
+
+def record(*fields: dict[str, Any], name: str = "Job") -> dict[str, Any]:
+    return {"type": "record", "name": name, "fields": list(fields)}
+
+
+ID, CITY = {"name": "id", "type": "string"}, {"name": "city", "type": ["null", "string"], "default": None}
+AVRO_CHANGES = {
+    "the same": (record(ID), record(ID)),
+    "a field added with a default": (record(ID), record(ID, CITY)),
+    "a field added without a default": (record(ID), record(ID, {"name": "city", "type": "string"})),
+    "a field dropped": (record(ID, CITY), record(ID)),
+    "long promoted to double": (record({"name": "n", "type": "long"}), record({"name": "n", "type": "double"})),
+    "long changed to string": (record({"name": "n", "type": "long"}), record({"name": "n", "type": "string"})),
+    "a nested field retyped": (
+        record({"name": "shop", "type": record({"name": "n", "type": "long"}, name="Shop")}),
+        record({"name": "shop", "type": record({"name": "n", "type": "boolean"}, name="Shop")}),
+    ),
+}
+
+
+@pytest.mark.parametrize("change", list(AVRO_CHANGES))
+def test_the_avro_breaks_named_agree_with_the_registrys_backward_check(
+    hook: SchemaRegistryHook, subject: str, change: str
+) -> None:
+    old, new = AVRO_CHANGES[change]
+    hook.register(subject, old, "AVRO")
+    hook.client.put(f"/config/{subject}", json={"compatibility": "BACKWARD"})
+    assert hook.compatible(subject, new, "AVRO") == (incompatible_fields(old, new) == []), incompatible_fields(old, new)
