@@ -105,25 +105,33 @@ def _shape(records: Iterable[Mapping[str, Any]]) -> _Shape:
     return shape
 
 
-def json_schema(records: Iterable[Mapping[str, Any]], title: str = "record") -> dict[str, Any]:
-    """A draft-07 JSON Schema that every one of ``records`` is valid against."""
-    schema = _json(_shape(records))
+def json_schema(records: Iterable[Mapping[str, Any]], title: str = "record", closed: bool = False) -> dict[str, Any]:
+    """A draft-07 JSON Schema that every one of ``records`` is valid against.
+
+    :param closed: objects allow only the properties seen (``additionalProperties: false``). A registry then accepts
+        a later version that adds an optional property (no old record can hold it), where an open object's new
+        property breaks BACKWARD compatibility (an old record could hold it with any value).
+    """
+    schema = _json(_shape(records), closed)
     return {"$schema": JSON_SCHEMA_DRAFT, "title": title, **schema}
 
 
-def _json(shape: _Shape) -> dict[str, Any]:
+def _json(shape: _Shape, closed: bool) -> dict[str, Any]:
     branches = []
     for k in sorted(shape.kinds, key=_ORDER.index):
         if k == "object":
             required = sorted(n for n in shape.fields if shape.seen[n] == shape.objects)
             branch: dict[str, Any] = {
                 "type": "object",
-                "properties": {n: _json(inner) for n, inner in shape.fields.items()},
+                "properties": {n: _json(inner, closed) for n, inner in shape.fields.items()},
             }
             if required:
                 branch["required"] = required
+            if closed:
+                branch["additionalProperties"] = False
         elif k == "array":
-            branch = {"type": "array", "items": _json(shape.items) if shape.items and shape.items.kinds else {}}
+            items = _json(shape.items, closed) if shape.items and shape.items.kinds else {}
+            branch = {"type": "array", "items": items}
         else:
             branch = {"type": {"long": "integer", "double": "number"}.get(k, k)}
         branches.append(branch)

@@ -235,6 +235,29 @@ def revised(draw: Any) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
 
 
 @PROPERTY
+@given(records, records)
+def test_closed_schemas_hold_their_samples_and_evolve_by_optional_properties(samples, more):
+    closed = json_schema(samples, closed=True)
+    jsonschema.Draft7Validator.check_schema(closed)
+    for record in samples:
+        jsonschema.validate(record, closed)
+    extra = {k: v for r in more for k, v in r.items() if all(k not in s for s in samples)}
+    if extra:  # a record with a property none of the samples had is refused
+        with pytest.raises(jsonschema.ValidationError):
+            jsonschema.validate({**samples[0], **extra}, closed)
+
+
+def test_a_closed_schema_may_gain_an_optional_property_but_not_an_open_one():
+    samples = [{"id": 1, "shop": {"n": 1}}]
+    grown = [*samples, {"id": 2, "city": "x", "shop": {"n": 2, "m": True}}]
+    assert json_schema_breaks(json_schema(samples, closed=True), json_schema(grown, closed=True)) == []
+    assert json_schema_breaks(json_schema(samples), json_schema(grown)) == [
+        "shop.m is new, and the old schema let a record hold m with any value, which this one may reject",
+        "city is new, and the old schema let a record hold city with any value, which this one may reject",
+    ]
+
+
+@PROPERTY
 @given(revised(), records)
 def test_json_schema_breaks_are_sound(pair, more):
     old_samples, new_samples = pair

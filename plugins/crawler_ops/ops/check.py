@@ -209,7 +209,7 @@ def inferred_schema(cfg: CrawlTaskConfig, objects: list[dict[str, Any]]) -> dict
     return {
         "records": len(objects),
         "before_transform": cfg.transform is not None,
-        "json_schema": json_schema(objects, title=cfg.id),
+        "json_schema": json_schema(objects, title=cfg.id, closed=True),
         "avro": avro_schema(objects, name=cfg.id),
     }
 
