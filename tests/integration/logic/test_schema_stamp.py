@@ -30,30 +30,30 @@ def test_a_current_schema_is_left_alone_while_a_run_writes_its_tables(
     assert stamp_of(pg) == schema_stamp()
 
 
-def test_a_schema_stamped_by_another_version_is_upgraded_and_stamped(
-    pg: psycopg.Connection[Any], crawler_schema: None
-) -> None:
-    pg.execute("COMMENT ON SCHEMA crawler_ops IS 'crawler_ops schema of an older release'")
-    try:
-        with pg.transaction(), pg.cursor() as cur:
-            # The DDL runs: inside this transaction it holds the schema's advisory lock and the index locks.
-            create_schema(cur)
-            locks = cur.execute(
-                "SELECT count(*) FROM pg_locks WHERE pid = pg_backend_pid() AND locktype = 'advisory'"
-            ).fetchone()
-            assert locks is not None and locks[0] == 1
-    finally:
-        if stamp_of(pg) != schema_stamp():
-            with pg.transaction(), pg.cursor() as cur:
+def upgraded_from(pg: psycopg.Connection[Any], comment: str | None) -> tuple[str | None, int]:
+    """``create_schema`` on the crawler_ops schema commented ``comment``, inside a transaction rolled back after:
+    the stamp it left and the advisory locks it held. Concurrent tests never see the other comment (they would run
+    the DDL beside their writers); a lock wait on a table they write gives up after 0.5 s and is tried again."""
+    for _attempt in range(10):
+        try:
+            with pg.transaction(force_rollback=True), pg.cursor() as cur:
+                cur.execute("SET LOCAL lock_timeout = '500ms'")
+                cur.execute(psycopg.sql.SQL("COMMENT ON SCHEMA crawler_ops IS {}").format(psycopg.sql.Literal(comment)))
                 create_schema(cur)
-    assert stamp_of(pg) == schema_stamp()
+                row = cur.execute(
+                    "SELECT count(*) FROM pg_locks WHERE pid = pg_backend_pid() AND locktype = 'advisory'"
+                ).fetchone()
+                return stamp_of(pg), 0 if row is None else int(row[0])
+        except psycopg.errors.LockNotAvailable:
+            continue
+    raise AssertionError("the schema's tables stayed locked by other tests for 10 attempts")
 
 
-@pytest.mark.parametrize("comment", [None, "something an operator wrote"])
-def test_any_other_comment_counts_as_not_current(
+@pytest.mark.parametrize("comment", ["crawler_ops schema of an older release", None, "something an operator wrote"])
+def test_a_schema_stamped_otherwise_is_upgraded_and_stamped(
     pg: psycopg.Connection[Any], crawler_schema: None, comment: str | None
 ) -> None:
-    pg.execute(psycopg.sql.SQL("COMMENT ON SCHEMA crawler_ops IS {}").format(psycopg.sql.Literal(comment)))
-    with pg.transaction(), pg.cursor() as cur:
-        create_schema(cur)
-    assert stamp_of(pg) == schema_stamp()
+    stamp, advisory_locks = upgraded_from(pg, comment)
+    assert stamp == schema_stamp()
+    assert advisory_locks == 1, "the DDL ran, under the schema's advisory lock"
+    assert stamp_of(pg) == schema_stamp(), "rolled back: the schema keeps its stamp"
