@@ -3,6 +3,7 @@ page filter that applies it), and the config that names them."""
 
 from __future__ import annotations
 
+import time
 from datetime import UTC, datetime, timedelta
 from typing import Any
 from zoneinfo import ZoneInfo
@@ -259,3 +260,106 @@ def test_no_record_is_routed_to_the_dead_letter_or_a_marker_topic() -> None:
 def test_a_topic_template_reads_record_fields_only() -> None:
     with pytest.raises(ValidationError, match=r"topic_template: .*run metadata, not allowed here"):
         KafkaConfig(topic="t", topic_template="jobs.{run.task}")
+
+
+def test_epoch_ms_reads_a_naive_date_as_a_wall_time_in_the_zone() -> None:
+    wall = datetime(2026, 11, 19, 8, 0, 0, 999_999)
+    expected = int(datetime(2026, 11, 19, 8, tzinfo=SHANGHAI).timestamp()) * 1000 + 999
+    assert epoch_ms(wall, SHANGHAI) == expected == epoch_ms(wall.replace(tzinfo=SHANGHAI), SHANGHAI)
+    assert epoch_ms(wall, SHANGHAI).__class__ is int
+
+
+# --- template and shape details -------------------------------------------------------------------------------------
+
+
+def test_only_doubled_braces_are_escapes_and_a_placeholder_may_not_hold_a_brace() -> None:
+    assert Template.parse("aXX{id}XXb").render([1]) == "aXX1XXb"
+    with pytest.raises(ValueError, match="placeholder at 0 names no field"):
+        Template.parse("{a{b}")
+
+
+def test_an_unknown_run_name_is_told_the_ones_there_are() -> None:
+    with pytest.raises(ValueError, match=r"run metadata is run\.task, run\.run_id, run\.offset, run\.ref$"):
+        Template.parse("{run.when}")
+
+
+def test_a_shape_of_templates_carries_its_headers_and_timestamp_choice() -> None:
+    made = MessageShape.of("{site}/{id}", {"from": "{run.task}"}, record_time=False)
+    assert made.key == Template.parse("{site}/{id}") and not made.record_time
+    assert made.headers == (("from", Template.parse("{run.task}")),)
+    default = MessageShape.of("{id}")
+    assert default.record_time and default.headers == ()
+    assert MessageShape.of(None).key is None and MessageShape.of("").key is None
+
+
+@pytest.mark.parametrize("name", [".", ".."])
+def test_dot_and_dot_dot_are_not_topics(name: str) -> None:
+    assert "not a Kafka topic name" in str(MessageShape().topic_problem(name))
+
+
+def test_a_refused_topic_name_is_quoted_up_to_300_characters() -> None:
+    reason = str(MessageShape().topic_problem("x" * 400))
+    assert reason.startswith(f"topic_template gives {'x' * 300!r}, not a Kafka topic name")
+
+
+# --- timestamps and routing: details a consumer sees ----------------------------------------------------------------
+
+
+def test_a_record_dated_ahead_of_the_clock_is_stamped_with_the_clock() -> None:
+    now = datetime.now(UTC).replace(microsecond=0)
+    ahead = now + timedelta(hours=2)
+    records = [
+        {"id": 1, "aae397": ahead.astimezone(SHANGHAI).replace(tzinfo=None).isoformat(sep=" ")},
+        {"id": 2, "aae397": ahead.isoformat()},
+    ]
+    window = Window.since(now, days=7, now=now, tolerance=timedelta(hours=24))
+    before = int(time.time() * 1000)
+    result = build_messages(raw_page(records), 0, RULE, window, shape(), HEADERS, run=RUN)
+    after = int(time.time() * 1000)
+    assert [m.key for m in result.messages] == [b"1", b"2"]
+    assert all(before <= m.timestamp <= after for m in result.messages)
+
+
+def test_timestamps_are_whole_milliseconds_rounded_down() -> None:
+    records = [
+        {"id": 1, "aae397": "2026-11-19 08:00:00.123456"},
+        {"id": 2, "aae397": "2026-11-19T08:00:00.123456+00:00"},
+    ]
+    stamps = [m.timestamp for m in kept(records, shape())]
+    assert stamps == [
+        int(datetime(2026, 11, 19, 8, tzinfo=SHANGHAI).timestamp()) * 1000 + 123,
+        int(datetime(2026, 11, 19, 8, tzinfo=UTC).timestamp()) * 1000 + 123,
+    ]
+    assert {s.__class__ for s in stamps} == {int}
+
+
+def test_a_transformed_record_is_stamped_with_its_date_too() -> None:
+    records = [{"id": 1, "aae397": "2026-11-19 08:00:00"}]
+    (message,) = kept(records, shape(), transform=lambda r: {"only": r["id"]})
+    assert message.timestamp == int(datetime(2026, 11, 19, 8, tzinfo=SHANGHAI).timestamp()) * 1000
+
+
+def test_a_record_routed_to_a_bad_name_is_dead_lettered_whole_and_the_page_goes_on() -> None:
+    records = [
+        {"id": 1, "city": "a b", "aae397": "2026-11-19 08:00:00"},
+        {"id": 2, "city": "bj", "aae397": "2026-11-19 08:00:00"},
+    ]
+    result = build_messages(raw_page(records), 7, RULE, WINDOW, shape(topic_template="{city}"), HEADERS, run=RUN)
+    assert [(d.offset, d.record) for d in result.dead_letters] == [(7, records[0])]
+    assert [(m.key, m.topic) for m in result.messages] == [(b"2", "bj")]
+
+
+def test_the_key_counts_towards_the_message_size_with_the_headers() -> None:
+    message = Message(b"k" * 100, b"v" * 1000, [("source_offset", b"5")])
+    size = 1000 + 100 + len("source_offset") + 1
+    assert too_large([message], [{"id": 1}], 5, size, with_headers=True) == ([message], [])
+    kept_, dead = too_large([message], [{"id": 1}], 5, size - 1, with_headers=True)
+    assert kept_ == [] and f"message of {size} bytes with its headers" in dead[0].reason
+
+
+def test_a_key_field_given_as_text_is_that_field_s_shape_timestamped_when_produced() -> None:
+    assert MessageShape.field("id") == MessageShape(Template.parse("{id}"), (), False)
+    assert MessageShape.field("id", record_time=True).record_time
+    records = [{"id": 1, "aae397": "2026-11-19 08:00:00"}]
+    result = build_messages(raw_page(records), 0, RULE, WINDOW, "id", HEADERS)
+    assert [(m.key, m.timestamp) for m in result.messages] == [(b"1", 0)]

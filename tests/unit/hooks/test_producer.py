@@ -13,7 +13,13 @@ from confluent_kafka import KafkaError, KafkaException
 
 from crawler_ops.errors import DeliveryError
 from crawler_ops.hooks import producer as producer_module
-from crawler_ops.hooks.producer import IdempotentProducerHook, KafkaPublisher, new_topic_settings, warn_single_replica
+from crawler_ops.hooks.producer import (
+    IdempotentProducerHook,
+    KafkaPublisher,
+    new_topic_settings,
+    task_settings,
+    warn_single_replica,
+)
 from crawler_ops.planning import Batch
 from crawler_ops.records import Message
 from crawler_ops.results import RunCounts
@@ -68,6 +74,7 @@ class FakeProducer:
     lost: int = 0  # the last messages of a flush whose delivery report never comes (flush still returns 0)
     fails: Exception | None = None  # what produce() raises
     headers: list[Any] = field(default_factory=list)
+    timestamps: list[int] = field(default_factory=list)
     full_after: int | None = None  # raise BufferError once this many messages wait, until poll() is called
     remaining: int = 0
     produced: list[tuple[str, bytes]] = field(default_factory=list)
@@ -83,6 +90,7 @@ class FakeProducer:
             raise BufferError("Local: Queue full")
         self.produced.append((topic, key))
         self.headers.append(headers)
+        self.timestamps.append(timestamp)
         self.waiting.append(lambda err, _msg, topic=topic: on_delivery(err, SimpleNamespace(topic=lambda: topic)))
 
     def poll(self, _timeout: float) -> int:
@@ -228,3 +236,23 @@ def test_routed_records_count_as_published_and_each_new_route_is_prepared_once_b
     publisher.send(BATCH, [routed[0], Message(b"c", b"{}", [], "jobs.gz", routed=True)], RunCounts())
     assert publisher.confirm() == 2
     assert prepared == [{"jobs.bj", "jobs.sh"}, {"jobs.gz"}]
+
+
+def test_a_task_s_partitioner_and_compression_are_its_producer_s_settings_and_unset_ones_are_left_out():
+    from crawler_ops.config.sections import KafkaConfig
+
+    assert task_settings(KafkaConfig(topic="t")) == {}
+    assert task_settings(KafkaConfig(topic="t", partitioner="murmur2", compression="zstd")) == {
+        "partitioner": "murmur2",
+        "compression.type": "zstd",
+    }
+
+
+def test_each_message_is_produced_with_its_timestamp():
+    producer = FakeProducer()
+    publisher = KafkaPublisher(producer, "jobs", "t1")  # type: ignore[arg-type]
+    dated = [Message(b"a", b"{}", [], None, 1795046400000), Message(b"b", b"{}", [], None, 0)]
+
+    publisher.send(BATCH, dated, RunCounts())
+
+    assert publisher.confirm() == 2 and producer.timestamps == [1795046400000, 0]
