@@ -11,6 +11,7 @@ import sys
 import threading
 import time
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -108,7 +109,7 @@ class DemoSource:
 @dataclass(frozen=True)
 class Delivered:
     key: str
-    value: dict[str, Any]
+    value: Any  # the decoded value: a JSON object unless read_topic was given another decode
     headers: dict[str, str]
     partition: int = -1
     timestamp: int = -1  # milliseconds since the epoch
@@ -144,9 +145,16 @@ def create_topic(bootstrap: str, topic: str, partitions: int = 2) -> None:
     admin.create_topics([NewTopic(topic, partitions, 1)])[topic].result(30)
 
 
-def read_topic(bootstrap: str, topic: str, timeout: float = 20.0, isolation: str = "read_committed") -> list[Delivered]:
+def read_topic(
+    bootstrap: str,
+    topic: str,
+    timeout: float = 20.0,
+    isolation: str = "read_committed",
+    decode: Callable[[bytes], Any] = json.loads,
+) -> list[Delivered]:
     """Every message in ``topic`` from the beginning to the current end of each partition; ``isolation``
-    ``read_uncommitted`` also returns records of aborted or open Kafka transactions.
+    ``read_uncommitted`` also returns records of aborted or open Kafka transactions; ``decode`` reads each value
+    (bytes: the value as it is).
 
     :raises MissingTopic: when the topic does not exist (an empty list always means "exists and is empty").
     """
@@ -185,7 +193,7 @@ def read_topic(bootstrap: str, topic: str, timeout: float = 20.0, isolation: str
             messages.append(
                 Delivered(
                     msg.key().decode(),
-                    json.loads(msg.value()),
+                    decode(msg.value()),
                     {k: v.decode() for k, v in (msg.headers() or [])},
                     msg.partition(),
                     msg.timestamp()[1],

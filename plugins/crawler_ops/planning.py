@@ -60,29 +60,34 @@ class Chunk:
 @dataclass(frozen=True)
 class ChunkPlan:
     """What the plan step hands one ``crawl_chunk`` instance: the chunk's label and batches (newest first), and
-    whether this is a first crawl, where pages with nothing in the window end the crawl early.
+    whether this is a first crawl, where pages with nothing in the window end the crawl early; the value schema's id.
 
     Its XCom form (:meth:`to_xcom`, :meth:`from_xcom`) is a JSON-able dict:
-    ``{"label": "offsets 0-200", "batches": [[100, 200], [0, 100]], "early_stop": false}``.
+    ``{"label": "offsets 0-200", "batches": [[100, 200], [0, 100]], "early_stop": false}``, with ``"schema_id"``: the
+    registry id the chunk frames values with, when the task's value_format uses a Schema Registry.
     """
 
     label: str
     batches: tuple[Batch, ...]
     early_stop: bool = False
+    schema_id: int | None = None
 
     @classmethod
-    def of(cls, chunk: Chunk, early_stop: bool) -> ChunkPlan:
-        return cls(chunk.label, chunk.batches, early_stop)
+    def of(cls, chunk: Chunk, early_stop: bool, schema_id: int | None = None) -> ChunkPlan:
+        return cls(chunk.label, chunk.batches, early_stop, schema_id)
 
     def to_xcom(self) -> dict[str, Any]:
-        return {"label": self.label, "batches": [[b.lo, b.hi] for b in self.batches], "early_stop": self.early_stop}
+        value = {"label": self.label, "batches": [[b.lo, b.hi] for b in self.batches], "early_stop": self.early_stop}
+        return value if self.schema_id is None else value | {"schema_id": self.schema_id}
 
     @classmethod
     def from_xcom(cls, value: Mapping[str, Any]) -> ChunkPlan:
+        schema_id = value.get("schema_id")
         return cls(
             label=str(value.get("label", "")),
             batches=tuple(Batch(int(lo), int(hi)) for lo, hi in value["batches"]),
             early_stop=bool(value.get("early_stop")),
+            schema_id=None if schema_id is None else int(schema_id),
         )
 
 

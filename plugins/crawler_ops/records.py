@@ -18,6 +18,7 @@ import msgspec
 from crawler_ops.filtering import DateRule, Verdict, Window, WindowTest
 from crawler_ops.results import DeadLetter
 from crawler_ops.shaping import MILLISECOND, NAIVE_EPOCH, HeaderMaker, MessageShape, as_shape, epoch_ms
+from crawler_ops.values import Misfit, ValueCodec
 
 Transform = Callable[[dict[str, Any]], Any]
 
@@ -61,6 +62,17 @@ def record_key(record: Mapping[str, Any], key_field: str | None) -> bytes:
     return MessageShape.field(key_field).record_key(record)
 
 
+class SchemaMisfit(DeadLetter):
+    """The dead letter of a kept record the task's value schema does not accept (its reason says where)."""
+
+    __slots__ = ()
+
+
+def misfit(record: Record, offset: int, codec: ValueCodec, exc: Misfit) -> SchemaMisfit:
+    reason = f"does not fit the value schema (id {codec.schema_id}): {exc}; not published"
+    return SchemaMisfit(offset, reason, dead_letter_record(record))
+
+
 @dataclass
 class PageResult:
     """What filtering one page produced: messages to publish, counts, and dead letters."""
@@ -72,6 +84,11 @@ class PageResult:
     @property
     def kept(self) -> int:
         return len(self.messages)
+
+    @property
+    def misfits(self) -> list[SchemaMisfit]:
+        """The kept records the value schema does not accept (dead letters among the others)."""
+        return [letter for letter in self.dead_letters if isinstance(letter, SchemaMisfit)]
 
     def add(self, kept: Message | DeadLetter) -> None:
         """Add a kept record's message, or its dead letter when it could not be made."""
@@ -182,6 +199,7 @@ def build_messages(
     transform: Transform | None = None,
     tz: tzinfo | None = None,
     run: Mapping[str, str] | None = None,
+    value: ValueCodec | None = None,
 ) -> PageResult:
     """Filter a page (records at ``first_offset``, ``first_offset + 1``, ...) into Kafka messages.
 
@@ -190,6 +208,8 @@ def build_messages(
     with no parseable date, or whose transform raises, are dead-lettered with the reason, never dropped silently.
     Headers carry the crawl task, the run and the record's source offset, then the shape's own (``run``: the
     ``task``, ``run_id`` and ``ref`` its templates may read). ``key``: the message shape, or a key field.
+    ``value``: frames each value for a Schema Registry; a record its schema does not accept becomes a
+    :class:`SchemaMisfit` dead letter.
     """
     shape = as_shape(key)
     tz = tz or rule.tz
@@ -239,10 +259,18 @@ def build_messages(
                 except UnicodeDecodeError as exc:
                     result.dead_letters.append(invalid_utf8(record, offset, exc))
                     continue
+                payload: bytes | msgspec.Raw = record
+                if value is not None:
+                    try:
+                        payload = value.encode_raw(record)
+                    except Misfit as exc:
+                        result.dead_letters.append(misfit(record, offset, value, exc))
+                        continue
                 own = [*headers, ("source_offset", b"%d" % offset), *more]
-                append(Message(str(key_text).encode(), record, own, topic, timestamp, topic is not None))
+                append(Message(str(key_text).encode(), payload, own, topic, timestamp, topic is not None))
             else:
-                result.add(kept_message(record, key_text, shape, transform, headers, offset, timestamp, more, topic))
+                made = kept_message(record, key_text, shape, transform, headers, offset, timestamp, more, topic, value)
+                result.add(made)
         elif verdict is Verdict.EXPIRED:
             result.expired += 1
         elif head is reader.undecodable:
@@ -351,10 +379,12 @@ def kept_message(
     timestamp: int = 0,
     more: Sequence[tuple[str, bytes]] = (),
     topic: str | None = None,
+    value: ValueCodec | None = None,
 ) -> Message | DeadLetter:
     """The message of a kept record, or its dead letter when its text is not UTF-8, or the transform or the encoding
     fails. ``key_value``: the key's text from the record's head (None: none); the headers are ``headers``, the
-    source offset, then ``more``; ``topic``: where the task's topic_template routes it (None: the task's topic)."""
+    source offset, then ``more``; ``topic``: where the task's topic_template routes it (None: the task's topic);
+    ``value``: frames the value for a Schema Registry."""
     if isinstance(record, msgspec.Raw):
         try:
             _utf8_decode(record, "strict", True)
@@ -362,24 +392,28 @@ def kept_message(
             return invalid_utf8(record, offset, exc)
     try:
         shape = as_shape(key)
-        key_bytes, value = make_message(record, key_value if shape.key else None, shape, transform)
+        key_bytes, payload = make_message(record, key_value if shape.key else None, shape, transform, value)
+    except Misfit as exc:
+        return misfit(record, offset, value, exc)  # type: ignore[arg-type]
     except RecursionError:
         return DeadLetter(offset, "nested too deeply to decode or encode", dead_letter_record(record))
     except Exception as exc:  # noqa: BLE001 - a transform failing on one record dead-letters that record
         return DeadLetter(offset, f"transform or encoding failed: {exc!r}", dead_letter_record(record))
     own = [*headers, ("source_offset", b"%d" % offset), *more]
-    return Message(key_bytes, value, own, topic, timestamp, topic is not None)
+    return Message(key_bytes, payload, own, topic, timestamp, topic is not None)
 
 
 def make_message(
-    record: Record, key_value: Any, shape: MessageShape, transform: Transform | None
+    record: Record, key_value: Any, shape: MessageShape, transform: Transform | None, value: ValueCodec | None = None
 ) -> tuple[bytes, bytes | msgspec.Raw]:
-    """Key and value of one kept record; raw JSON is passed through when nothing needs the decoded record."""
+    """Key and value of one kept record; raw JSON is passed through when nothing needs the decoded record.
+    ``value``: frames the value for a Schema Registry (a :class:`Misfit` when its schema does not accept it)."""
     if isinstance(record, msgspec.Raw) and transform is None and key_value not in (None, ""):
-        return str(key_value).encode(), record
+        return str(key_value).encode(), (record if value is None else value.encode_raw(record))
     decoded = full_record(record)
-    value = _encoder.encode(transform(decoded) if transform else decoded)
-    return shape.record_key(decoded), value
+    shaped = transform(decoded) if transform else decoded
+    payload = _encoder.encode(shaped) if value is None else value.encode(shaped)
+    return shape.record_key(decoded), payload
 
 
 def dead_letter_messages(

@@ -105,32 +105,36 @@ def _shape(records: Iterable[Mapping[str, Any]]) -> _Shape:
     return shape
 
 
-def json_schema(records: Iterable[Mapping[str, Any]], title: str = "record", closed: bool = False) -> dict[str, Any]:
+def json_schema(
+    records: Iterable[Mapping[str, Any]], title: str = "record", closed: bool = False, loose: bool = False
+) -> dict[str, Any]:
     """A draft-07 JSON Schema that every one of ``records`` is valid against.
 
     :param closed: objects allow only the properties seen (``additionalProperties: false``). A registry then accepts
         a later version that adds an optional property (no old record can hold it), where an open object's new
         property breaks BACKWARD compatibility (an old record could hold it with any value).
+    :param loose: every property optional and nullable, as a source may leave out or null any field the samples
+        happened to hold (what a schema registered from one page needs).
     """
-    schema = _json(_shape(records), closed)
+    schema = _json(_shape(records), closed, loose)
     return {"$schema": JSON_SCHEMA_DRAFT, "title": title, **schema}
 
 
-def _json(shape: _Shape, closed: bool) -> dict[str, Any]:
+def _json(shape: _Shape, closed: bool, loose: bool = False, nullable: bool = False) -> dict[str, Any]:
     branches = []
-    for k in sorted(shape.kinds, key=_ORDER.index):
+    for k in sorted(shape.kinds | ({"null"} if nullable else set()), key=_ORDER.index):
         if k == "object":
-            required = sorted(n for n in shape.fields if shape.seen[n] == shape.objects)
+            required = [] if loose else sorted(n for n in shape.fields if shape.seen[n] == shape.objects)
             branch: dict[str, Any] = {
                 "type": "object",
-                "properties": {n: _json(inner, closed) for n, inner in shape.fields.items()},
+                "properties": {n: _json(inner, closed, loose, loose) for n, inner in shape.fields.items()},
             }
             if required:
                 branch["required"] = required
             if closed:
                 branch["additionalProperties"] = False
         elif k == "array":
-            items = _json(shape.items, closed) if shape.items and shape.items.kinds else {}
+            items = _json(shape.items, closed, loose) if shape.items and shape.items.kinds else {}
             branch = {"type": "array", "items": items}
         else:
             branch = {"type": {"long": "integer", "double": "number"}.get(k, k)}
@@ -149,23 +153,25 @@ def _json(shape: _Shape, closed: bool) -> dict[str, Any]:
 
 
 def avro_schema(
-    records: Iterable[Mapping[str, Any]], name: str = "Record", namespace: str = "crawler_ops"
+    records: Iterable[Mapping[str, Any]], name: str = "Record", namespace: str = "crawler_ops", loose: bool = False
 ) -> dict[str, Any]:
-    """An Avro record schema for ``records``; nested objects are nested records named after their path."""
-    schema = _avro_record(_shape(records), avro_name(name), set())
+    """An Avro record schema for ``records``; nested objects are nested records named after their path. ``loose``:
+    every field nullable with default null (see :func:`json_schema`)."""
+    schema = _avro_record(_shape(records), avro_name(name), set(), loose)
     schema["namespace"] = namespace
     return schema
 
 
-def _avro_record(shape: _Shape, name: str, taken: set[str]) -> dict[str, Any]:
+def _avro_record(shape: _Shape, name: str, taken: set[str], loose: bool = False) -> dict[str, Any]:
     taken.add(name)
     fields = []
     for field_name, original in avro_names(shape.fields).items():
         inner = shape.fields[original]
         kinds = set(inner.kinds)
-        if shape.optional(original):
+        if loose or shape.optional(original):
             kinds.add("null")
-        field: dict[str, Any] = {"name": field_name, "type": _avro_type(inner, kinds, f"{name}_{field_name}", taken)}
+        avro_type = _avro_type(inner, kinds, f"{name}_{field_name}", taken, loose)
+        field: dict[str, Any] = {"name": field_name, "type": avro_type}
         if "null" in kinds:
             field["default"] = None
         if field_name != original:
@@ -174,17 +180,19 @@ def _avro_record(shape: _Shape, name: str, taken: set[str]) -> dict[str, Any]:
     return {"type": "record", "name": name, "fields": fields}
 
 
-def _avro_type(shape: _Shape, kinds: set[str], name: str, taken: set[str]) -> Any:
+def _avro_type(shape: _Shape, kinds: set[str], name: str, taken: set[str], loose: bool = False) -> Any:
     branches: list[Any] = []
     for k in sorted(kinds, key=_ORDER.index):
         if k == "object":
             record_name = name
             while record_name in taken:
                 record_name += "_"
-            branches.append(_avro_record(shape, record_name, taken))
+            branches.append(_avro_record(shape, record_name, taken, loose))
         elif k == "array":
             items = shape.items
-            item_type = _avro_type(items, set(items.kinds), f"{name}_item", taken) if items and items.kinds else "null"
+            item_type = (
+                _avro_type(items, set(items.kinds), f"{name}_item", taken, loose) if items and items.kinds else "null"
+            )
             branches.append({"type": "array", "items": item_type})
         else:
             branches.append(k)
@@ -240,10 +248,15 @@ def _reader_branch(writer: Any, readers: list[Any]) -> Any:
     for reader in readers:
         reader_name = _type_name(reader)
         if reader_name == name or (name, reader_name) in _PROMOTIONS:
-            if name == "array" and _type_name(reader["items"]) != _type_name(writer["items"]):
+            if name == "array" and not _reads_all(writer["items"], reader["items"]):
                 continue
             return reader
     return None
+
+
+def _reads_all(writer: Any, reader: Any) -> bool:
+    """Whether every branch ``writer`` may write is read by a branch of ``reader`` (array items)."""
+    return all(_reader_branch(branch, _branches(reader)) is not None for branch in _branches(writer))
 
 
 def _describe(avro_type: Any) -> str:
@@ -325,3 +338,125 @@ def _compare_properties(old: Mapping[str, Any], new: Mapping[str, Any], path: st
                 problems.append(
                     f"{prefix}{name} is gone and no other property is allowed, so old records holding it are rejected"
                 )
+
+
+def widen_json_schema(schema: Mapping[str, Any], records: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
+    """A JSON Schema accepting every record ``schema`` accepts and ``records`` too: the records' inferred schema
+    merged in (properties united, a property required only where both require it, types united; an object stays
+    closed where ``schema`` closed it). Under a registry's BACKWARD level it is a compatible next version."""
+    closed = _closed(schema)
+    merged = _merge_json(_bare(schema), _json(_shape(records), closed, loose=True))
+    return {key: value for key, value in schema.items() if key in ("$schema", "title")} | merged
+
+
+def _bare(schema: Mapping[str, Any]) -> dict[str, Any]:
+    return {key: value for key, value in schema.items() if key not in ("$schema", "title", "$id", "description")}
+
+
+def _closed(schema: Mapping[str, Any]) -> bool:
+    return any(branch.get("additionalProperties") is False for branch in _json_types(schema).values())
+
+
+def _merge_json(a: Mapping[str, Any], b: Mapping[str, Any]) -> dict[str, Any]:
+    if a == b:
+        return dict(a)
+    if not a or not b:
+        return {}
+    merged: dict[str, Mapping[str, Any]] = {name: _branch(name, sub) for name, sub in _json_types(a).items()}
+    for name, sub in _json_types(b).items():
+        if name == "any":
+            return {}
+        if name not in merged:
+            merged[name] = _branch(name, sub)
+        elif name == "object":
+            merged[name] = _merge_objects(merged[name], sub)
+        elif name == "array":
+            merged[name] = {"type": "array", "items": _merge_json(merged[name].get("items", {}), sub.get("items", {}))}
+    if "number" in merged:
+        merged.pop("integer", None)
+    if "any" in merged:
+        return {}
+    branches = [merged[name] for name in sorted(merged, key=_json_order)]
+    if len(branches) == 1:
+        return dict(branches[0])
+    if all(set(b) == {"type"} for b in branches):
+        return {"type": [b["type"] for b in branches]}
+    return {"anyOf": branches}
+
+
+def _json_order(name: str) -> int:
+    names = ("null", "boolean", "integer", "number", "string", "array", "object")
+    return names.index(name) if name in names else len(names)
+
+
+def _branch(name: str, schema: Mapping[str, Any]) -> dict[str, Any]:
+    """The part of ``schema`` that gives type ``name``, as a schema of that type alone."""
+    if name == "object":
+        return {"type": "object", **{k: v for k, v in schema.items() if k in ("properties", "required")}} | (
+            {"additionalProperties": False} if schema.get("additionalProperties") is False else {}
+        )
+    if name == "array":
+        return {"type": "array", "items": schema.get("items", {})}
+    return {"type": name}
+
+
+def _merge_objects(a: Mapping[str, Any], b: Mapping[str, Any]) -> dict[str, Any]:
+    properties = dict(a.get("properties", {}))
+    for name, inner in b.get("properties", {}).items():
+        properties[name] = _merge_json(properties[name], inner) if name in properties else inner
+    required = sorted(set(a.get("required", ())) & set(b.get("required", ())))
+    merged: dict[str, Any] = {"type": "object", "properties": properties}
+    if required:
+        merged["required"] = required
+    if a.get("additionalProperties") is False:
+        merged["additionalProperties"] = False
+    return merged
+
+
+def widen_avro_schema(schema: Mapping[str, Any], records: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
+    """An Avro record schema that can write every record ``schema`` can and ``records`` too: fields united (a field
+    one side lacks becomes nullable with default null), a field's types united, nested records merged by position.
+    Under a registry's BACKWARD level it is a compatible next version."""
+    new = avro_schema(records, str(schema["name"]), str(schema.get("namespace") or "crawler_ops"), loose=True)
+    merged = _merge_avro_record(schema, new)
+    if "namespace" in schema:
+        merged["namespace"] = schema["namespace"]
+    return merged
+
+
+def _merge_avro_record(a: Mapping[str, Any], b: Mapping[str, Any]) -> dict[str, Any]:
+    theirs = {field["name"]: field for field in b.get("fields", [])}
+    fields = []
+    for field in a.get("fields", []):
+        other = theirs.pop(field["name"], None)
+        merged = dict(field)
+        if other is not None:
+            merged["type"] = _merge_avro_type(field["type"], other["type"])
+        if (other is None or "default" in other) and "default" not in field:
+            merged["type"] = _nullable(merged["type"])
+            merged["default"] = None
+        fields.append(merged)
+    for field in theirs.values():
+        fields.append({**field, "type": _nullable(field["type"]), "default": None})
+    return {key: value for key, value in a.items() if key != "fields"} | {"fields": fields}
+
+
+def _nullable(avro_type: Any) -> Any:
+    branches = _branches(avro_type)
+    if branches[0] == "null":
+        return avro_type
+    return ["null", *(branch for branch in branches if branch != "null")]
+
+
+def _merge_avro_type(a: Any, b: Any) -> Any:
+    branches = _branches(a)
+    for theirs in _branches(b):
+        name = _type_name(theirs)
+        at = next((i for i, ours in enumerate(branches) if _type_name(ours) == name), None)
+        if at is None:
+            branches.append(theirs)
+        elif name == "record":
+            branches[at] = _merge_avro_record(branches[at], theirs)
+        elif name == "array":
+            branches[at] = {**branches[at], "items": _merge_avro_type(branches[at]["items"], theirs["items"])}
+    return branches[0] if len(branches) == 1 else branches

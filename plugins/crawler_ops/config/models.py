@@ -183,6 +183,11 @@ class CrawlTaskConfig(DagSettings):
     @model_validator(mode="after")
     def _feed_has_key(self) -> CrawlTaskConfig:
         check_feed_task(self.source.paginator.type, self.kafka.unique_key_field)
+        if self.source.paginator.sequential and self.kafka.value_format != "json":
+            raise ValueError(
+                f"kafka.value_format {self.kafka.value_format} is for offset-paged sources; a feed "
+                f"({self.source.paginator.type}) publishes JSON (value_format json)"
+            )
         return self
 
     @property

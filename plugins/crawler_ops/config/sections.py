@@ -11,7 +11,7 @@ from datetime import timedelta
 from functools import cached_property
 from typing import TYPE_CHECKING, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, JsonValue, field_validator, model_validator
 
 from crawler_ops.config.checks import known_timezone
 from crawler_ops.config.source_auth import SourceAuth
@@ -21,6 +21,7 @@ from crawler_ops.config.source_window import WindowFilterConfig, check_window_fi
 from crawler_ops.filtering import DateRule
 from crawler_ops.lineage import env_bootstrap_servers, kafka_server
 from crawler_ops.shaping import FIXED_HEADERS, MessageShape, Template
+from crawler_ops.values import check_value_schema
 
 if TYPE_CHECKING:
     from airflow.sdk import Asset
@@ -269,11 +270,11 @@ class FilterConfig(StrictModel):
         return timedelta(hours=self.future_tolerance_hours)
 
 
-def message_shape(kafka: KafkaConfig) -> MessageShape:
+def message_shape(kafka: KafkaTopicConfig) -> MessageShape:
     """The key (``key_field``, ``key_fields`` joined by ':', or ``key_template``), headers and timestamp of a task's
     messages; a ValueError names the template that does not parse, or the settings that do not go together."""
     given = [name for name in ("key_fields", "key_template") if getattr(kafka, name) is not None]
-    if given and kafka.key_field != KafkaConfig.model_fields["key_field"].default:
+    if given and kafka.key_field != KafkaTopicConfig.model_fields["key_field"].default:
         given.insert(0, "key_field")
     if len(given) > 1:
         raise ValueError(f"set only one of key_field, key_fields and key_template (got {' and '.join(given)})")
@@ -309,7 +310,7 @@ def message_shape(kafka: KafkaConfig) -> MessageShape:
     )
 
 
-class KafkaConfig(StrictModel):
+class KafkaTopicConfig(StrictModel):
     """Where kept records go: a topic, keyed by a record field, delivered at least or exactly once."""
 
     conn_id: str = Field(
@@ -407,7 +408,7 @@ class KafkaConfig(StrictModel):
     )
 
     @model_validator(mode="after")
-    def _shaped(self) -> KafkaConfig:
+    def _shaped(self) -> KafkaTopicConfig:
         self.shape  # noqa: B018 - one key, templates that parse, header names of its own; or the error names them
         return self
 
@@ -422,7 +423,7 @@ class KafkaConfig(StrictModel):
         return self.shape.key_field
 
     @model_validator(mode="after")
-    def _separate_dead_letters(self) -> KafkaConfig:
+    def _separate_dead_letters(self) -> KafkaTopicConfig:
         if self.dead_letter_topic == self.topic:
             raise ValueError("dead_letter_topic must differ from topic, or dead letters would look like records")
         if self.marker_topic is not None and self.marker_topic in (self.topic, self.dead_letter_topic):
@@ -453,6 +454,53 @@ class KafkaConfig(StrictModel):
         from airflow.sdk import Asset  # imported here: the config model stays importable without Airflow
 
         return Asset(uri=self.asset_uri)
+
+
+class KafkaConfig(KafkaTopicConfig):
+    """Where kept records go: a topic, keyed by a record field, delivered at least or exactly once; each value the
+    record's JSON as the source sent it, or framed for a Schema Registry."""
+
+    value_format: Literal["json", "json_schema", "avro"] = Field(
+        "json",
+        description="json: the record's JSON text, as the source sent it. json_schema or avro: framed for a Schema "
+        "Registry (magic byte 0, the schema id in 4 bytes, then JSON text or Avro binary), the schema registered under "
+        "the subject <topic>-value and checked in plan before anything is produced",
+    )
+    registry_conn_id: str = Field(
+        "schema_registry",
+        description="json_schema/avro: Airflow http connection to the registry's Confluent-compatible API (its base "
+        "URL, with the path, in host; a login gives basic auth)",
+    )
+    value_schema: dict[str, JsonValue] | str | None = Field(
+        None,
+        description="json_schema/avro: the schema (a JSON Schema, or an Avro record schema), inline or a file path "
+        "(relative to the config's folder); default: the subject's latest version, or, for a new subject, a closed "
+        "schema inferred from the newest page",
+    )
+    contract: Literal["freeze", "evolve", "discard_row"] | None = Field(
+        None,
+        description="json_schema/avro, when records do not fit the schema (a new, missing or retyped field): freeze "
+        "(default) fails the plan naming the fields (a record found later fails its batch); evolve registers a "
+        "widened version (not with value_schema); discard_row dead-letters each such record, naming the field",
+    )
+
+    @model_validator(mode="after")
+    def _framing(self) -> KafkaConfig:
+        if self.value_format == "json":
+            if self.value_schema is not None or self.contract is not None:
+                raise ValueError("value_schema and contract need value_format json_schema or avro")
+            return self
+        if self.value_schema is not None and self.contract == "evolve":
+            raise ValueError(
+                "contract evolve widens an inferred schema; with value_schema the schema is yours: edit it to evolve it"
+            )
+        if isinstance(self.value_schema, dict):
+            check_value_schema(self.value_format, self.value_schema)
+        return self
+
+    @property
+    def value_contract(self) -> Literal["freeze", "evolve", "discard_row"]:
+        return self.contract or "freeze"
 
 
 class NotifyConfig(StrictModel):

@@ -15,11 +15,12 @@ from typing import Any
 from airflow.sdk.module_loading import import_string
 
 from crawler_ops.config import CrawlTaskConfig
+from crawler_ops.crawl.contract import decoded_records, evolve_codec, value_codec
 from crawler_ops.crawl.run import RunContext
 from crawler_ops.errors import ConfigError, SourceError
 from crawler_ops.filtering import Window
 from crawler_ops.planning import Batch
-from crawler_ops.records import Message, Transform, build_messages, dead_letter_messages, too_large
+from crawler_ops.records import Message, PageResult, Transform, build_messages, dead_letter_messages, too_large
 from crawler_ops.results import BatchOutcome, DeadLetter, RunCounts
 from crawler_ops.transforms import bind_task_id
 
@@ -66,9 +67,10 @@ class BatchFilter:
 
     :param run: the run (its window, id and config).
     :param early_stop: whether this is a first crawl, where pages with nothing in the window end the crawl.
+    :param schema_id: the registry id of the value schema the plan settled (value_format json_schema or avro).
     """
 
-    def __init__(self, run: RunContext, early_stop: bool) -> None:
+    def __init__(self, run: RunContext, early_stop: bool, schema_id: int | None = None) -> None:
         self.cfg = run.cfg
         self.run_id = run.run_id
         self.window: Window = run.window.in_zone(self.cfg.filter.rule.tz)
@@ -76,6 +78,7 @@ class BatchFilter:
         self.shape = self.cfg.kafka.shape
         self.run_names = {"task": self.cfg.id, "run_id": run.run_id, "ref": run.ref.isoformat()}
         self.transform: Transform | None = load_transform(self.cfg)
+        self.codec = value_codec(self.cfg, schema_id)
         self.early_stop = early_stop
         self.empty_streak = 0
 
@@ -89,21 +92,9 @@ class BatchFilter:
                 f"expected {batch.size} (short page or shrinking source); not marked done",
                 retriable=True,
             )
-        try:
-            page = build_messages(
-                records,
-                batch.lo,
-                cfg.filter.rule,
-                self.window,
-                self.shape,
-                self.headers,
-                self.transform,
-                run=self.run_names,
-            )
-        except ValueError as exc:
-            raise SourceError(
-                f"task {cfg.id}: {exc}; the source sent something that is not a record", retriable=False
-            ) from exc
+        page = self.build(batch, records)
+        if page.misfits:
+            page = self.contract(batch, records, page)
         published, oversized = too_large(
             page.messages, records, batch.lo, cfg.kafka.max_message_bytes, with_headers=bool(self.shape.headers)
         )
@@ -122,6 +113,46 @@ class BatchFilter:
             dead_letters=tuple(dead_letters),
             cutoff=self.cutoff_after(batch, page.kept),
         )
+
+    def build(self, batch: Batch, records: Sequence[Any]) -> PageResult:
+        try:
+            return build_messages(
+                records,
+                batch.lo,
+                self.cfg.filter.rule,
+                self.window,
+                self.shape,
+                self.headers,
+                self.transform,
+                run=self.run_names,
+                value=self.codec,
+            )
+        except ValueError as exc:
+            raise SourceError(
+                f"task {self.cfg.id}: {exc}; the source sent something that is not a record", retriable=False
+            ) from exc
+
+    def contract(self, batch: Batch, records: Sequence[Any], page: PageResult) -> PageResult:
+        """Kept records the value schema does not accept: under contract freeze the batch fails (nothing of it is
+        produced), under evolve a widened schema is registered and the page made again, under discard_row they
+        stay dead letters."""
+        cfg, unfit = self.cfg, page.misfits
+        contract = cfg.kafka.value_contract
+        if contract == "discard_row" or self.codec is None:
+            return page
+        if contract == "freeze":
+            first = unfit[0]
+            raise SourceError(
+                f"task {cfg.id}: {len(unfit)} record(s) of batch [{batch.lo}, {batch.hi}) do not fit the value schema; "
+                f"the record at source offset {first.offset} {first.reason.removesuffix('; not published')}. "
+                "Nothing of the batch was produced (contract freeze). Register a version that accepts it, or set "
+                "kafka.contract to evolve or discard_row, then run again",
+                retriable=False,
+            )
+        self.codec = evolve_codec(
+            cfg, self.codec, decoded_records([records[m.offset - batch.lo] for m in unfit], self.transform)
+        )
+        return self.build(batch, records)
 
     def skipped_by_rule(self, batch: Batch, reason: str, envelope: Any) -> FilteredBatch:
         """A page a skip rule of ``source.responses`` matched (``reason`` names the rule, the task and the offsets):

@@ -430,7 +430,7 @@ def crawl_chunk(run: RunContext, payload: ChunkPlan) -> dict[str, Any]:
     label = payload.label
     ledger = ledger_for(run, owner, token)
     try:
-        batch_filter = BatchFilter(run, early_stop=payload.early_stop)
+        batch_filter = BatchFilter(run, early_stop=payload.early_stop, schema_id=payload.schema_id)
         publisher = publisher_for(run, batches, ledger)
     except Exception as exc:
         # A chunk that cannot start (a transform that does not import, Kafka transactions refused) names why on

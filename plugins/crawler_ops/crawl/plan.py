@@ -9,9 +9,12 @@ from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime
 from itertools import islice
+from typing import Any
 
 import psycopg
 
+from crawler_ops.crawl.batch_filter import load_transform
+from crawler_ops.crawl.contract import Settled, decoded_records, settle_value_schema
 from crawler_ops.crawl.feed import plan_feed
 from crawler_ops.crawl.ledger import parked_message
 from crawler_ops.crawl.run import RunContext
@@ -52,6 +55,7 @@ def plan_run(run: RunContext) -> list[ChunkPlan]:
         total = source.get_total(known_total(run) if probed else None)
         if not params.dry_run:
             ensure_topics(run)
+        settled = settle_schema(run, source, total)
         if params.replay or run.backfill_interval is not None:
             lo, hi = range_to_read(run, source, total)
             batches = take_batches(
@@ -85,10 +89,37 @@ def plan_run(run: RunContext) -> list[ChunkPlan]:
         len(chunks),
         " [dry run]" if params.dry_run else "",
     )
+    if settled is not None and settled.note and not params.dry_run:
+        note_on_run(run, settled.note)
     if not params.dry_run:
         started = {"task": cfg.id, "run_id": run.run_id, "mode": mode, "ref": run.ref.isoformat(), "total": total}
         notify_run(cfg.notify, cfg.id, "started", started | {"watermark": watermark, "planned": len(batches)})
-    return [ChunkPlan.of(chunk, early_stop=first) for chunk in chunks]
+    schema_id = settled.schema_id if settled is not None else None
+    return [ChunkPlan.of(chunk, early_stop=first, schema_id=schema_id) for chunk in chunks]
+
+
+def settle_schema(run: RunContext, source: SourceApiHook, total: int) -> Settled | None:
+    """The value schema's registry id, settled before anything is produced (value_format json_schema or avro):
+    the newest page is what a new subject's schema is inferred from and what the contract is checked on."""
+    cfg = run.cfg
+    if cfg.kafka.value_format == "json" or total == 0:
+        return None
+    transform = load_transform(cfg)
+
+    def newest() -> list[dict[str, Any]]:
+        size = min(cfg.batch_size, total)
+        return decoded_records(source.get_page(total - size, size), transform)  # type: ignore[return-value]
+
+    return settle_value_schema(cfg, newest, run.params.dry_run)
+
+
+def note_on_run(run: RunContext, note: str) -> None:
+    store = run.store()
+    try:
+        with store.transaction() as cur:
+            store.add_run_note(cur, run.run_id, note)
+    finally:
+        store.close()
 
 
 def known_total(run: RunContext) -> int | None:

@@ -1,6 +1,6 @@
 """A Schema Registry through its Confluent-compatible REST API (Confluent Schema Registry, Apicurio Registry's
 ``/apis/ccompat/v6``, Karapace): the latest schema of a subject, registering a schema, the compatibility check a
-subject's level makes, a schema by id, and the wire format of a value framed with a schema id.
+subject's level makes, a schema by id. The wire format of a framed value is :mod:`crawler_ops.values`'.
 
 The Airflow connection (``http``) gives the API's base URL as :func:`crawler_ops.hooks.source.base_url` reads it
 (a whole URL with its path may stand in ``host``) and, when it has a login, HTTP basic credentials (an API key and
@@ -20,23 +20,12 @@ from airflow.sdk import BaseHook
 
 from crawler_ops.errors import RegistryError
 from crawler_ops.hooks.source import RETRIABLE_STATUS, base_url
+from crawler_ops.values import framed, unframed
 
-#: The first byte of a value framed with a schema id; the id follows in 4 bytes, big-endian, then the payload.
-MAGIC = b"\x00"
+__all__ = ["Registered", "SchemaRegistryHook", "framed", "subject_of", "unframed"]
+
 CONTENT_TYPE = "application/vnd.schemaregistry.v1+json"
 SchemaType = Literal["AVRO", "JSON"]
-
-
-def framed(schema_id: int) -> bytes:
-    """The 5 bytes a value framed with ``schema_id`` starts with."""
-    return MAGIC + schema_id.to_bytes(4, "big")
-
-
-def unframed(value: bytes) -> tuple[int, bytes]:
-    """The schema id and the payload of a framed value; ValueError for a value that is not framed."""
-    if len(value) < 5 or value[:1] != MAGIC:
-        raise ValueError("not a value framed with a schema id (magic byte 0 and 4 bytes of id)")
-    return int.from_bytes(value[1:5], "big"), value[5:]
 
 
 def subject_of(topic: str) -> str:

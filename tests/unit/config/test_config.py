@@ -603,3 +603,48 @@ def test_the_pool_of_a_connection_has_the_largest_max_in_flight_its_tasks_give()
         "crawler_source_api": 8,
     }
     assert document["crawler_source_api"]["include_deferred"] is False
+
+
+# --- value format ----------------------------------------------------------------------------------------------------
+
+
+def test_value_format_defaults_to_json_and_a_registry_format_defaults_to_freeze() -> None:
+    [task] = parse_config(_crawl_task(), "tasks.yaml").tasks
+    assert (task.kafka.value_format, task.kafka.value_schema, task.kafka.contract) == ("json", None, None)
+    [avro] = parse_config(_crawl_task(value_format="avro"), "tasks.yaml").tasks
+    assert (avro.kafka.registry_conn_id, avro.kafka.value_contract) == ("schema_registry", "freeze")
+
+
+AVRO = {"type": "record", "name": "r", "fields": [{"name": "id", "type": "string"}]}
+
+
+@pytest.mark.parametrize(
+    ("kafka", "message"),
+    [
+        ({"value_schema": AVRO}, "value_schema and contract need value_format json_schema or avro"),
+        ({"contract": "evolve"}, "value_schema and contract need value_format json_schema or avro"),
+        ({"value_format": "avro", "value_schema": AVRO, "contract": "evolve"}, "with value_schema the schema is yours"),
+        ({"value_format": "avro", "value_schema": {"type": "string"}}, "an Avro value_schema must be a record"),
+        ({"value_format": "json_schema", "value_schema": {"type": 3}}, "not a valid JSON Schema"),
+        ({"value_format": "protobuf"}, r"field 'kafka.value_format'"),
+    ],
+    ids=[
+        "schema-without-format",
+        "contract-without-format",
+        "evolve-a-given-schema",
+        "avro-not-a-record",
+        "invalid-json-schema",
+        "unknown-format",
+    ],
+)
+def test_a_value_format_setting_that_cannot_work_is_refused_naming_it(kafka: dict[str, Any], message: str) -> None:
+    loaded = parse_config(_crawl_task(**kafka), "tasks.yaml")
+    assert not loaded.tasks
+    assert re.search(message, loaded.errors["eo"]), loaded.errors["eo"]
+
+
+def test_a_feed_publishes_json_only() -> None:
+    document = _crawl_task(value_format="avro", key_field="id")
+    document["tasks"][0]["source"] = {"paginator": {"type": "cursor", "cursor_path": "next"}}
+    loaded = parse_config(document, "tasks.yaml")
+    assert "value_format avro is for offset-paged sources" in loaded.errors["eo"], loaded.errors["eo"]

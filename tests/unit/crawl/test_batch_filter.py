@@ -20,6 +20,8 @@ from crawler_ops.crawl.run import RunContext, RunParams
 from crawler_ops.errors import SourceError
 from crawler_ops.planning import Batch
 from crawler_ops.results import DeadLetter, RunCounts
+from crawler_ops.schemas import json_schema
+from crawler_ops.values import ValueCodec
 
 REF = datetime(2026, 11, 1, tzinfo=UTC)
 KEPT = (REF - timedelta(hours=1)).isoformat()
@@ -202,3 +204,52 @@ def test_the_drift_profile_of_a_transformed_batch_is_of_what_consumers_read():
     filtered = batch_filter.filter(Batch(0, 2), page(0, KEPT, OLD))
 
     assert published_profile(filtered, 20).fields == {"tagged": {"string": 1}}
+
+
+# --- value schema contract -------------------------------------------------------------------------------------------
+
+
+def framed_filter(contract: str) -> BatchFilter:
+    batch_filter = make_filter(kafka={"topic": "t.unit", "value_format": "json_schema", "contract": contract})
+    batch_filter.codec = ValueCodec("json_schema", 7, json_schema(page(0, KEPT), closed=True))
+    return batch_filter
+
+
+def raw_page(records: list[dict[str, Any]]) -> list[msgspec.Raw]:
+    return [msgspec.Raw(msgspec.json.encode(record)) for record in records]
+
+
+def test_discard_row_dead_letters_a_record_that_does_not_fit_and_frames_the_others() -> None:
+    records = [{"id": "r0", "aae397": KEPT}, {"id": "r1", "aae397": KEPT, "salary": 9}]
+    filtered = framed_filter("discard_row").filter(Batch(0, 2), raw_page(records))
+    assert [m.value for m in filtered.messages] == [b"\x00\x00\x00\x00\x07" + msgspec.json.encode(records[0])]
+    [letter] = filtered.dead_letters
+    assert letter.offset == 1
+    assert letter.reason == "does not fit the value schema (id 7): field 'salary' is not in the schema; not published"
+    assert letter.record == records[1]
+    assert filtered.kept == 1
+
+
+def test_freeze_fails_the_batch_naming_the_offset_and_the_field() -> None:
+    records = [{"id": "r0", "aae397": KEPT}, {"id": 1, "aae397": KEPT}]
+    with pytest.raises(SourceError, match=r"the record at source offset 1 does not fit .* at `\$\.id`") as caught:
+        framed_filter("freeze").filter(Batch(0, 2), raw_page(records))
+    assert not caught.value.retriable
+
+
+def test_an_expired_record_is_not_checked_against_the_schema() -> None:
+    records = [{"id": "r0", "aae397": KEPT}, {"id": 1, "aae397": OLD, "other": []}]
+    filtered = framed_filter("freeze").filter(Batch(0, 2), raw_page(records))
+    assert (filtered.kept, filtered.expired, filtered.dead_letters) == (1, 1, ())
+
+
+def test_a_framed_value_counts_its_five_bytes_against_max_message_bytes() -> None:
+    filler = "x" * (1024 - len(msgspec.json.encode({"id": "r0", "aae397": KEPT, "f": ""})) - len("r0"))
+    records = [{"id": "r0", "aae397": KEPT, "f": filler}]
+    plain = make_filter(kafka={"topic": "t.unit", "max_message_bytes": 1024})
+    assert plain.filter(Batch(0, 1), raw_page(records), exact=False).kept == 1
+    framed = make_filter(kafka={"topic": "t.unit", "max_message_bytes": 1024, "value_format": "json_schema"})
+    framed.codec = ValueCodec("json_schema", 7, json_schema(records, closed=True))
+    filtered = framed.filter(Batch(0, 1), raw_page(records), exact=False)
+    assert filtered.kept == 0
+    assert "message of 1029 bytes" in filtered.dead_letters[0].reason
