@@ -21,6 +21,8 @@ from crawler_ops.config import CrawlTaskConfig
 from crawler_ops.crawl.commit import commit_run
 from crawler_ops.crawl.plan import plan_run
 from crawler_ops.crawl.run import RunContext, RunParams
+from crawler_ops.planning import ChunkPlan
+from crawler_ops.values import unframed
 from tests.support import (
     Delivered,
     make_task,
@@ -50,11 +52,12 @@ def start_chunk(
 
 
 def setup_run(
-    source: Any, unique_id: str, delivery: str, total: int = 2_000, latency_ms: int = 20
-) -> tuple[CrawlTaskConfig, RunContext, dict]:
+    source: Any, unique_id: str, delivery: str, total: int = 2_000, latency_ms: int = 20, value_format: str = "json"
+) -> tuple[CrawlTaskConfig, RunContext, ChunkPlan]:
     source.create(unique_id, total=total, ref=REF, in_window_share=1.0)
     source.faults(unique_id, latency_ms=latency_ms)
-    cfg = make_task(unique_id, max_chunks=1, source={"concurrency": 2}, kafka={"delivery": delivery})
+    kafka = {"delivery": delivery, "value_format": value_format}
+    cfg = make_task(unique_id, max_chunks=1, source={"concurrency": 2}, kafka=kafka)
     run = RunContext(cfg=cfg, run_id=f"eo-{delivery}", ref=REF, params=RunParams())
     [chunk] = plan_run(run)
     return cfg, run, chunk
@@ -76,10 +79,23 @@ def keys(messages: list[Delivered]) -> Counter[str]:
     return Counter(m.key for m in messages)
 
 
+def read_keys(bootstrap: str, topic: str, isolation: str, chunk: ChunkPlan) -> Counter[str]:
+    """The keys a consumer reads; each value framed with the plan's schema id when the task writes Avro."""
+    messages = read_topic(bootstrap, topic, isolation=isolation, decode=bytes)
+    if chunk.schema_id is not None:
+        assert {unframed(m.value)[0] for m in messages} == {chunk.schema_id}
+    return keys(messages)
+
+
+# Exactly-once holds whatever the values are: JSON as sent, or Avro framed with a registry's schema id.
+VALUE_FORMATS = pytest.mark.parametrize("value_format", ["json", "avro"])
+
+
+@VALUE_FORMATS
 def test_a_kill_before_the_kafka_commit_leaves_nothing_visible_and_the_retry_publishes_each_record_once(
-    source, kafka_bootstrap, pg_uri, unique_id
+    source, kafka_bootstrap, pg_uri, unique_id, value_format
 ):
-    cfg, run, chunk = setup_run(source, unique_id, "exactly_once")
+    cfg, run, chunk = setup_run(source, unique_id, "exactly_once", value_format=value_format)
     die_at_third_batch(cfg, run, chunk, "before_commit")
     assert done_batches(pg_uri, unique_id) == 2
 
@@ -87,18 +103,19 @@ def test_a_kill_before_the_kafka_commit_leaves_nothing_visible_and_the_retry_pub
     summary = commit_run(run, [chunk], [result])
 
     truth = set(source.truth(unique_id, REF, days=7, tolerance_s=24 * 3600)["in_window_ids"])
-    committed = keys(read_topic(kafka_bootstrap, cfg.kafka.topic))
+    committed = read_keys(kafka_bootstrap, cfg.kafka.topic, "read_committed", chunk)
     assert set(committed) == truth and max(committed.values()) == 1
-    uncommitted = read_topic(kafka_bootstrap, cfg.kafka.topic, isolation="read_uncommitted")
+    uncommitted = read_topic(kafka_bootstrap, cfg.kafka.topic, isolation="read_uncommitted", decode=bytes)
     # The killed attempt had produced the third batch [1700, 1800) in a transaction that never committed.
     assert batches_of(keys(uncommitted), uncommitted) == {1_700}
     assert summary.status == "success" and summary.counts.published == len(truth)
 
 
+@VALUE_FORMATS
 def test_a_kill_after_the_kafka_commit_records_the_batch_done_without_fetching_or_producing_it_again(
-    source, kafka_bootstrap, pg_uri, unique_id
+    source, kafka_bootstrap, pg_uri, unique_id, value_format
 ):
-    cfg, run, chunk = setup_run(source, unique_id, "exactly_once")
+    cfg, run, chunk = setup_run(source, unique_id, "exactly_once", value_format=value_format)
     die_at_third_batch(cfg, run, chunk, "after_commit")
     assert done_batches(pg_uri, unique_id) == 2, "Kafka committed the third batch; PostgreSQL never heard of it"
     source.clear_requests(unique_id)
@@ -109,7 +126,7 @@ def test_a_kill_after_the_kafka_commit_records_the_batch_done_without_fetching_o
     assert 1_700 not in {r["offset"] for r in source.page_requests(unique_id)}, "the committed batch was fetched again"
     truth = set(source.truth(unique_id, REF, days=7, tolerance_s=24 * 3600)["in_window_ids"])
     for isolation in ("read_committed", "read_uncommitted"):
-        seen = keys(read_topic(kafka_bootstrap, cfg.kafka.topic, isolation=isolation))
+        seen = read_keys(kafka_bootstrap, cfg.kafka.topic, isolation, chunk)
         assert set(seen) == truth and max(seen.values()) == 1, isolation
     assert summary.status == "success"
     record = run_record(pg_uri, unique_id)
