@@ -8,6 +8,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import subprocess
 from datetime import UTC, datetime
 from typing import Any
 
@@ -16,7 +17,7 @@ import pytest
 
 from crawler_ops.hooks.registry import SchemaRegistryHook, subject_of
 from crawler_ops.values import json_name, unframed
-from tests.support import make_task, read_topic, run_record, watermark
+from tests.support import REPO, make_task, read_topic, run_record, watermark
 
 pytestmark = pytest.mark.integration
 
@@ -146,3 +147,45 @@ def test_discard_row_dead_letters_retyped_records_naming_the_field(source, kafka
     run = run_record(pg_uri, unique_id)
     assert run["dead_lettered"] == 100 and run["status"] == "success"
     assert any("are dead-lettered" in note for note in run["notes"]), run["notes"]
+
+
+def java_avro(bootstrap: str, topic: str) -> list[tuple[int, int, str, int, dict[str, Any]]]:
+    """(partition, timestamp, key, schema id, record) of every message as a JVM consumer decodes it with Apache Avro
+    and the schema its id names in the registry (tests/integration/java/JavaAvro.java)."""
+    program = REPO / "tests" / "integration" / "java" / "JavaAvro.java"
+    classpath = f"{REPO / 'dev' / 'kafka' / 'lib' / '*'}:{REPO / 'dev' / 'registry' / 'target' / 'registry-runner.jar'}"
+    done = subprocess.run(
+        ["java", "-cp", classpath, str(program), bootstrap, topic, os.environ["CRAWLER_OPS_REGISTRY_URL"]],
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    rows = []
+    for line in done.stdout.splitlines():
+        partition, stamp, key, schema_id, text = line.split("\t", 4)
+        rows.append((int(partition), int(stamp), bytes.fromhex(key).decode(), int(schema_id), json.loads(text)))
+    return rows
+
+
+def test_a_jvm_consumer_decodes_every_avro_value_with_the_schema_its_id_names(
+    source, kafka_bootstrap, unique_id, run_dag
+):
+    source.create(unique_id, total=300, ref=REF, in_window_share=0.8)
+    cfg = make_task(unique_id, kafka={"value_format": "avro", "delivery": "exactly_once"})
+    assert run_dag(cfg, REF) == "success"
+
+    latest = registry().latest(subject_of(cfg.kafka.topic))
+    assert latest is not None
+    names = {field["name"]: json_name(field) for field in latest.schema["fields"]}
+    truth = {r["id"]: r for r in source.records(unique_id, 0, 300)}
+    python_view = {
+        m.key: (m.partition, m.timestamp) for m in read_topic(kafka_bootstrap, cfg.kafka.topic, decode=bytes)
+    }
+    java = java_avro(kafka_bootstrap, cfg.kafka.topic)
+    assert len(java) == len(python_view) > 200
+    for partition, stamp, key, schema_id, record in java:
+        assert schema_id == latest.id
+        assert (partition, stamp) == python_view[key]
+        decoded = {names[name]: value for name, value in record.items()}
+        assert decoded == as_sent(truth[key], set(decoded)), key
