@@ -165,12 +165,16 @@ def measure_components(
     """Milliseconds per page of ``batch`` in-window records, each piece as the project runs it: the GET, the
     project's page decode (``SourceApiHook.read_page``: the records as raw JSON, then their date and key
     fields), filter+encode (``records.build_messages`` on that page, the window in the filter's zone as the
-    chunk has it), produce+flush; and for reference a full msgspec decode and filter+encode of the fully
-    decoded records (how this was measured before the page decode read the fields).
+    chunk has it), produce+flush; filter+encode and produce+flush again with each registry value format (the
+    values framed and checked against a schema inferred from the first page, as a new subject's would be); and for
+    reference a full msgspec decode and filter+encode of the fully decoded records (how this was measured before the
+    page decode read the fields).
     """
     from crawler_ops import filtering, records  # plugins/ is on the path (crawlbench.environment)
     from crawler_ops.config import SourceConfig
     from crawler_ops.hooks.source import SourceApiHook
+    from crawler_ops.schemas import avro_schema, json_schema
+    from crawler_ops.values import ValueCodec
 
     rule = filtering.DateRule()
     window = filtering.Window.since(REF, WINDOW_DAYS, REF, timedelta(seconds=TOLERANCE_S)).in_zone(rule.tz)
@@ -178,7 +182,16 @@ def measure_components(
     headers = [("crawl_task", b"bench"), ("run_id", b"components")]
     topic = f"{ds.name}.components"
     producer = warm_producer(stack, scratch, topic)
-    times: dict[str, list[float]] = {k: [] for k in ("decode", "dict_build", "project_decode", "build", "publish")}
+    sample = msgspec.json.decode(pages[0].body)["data"]["data"]
+    codecs = {
+        "json_schema": ValueCodec("json_schema", 1, json_schema(sample, closed=True, loose=True)),
+        "avro": ValueCodec("avro", 2, avro_schema(sample, "bench", loose=True)),
+    }
+    steps = ("decode", "dict_build", "project_decode", "build", "publish")
+    times: dict[str, list[float]] = {
+        k: [] for k in (*steps, *(f"{n}_{k}" for n in codecs for k in ("build", "publish")))
+    }
+    value_bytes: dict[str, list[int]] = {name: [] for name in ("json", *codecs)}
 
     def timed(name: str, step: Callable[[], Any]) -> Any:
         started = time.perf_counter()
@@ -194,7 +207,27 @@ def measure_components(
             "build", lambda p=project_page, o=page.offset: records.build_messages(p, o, rule, window, "id", headers)
         )
         timed("publish", lambda r=result: publish(producer, topic, r.messages))
+        value_bytes["json"].append(sum(len(m.value) for m in result.messages))
+        for name, codec in codecs.items():
+            framed = timed(
+                f"{name}_build",
+                lambda p=project_page, o=page.offset, c=codec: records.build_messages(
+                    p, o, rule, window, "id", headers, value=c
+                ),
+            )
+            assert not framed.dead_letters, f"{name}: {framed.dead_letters[:1]}"
+            timed(f"{name}_publish", lambda r=framed: publish(producer, topic, r.messages))
+            value_bytes[name].append(sum(len(m.value) for m in framed.messages))
     ms = {name: statistics.median(values) * 1000.0 for name, values in times.items()}
+    formats = {
+        f"{name}_{what}": value
+        for name in codecs
+        for what, value in (
+            ("filter_encode_us_per_record", ms[f"{name}_build"] * 1000.0 / ds.batch),
+            ("produce_flush_ms", ms[f"{name}_publish"]),
+        )
+    }
+    sizes = {f"{name}_value_bytes": statistics.mean(sizes) / ds.batch for name, sizes in value_bytes.items()}
     return {
         "pages_sampled": float(len(times["build"])),
         "records_per_page": float(ds.batch),
@@ -205,6 +238,8 @@ def measure_components(
         "filter_encode_ms": ms["build"],
         "filter_encode_us_per_record": ms["build"] * 1000.0 / ds.batch,
         "produce_flush_ms": ms["publish"],
+        **formats,
+        **sizes,
     }
 
 

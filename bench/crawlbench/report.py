@@ -208,6 +208,31 @@ def components_lines(c: Mapping[str, float]) -> list[str]:
         f"{c['filter_encode_ms']:.2f} ms = {c['filter_encode_us_per_record']:.2f} µs a record; produce+flush "
         f"{c['produce_flush_ms']:.1f} ms. For reference: full msgspec decode {c['decode_ms']:.1f} ms, "
         f"filter+encode of fully decoded records {c['dict_filter_encode_ms']:.1f} ms.",
+        *format_lines(c),
+    ]
+
+
+def format_lines(c: Mapping[str, float]) -> list[str]:
+    """Per record, each kafka.value_format: filter+encode, produce+flush and the value's size."""
+    if "avro_filter_encode_us_per_record" not in c:
+        return []
+    per = c["records_per_page"]
+    rows = [
+        ("json", c["filter_encode_us_per_record"], c["produce_flush_ms"], c.get("json_value_bytes", 0.0)),
+        *(
+            (name, c[f"{name}_filter_encode_us_per_record"], c[f"{name}_produce_flush_ms"], c[f"{name}_value_bytes"])
+            for name in ("json_schema", "avro")
+        ),
+    ]
+    base = rows[0][1]
+    return [
+        "",
+        "| kafka.value_format | filter+encode µs/record | × json | produce+flush µs/record | value bytes/record |",
+        "|---|---|---|---|---|",
+        *(
+            f"| {name} | {build:.2f} | {build / base:.2f} | {flush * 1000.0 / per:.2f} | {size:.0f} |"
+            for name, build, flush, size in rows
+        ),
     ]
 
 

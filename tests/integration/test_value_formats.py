@@ -16,6 +16,7 @@ import fastavro
 import pytest
 
 from crawler_ops.hooks.registry import SchemaRegistryHook, subject_of
+from crawler_ops.schemas import avro_schema
 from crawler_ops.values import json_name, unframed
 from tests.support import REPO, make_task, read_topic, run_record, watermark
 
@@ -189,3 +190,26 @@ def test_a_jvm_consumer_decodes_every_avro_value_with_the_schema_its_id_names(
         assert (partition, stamp) == python_view[key]
         decoded = {names[name]: value for name, value in record.items()}
         assert decoded == as_sent(truth[key], set(decoded)), key
+
+
+def test_a_given_schema_that_cannot_read_the_old_values_fails_the_plan_naming_the_field(
+    source, kafka_bootstrap, unique_id, run_dag, pg_uri, tmp_path
+):
+    """The registry's default level accepts anything (NONE on Apicurio): crawler_ops checks BACKWARD itself."""
+    source.create(unique_id, total=200, ref=REF, in_window_share=1.0)
+    first = avro_schema(source.records(unique_id, 0, 200), unique_id, loose=True)
+    path = tmp_path / "value.avsc"
+    path.write_text(json.dumps(first), encoding="utf-8")
+    cfg = make_task(unique_id, kafka={"value_format": "avro", "value_schema": str(path)})
+    assert run_dag(cfg, REF) == "success"
+    published = len(read_topic(kafka_bootstrap, cfg.kafka.topic, decode=bytes))
+
+    fields = [{**f, "type": ["null", "long"]} if f["name"] == "salary" else f for f in first["fields"]]
+    retyped = {**first, "fields": fields}
+    source.append(unique_id, 50)
+    assert run_dag(make_task(unique_id, kafka={"value_format": "avro", "value_schema": retyped}), REF) == "failed"
+
+    error = " ".join(run_record(pg_uri, unique_id)["errors"])
+    assert "salary was string and is now null or long, which cannot hold an old string value" in error, error
+    assert registry().latest(subject_of(cfg.kafka.topic)).version == 1  # type: ignore[union-attr]
+    assert len(read_topic(kafka_bootstrap, cfg.kafka.topic, decode=bytes)) == published

@@ -4,7 +4,8 @@
 In plan, under the subject ``<topic>-value``:
 
 - with ``kafka.value_schema``, that schema is registered (the registry answers the id of an identical version);
-  a registry whose compatibility level refuses it fails the plan, naming the fields that break;
+  one that cannot read what the latest version wrote (BACKWARD), or that the registry's level refuses, fails the
+  plan, naming the fields that break;
 - without it, the subject's latest version is used; a new subject gets a closed schema inferred from the newest page.
 
 Then the newest page's kept records are checked against the schema (:class:`~crawler_ops.values.ValueCodec`). When
@@ -142,9 +143,12 @@ def settle_value_schema(cfg: CrawlTaskConfig, newest: Records, dry_run: bool = F
 def register(
     cfg: CrawlTaskConfig, registry: SchemaRegistryHook, schema: Mapping[str, Any], latest: Any, dry_run: bool
 ) -> int:
-    """``schema``'s id under the task's subject; a refusal by the registry's compatibility level fails the plan,
-    naming the fields. A dry run registers nothing (id 0)."""
+    """``schema``'s id under the task's subject. A schema that cannot read what the latest version wrote (BACKWARD)
+    fails the plan naming the fields, even when the subject's own level would accept it (a registry's default level
+    may be NONE); so does a refusal by the registry. A dry run registers nothing (id 0)."""
     subject, kind = subject_of(cfg.kafka.topic), schema_type(cfg)
+    if latest is not None and latest.schema_type == kind and breaks(cfg, latest.schema, schema):
+        raise refused(cfg, latest.schema, schema, latest.version)  # whatever level the registry's subject has
     if dry_run:
         if latest is not None and not registry.compatible(subject, schema, kind):
             raise refused(cfg, latest.schema, schema, latest.version)
@@ -163,7 +167,7 @@ def refused(
     fields = breaks(cfg, old, new) or [f"the registry refused it: {exc}" if exc else "the registry refused it"]
     return SourceError(
         f"task {cfg.id}: the value schema is not compatible with version {version} of subject "
-        f"'{subject_of(cfg.kafka.topic)}' under the subject's compatibility level: "
+        f"'{subject_of(cfg.kafka.topic)}' (BACKWARD: it must read what that version wrote): "
         + "; ".join(fields)
         + ". Nothing was produced. Change the schema so old records still read, or register the change yourself",
         retriable=False,
