@@ -321,6 +321,15 @@ def problems(report: Mapping[str, Any]) -> list[str]:
             f"{dates['after_window']} records are dated after the window's end (the clock plus "
             "filter.future_tolerance_hours): check filter.timezone"
         )
+    registry = report.get("registry") or {}
+    if "error" in registry:
+        found.append(f"the value schema cannot be checked: {registry['error']}")
+    elif registry.get("misfits") and registry["contract"] == "freeze":
+        found.append(
+            f"{registry['misfits']} of {registry['records']} records do not fit the value schema of "
+            f"{registry['subject']} ({registry['why']}): the next plan fails; register a version that accepts them, "
+            "or set kafka.contract"
+        )
     if order.get("verdict") == NO:
         found.append(
             order.get("problem")
@@ -393,6 +402,7 @@ def render_text(report: Mapping[str, Any]) -> str:
             + (", before the task's transform" if schema["before_transform"] else "")
             + "; the JSON Schema and the Avro schema: --json)"
         )
+    lines += registry_lines(report.get("registry"))
     crawl = report.get("first_crawl")
     if crawl:
         lines.append(
@@ -402,6 +412,20 @@ def render_text(report: Mapping[str, Any]) -> str:
         )
     lines.append(f"  requests   {report['requests']} made by this check")
     return "\n".join(lines)
+
+
+def registry_lines(registry: Mapping[str, Any] | None) -> list[str]:
+    """The value schema line: the subject, the schema the next plan writes with, and how the page fits it."""
+    if not registry:
+        return []
+    head = f"  registry   {registry['format']} under {registry['subject']}: "
+    if "error" in registry:
+        return [head + f"cannot be read: {registry['error']}"]
+    fit = f"{registry['records'] - registry['misfits']} of {registry['records']} page records fit"
+    lines = [head + f"{registry['schema']}; {fit}"]
+    if registry["misfits"]:
+        lines.append(f"             {registry['why']}: {registry['outcome']}")
+    return lines
 
 
 def schema_fields(schema: Mapping[str, Any]) -> str:

@@ -248,3 +248,25 @@ def test_a_feed_is_checked_on_its_first_page_newest_first_with_the_next_position
     assert json.loads(sample["value"]) == published[sample["key"]], "the message a crawl publishes for that record"
     text_code, text, _ = check(cfg, tmp_path)
     assert text_code == 0 and "  next       " in str(text)
+
+
+def test_a_registry_task_is_told_whether_the_page_fits_the_schema_the_next_plan_writes_with(
+    source, unique_id, tmp_path, run_dag
+):
+    ref = now()
+    source.create(unique_id, total=300, ref=ref, in_window_share=1.0)
+    cfg = make_task(unique_id, kafka={"value_format": "avro"})
+
+    code, report, _ = check(cfg, tmp_path, "--json")
+    assert code == 0, report
+    assert isinstance(report, dict)
+    registry = report["registry"]
+    assert registry["subject"] == f"test.{unique_id}-value" and registry["latest"] is None
+    assert registry["schema"].startswith("new subject") and (registry["records"], registry["misfits"]) == (100, 0)
+
+    assert run_dag(cfg, ref) == "success"
+    source.faults(unique_id, set_fields={"bonus": 5})
+    code, text, _ = check(cfg, tmp_path)
+    assert code == 1, text
+    assert "registry   avro under " in text and "version 1 (id " in text and "0 of 100 page records fit" in text
+    assert "field 'bonus' is not in the schema (100 of 100 records): the next plan fails" in text

@@ -268,3 +268,44 @@ def decoded_records(page: Sequence[Any], transform: Callable[[Any], Any] | None)
         if isinstance(value, Mapping):
             records.append(value)
     return records
+
+
+OUTCOMES = {
+    "freeze": "the next plan fails, nothing produced (contract freeze)",
+    "evolve": "the next plan registers a widened version (contract evolve)",
+    "discard_row": "such records are dead-lettered (contract discard_row)",
+}
+
+
+def registry_report(cfg: CrawlTaskConfig, records: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """What the next plan would make of ``records`` (a page's, decoded and transformed), read-only: the subject, the
+    schema it would write with, how many records do not fit it and why, and what the contract would do; ``error``
+    when the registry or the given schema cannot be read."""
+    subject = subject_of(cfg.kafka.topic)
+    report: dict[str, Any] = {
+        "subject": subject,
+        "format": cfg.kafka.value_format,
+        "contract": cfg.kafka.value_contract,
+    }
+    registry = SchemaRegistryHook(cfg.kafka.registry_conn_id)
+    try:
+        latest = registry.latest(subject)
+        given = given_schema(cfg)
+    except (RegistryError, ConfigError) as exc:
+        return report | {"error": str(exc)}
+    finally:
+        registry.close()
+    report["latest"] = None if latest is None else {"version": latest.version, "id": latest.id}
+    if given is not None:
+        schema, report["schema"] = given, "kafka.value_schema"
+    elif latest is not None:
+        schema, report["schema"] = latest.schema, f"version {latest.version} (id {latest.id})"
+    elif records:
+        schema, report["schema"] = inferred(cfg, records), "new subject: the first plan registers one inferred here"
+    else:
+        return report | {"schema": "new subject, and no record to infer one from", "records": 0, "misfits": 0}
+    unfit = misfits(ValueCodec(cfg.kafka.value_format, latest.id if latest else 0, schema), records)
+    report |= {"records": len(records), "misfits": len(unfit), "why": describe(unfit, len(records))}
+    if unfit:
+        report["outcome"] = OUTCOMES[cfg.kafka.value_contract]
+    return report

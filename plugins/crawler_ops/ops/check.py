@@ -17,7 +17,8 @@ from typing import Any
 import msgspec
 
 from crawler_ops.config import CrawlTaskConfig
-from crawler_ops.crawl.batch_filter import BatchFilter
+from crawler_ops.crawl.batch_filter import BatchFilter, load_transform
+from crawler_ops.crawl.contract import decoded_records, registry_report
 from crawler_ops.crawl.run import RunContext, RunParams
 from crawler_ops.errors import CrawlerError, SourceError
 from crawler_ops.hooks.auth import redact
@@ -191,7 +192,7 @@ def judge_page(
         first = source.get_page(0, 1)
         moment = record_moment(record_head(first[0], rule.fields) if first else {}, rule.fields, rule.tz)
         dated = [Dated(0, moment), *dated] if moment is not None else dated
-    return {
+    found = {
         "keys": key_report(objects, cfg.kafka.shape),
         "dates": date_report(objects, rule.fields, rule.tz, run.window.in_zone(rule.tz)),
         "order": order_verdict(dated),
@@ -199,6 +200,9 @@ def judge_page(
         "schema": inferred_schema(cfg, objects),
         "dated": dated,
     }
+    if cfg.kafka.value_format != "json":
+        found["registry"] = registry_report(cfg, decoded_records(page, load_transform(cfg) if transform else None))
+    return found
 
 
 def inferred_schema(cfg: CrawlTaskConfig, objects: list[dict[str, Any]]) -> dict[str, Any] | None:
