@@ -12,10 +12,11 @@ record's own field names) and each record is decoded against them. A JSON Schema
 
 from __future__ import annotations
 
-import io
+import functools
 import itertools
 import re
-from collections.abc import Mapping
+import struct
+from collections.abc import Callable, Mapping
 from typing import Any, Literal, Union
 
 import msgspec
@@ -84,9 +85,8 @@ class ValueCodec:
         if value_format == "avro":
             import fastavro  # only tasks writing Avro need it
 
-            self._avro = fastavro.parse_schema(self.schema)
-            self._write_avro = fastavro.schemaless_writer
-            self._type, self._to_avro = avro_type(self.schema, {})
+            fastavro.parse_schema(self.schema)  # the reference parser: names, defaults, references
+            self._type, self._write_avro = avro_type(self.schema, {})
         else:
             try:
                 self._type = json_type(self.schema)
@@ -133,13 +133,12 @@ class ValueCodec:
         return self._avro_bytes(value)
 
     def _avro_bytes(self, value: Any) -> bytes:
-        out = io.BytesIO()
-        out.write(self.prefix)
+        out = bytearray(self.prefix)
         try:
-            self._write_avro(out, self._avro, self._to_avro(value))
-        except (ValueError, TypeError, OverflowError) as exc:  # a long beyond 64 bits, a float for an int field...
+            self._write_avro(out, value)
+        except (ValueError, OverflowError, struct.error) as exc:  # a long beyond 64 bits, a float beyond float32...
             raise Misfit(f"cannot be written as Avro: {exc}") from None
-        return out.getvalue()
+        return bytes(out)
 
 
 def _struct(fields: list[tuple[str, Any, bool, Any]], open_object: bool = False) -> type[msgspec.Struct]:
@@ -199,71 +198,200 @@ def _union(parts: list[Any]) -> Any:
     return parts[0] if len(parts) == 1 else Union[tuple(parts)]  # noqa: UP007 - built from a list
 
 
-def avro_type(schema: Any, named: dict[str, tuple[Any, Any]]) -> tuple[Any, Any]:
-    """The msgspec type of an Avro type, and the function turning a value of it into what fastavro writes (a
-    record's struct into a dict of Avro names). ``named``: record types seen so far, by full and short name."""
+Writer = Callable[[bytearray, Any], None]
+_INT32, _INT64 = 2**31, 2**63
+# The zig-zag varint of every int below this, made once: lengths of strings and arrays, most values.
+_SMALL = 1 << 14
+
+
+def _long_bytes(value: int) -> bytes:
+    """Avro's long: zig-zag, then a base-128 varint, low group first."""
+    n = (value << 1) ^ (value >> 63)
+    out = bytearray()
+    while n > 0x7F:
+        out.append((n & 0x7F) | 0x80)
+        n >>= 7
+    out.append(n)
+    return bytes(out)
+
+
+_VARINTS = [_long_bytes(n) for n in range(_SMALL)]
+
+
+def _write_long(out: bytearray, value: int) -> None:
+    if 0 <= value < _SMALL:
+        out += _VARINTS[value]
+    elif -_INT64 <= value < _INT64:
+        out += _long_bytes(value)
+    else:
+        raise OverflowError(f"{value} does not fit Avro's 64-bit long")
+
+
+def _write_int(out: bytearray, value: int) -> None:
+    if not -_INT32 <= value < _INT32:
+        raise OverflowError(f"{value} does not fit Avro's 32-bit int")
+    _write_long(out, value)
+
+
+def _write_string(out: bytearray, value: str) -> None:
+    data = value.encode()
+    size = len(data)
+    out += _VARINTS[size] if size < _SMALL else _long_bytes(size)
+    out += data
+
+
+def _write_null(out: bytearray, value: None) -> None:
+    pass
+
+
+def _write_boolean(out: bytearray, value: bool) -> None:
+    out.append(1 if value else 0)
+
+
+def _write_float(out: bytearray, value: float) -> None:
+    out += struct.pack("<f", value)
+
+
+def _write_double(out: bytearray, value: float) -> None:
+    out += struct.pack("<d", value)
+
+
+_AVRO_WRITERS: dict[str, Writer] = {
+    "null": _write_null,
+    "boolean": _write_boolean,
+    "int": _write_int,
+    "long": _write_long,
+    "float": _write_float,
+    "double": _write_double,
+    "string": _write_string,
+}
+
+
+def avro_type(schema: Any, named: dict[str, tuple[Any, Writer]]) -> tuple[Any, Writer]:
+    """The msgspec type of an Avro type, and the function appending a value of that type (as msgspec decodes it: a
+    record is a struct) to a buffer in Avro's binary encoding. ``named``: record types seen so far, by full and short
+    name."""
     if isinstance(schema, list):
-        branches = [avro_type(branch, named) for branch in schema]
-        converters = [convert for _, convert in branches]
-        kinds = _union([kind for kind, _ in branches])
-        if all(convert is _same for convert in converters):
-            return kinds, _same
-        by_shape = {_shape_of(kind): convert for kind, convert in branches if convert is not _same}
-
-        def convert_branch(value: Any) -> Any:
-            convert = by_shape.get(msgspec.Struct if isinstance(value, msgspec.Struct) else type(value))
-            return value if convert is None else convert(value)
-
-        return kinds, convert_branch
+        return _avro_union([avro_type(branch, named) for branch in schema])
     if isinstance(schema, str):
         if schema in _AVRO_TYPES:
-            return _AVRO_TYPES[schema], _same
+            return _AVRO_TYPES[schema], _AVRO_WRITERS[schema]
         if schema in named:
             return named[schema]
         raise Unsupported(f"Avro type {schema!r} cannot be written from JSON")
     kind = schema.get("type")
     if kind == "record":
         return _avro_record(schema, named)
-    if kind == "array":
-        inner, convert = avro_type(schema["items"], named)
-        return list[inner], (_same if convert is _same else lambda value: [convert(v) for v in value])  # type: ignore[valid-type]
-    if kind == "map":
-        inner, convert = avro_type(schema["values"], named)
-        if convert is _same:
-            return dict[str, inner], _same  # type: ignore[valid-type]
-        return dict[str, inner], lambda value: {k: convert(v) for k, v in value.items()}  # type: ignore[valid-type]
+    if kind in ("array", "map"):
+        inner, write = avro_type(schema["items" if kind == "array" else "values"], named)
+        if kind == "array":
+            return list[inner], functools.partial(_write_array, write)  # type: ignore[valid-type]
+        return dict[str, inner], functools.partial(_write_map, write)  # type: ignore[valid-type]
     if kind == "enum":
-        return Literal[tuple(schema["symbols"])], _same
+        symbols = {symbol: _VARINTS[index] for index, symbol in enumerate(schema["symbols"])}
+        return Literal[tuple(schema["symbols"])], lambda out, value: out.extend(symbols[value])
     if isinstance(kind, (str, list)) and kind not in ("fixed", "error", "bytes"):
         return avro_type(kind, named)  # {"type": "long", "logicalType": ...}: the underlying type
     raise Unsupported(f"Avro type {kind!r} cannot be written from JSON")
 
 
-def _same(value: Any) -> Any:
-    return value
+def _write_array(write: Writer, out: bytearray, value: list[Any]) -> None:
+    """One block of all the items, then the empty block that ends an array."""
+    if value:
+        _write_long(out, len(value))
+        for item in value:
+            write(out, item)
+    out.append(0)
 
 
-def _shape_of(kind: Any) -> type:
-    """What a value of msgspec type ``kind`` is decoded as: a struct, a list or a dict (one of each in a union)."""
+def _write_map(write: Writer, out: bytearray, value: dict[str, Any]) -> None:
+    if value:
+        _write_long(out, len(value))
+        for key, item in value.items():
+            _write_string(out, key)
+            write(out, item)
+    out.append(0)
+
+
+def _avro_union(branches: list[tuple[Any, Writer]]) -> tuple[Any, Writer]:
+    """A union's value is the index of its branch, then the value: the branch is the first one whose type is the
+    value's as msgspec decoded it (an int goes to long or int before double or float)."""
+    by_type: dict[type, tuple[bytes, Writer]] = {}
+    for index, (kind, write) in enumerate(branches):
+        for python_type in _python_types(kind):
+            by_type.setdefault(python_type, (_VARINTS[index], write))
+    if int not in by_type and float in by_type:
+        by_type[int] = by_type[float]  # a JSON integer where the union has only a float branch
+    kinds = _union([kind for kind, _ in branches])
+    if len(branches) == 2 and type(None) in by_type and len(by_type) == 2:
+        return kinds, _nullable(by_type)
+
+    def write_union(out: bytearray, value: Any) -> None:
+        found = by_type.get(msgspec.Struct if isinstance(value, msgspec.Struct) else type(value))
+        if found is None:
+            raise ValueError(f"no branch of the union takes a {type(value).__name__}")
+        out += found[0]
+        found[1](out, value)
+
+    return kinds, write_union
+
+
+def _nullable(by_type: dict[type, tuple[bytes, Writer]]) -> Writer:
+    """A union of null and one other type, as most fields of an inferred schema are: msgspec has already checked
+    that the value is None or of the other type, so only None is told apart (a string written inline)."""
+    null_tag = by_type[type(None)][0]
+    tag, write = next(found for python_type, found in by_type.items() if python_type is not type(None))
+    if write is _write_string:
+
+        def write_nullable_string(out: bytearray, value: str | None) -> None:
+            if value is None:
+                out += null_tag
+                return
+            data = value.encode()
+            size = len(data)
+            out += tag
+            out += _VARINTS[size] if size < _SMALL else _long_bytes(size)
+            out += data
+
+        return write_nullable_string
+
+    def write_nullable(out: bytearray, value: Any) -> None:
+        if value is None:
+            out += null_tag
+        else:
+            out += tag
+            write(out, value)
+
+    return write_nullable
+
+
+def _python_types(kind: Any) -> tuple[type, ...]:
+    """What msgspec decodes a value of ``kind`` as."""
+    if kind is type(None):
+        return (type(None),)
     if isinstance(kind, type) and issubclass(kind, msgspec.Struct):
-        return msgspec.Struct
-    return getattr(kind, "__origin__", kind)
+        return (msgspec.Struct,)
+    origin = getattr(kind, "__origin__", kind)
+    if origin is Literal:
+        return (str,)
+    return (origin,)
 
 
-def _avro_record(schema: Mapping[str, Any], named: dict[str, tuple[Any, Any]]) -> tuple[Any, Any]:
+def _avro_record(schema: Mapping[str, Any], named: dict[str, tuple[Any, Writer]]) -> tuple[Any, Writer]:
     fields = []
-    converters = []
+    writers = []
     for field in schema["fields"]:
-        inner, convert = avro_type(field["type"], named)
+        inner, write = avro_type(field["type"], named)
         fields.append((json_name(field), inner, "default" not in field, field.get("default")))
-        converters.append((field["name"], convert))
-    struct = _struct(fields)
-    attrs = [f"f{i}" for i in range(len(fields))]
+        writers.append(write)
+    struct_type = _struct(fields)
+    astuple = msgspec.structs.astuple
 
-    def to_avro(value: msgspec.Struct) -> dict[str, Any]:
-        return {name: convert(getattr(value, attr)) for attr, (name, convert) in zip(attrs, converters, strict=True)}
+    def write_record(out: bytearray, value: msgspec.Struct) -> None:
+        for write, item in zip(writers, astuple(value), strict=True):
+            write(out, item)
 
-    result = (struct, to_avro)
+    result = (struct_type, write_record)
     named[schema["name"]] = result
     if schema.get("namespace"):
         named[f"{schema['namespace']}.{schema['name']}"] = result
