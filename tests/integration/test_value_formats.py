@@ -15,7 +15,10 @@ from typing import Any
 import fastavro
 import pytest
 
+from crawler_ops.crawl.batch_filter import BatchFilter
+from crawler_ops.crawl.run import RunContext, RunParams
 from crawler_ops.hooks.registry import SchemaRegistryHook, subject_of
+from crawler_ops.planning import Batch
 from crawler_ops.schemas import avro_schema
 from crawler_ops.values import json_name, unframed
 from tests.support import REPO, make_task, read_topic, run_record, watermark
@@ -213,3 +216,25 @@ def test_a_given_schema_that_cannot_read_the_old_values_fails_the_plan_naming_th
     assert "salary was string and is now null or long, which cannot hold an old string value" in error, error
     assert registry().latest(subject_of(cfg.kafka.topic)).version == 1  # type: ignore[union-attr]
     assert len(read_topic(kafka_bootstrap, cfg.kafka.topic, decode=bytes)) == published
+
+
+@pytest.mark.parametrize("value_format", ["json_schema", "avro"])
+def test_a_chunk_meeting_a_record_its_plan_did_not_see_evolves_the_subject_under_evolve(
+    source, unique_id, run_dag, value_format
+):
+    """The plan checks the newest page only: an older page's record with a new field is met by a chunk, which under
+    evolve registers a widened version and frames the page with it."""
+    source.create(unique_id, total=100, ref=REF, in_window_share=1.0)
+    cfg = make_task(unique_id, kafka={"value_format": value_format, "contract": "evolve"})
+    assert run_dag(cfg, REF) == "success"
+    first = registry().latest(subject_of(cfg.kafka.topic))
+    assert first is not None
+
+    page = [{**record, "bonus": [1, 2]} for record in source.records(unique_id, 0, 2)]
+    batch_filter = BatchFilter(RunContext(cfg, "evolve-in-chunk", REF, RunParams()), False, first.id)
+    filtered = batch_filter.filter(Batch(0, 2), page)
+
+    second = registry().latest(subject_of(cfg.kafka.topic))
+    assert second is not None and second.version == first.version + 1
+    assert filtered.dead_letters == () and len(filtered.messages) == 2
+    assert {unframed(bytes(m.value))[0] for m in filtered.messages} == {second.id}
