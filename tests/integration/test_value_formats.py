@@ -238,3 +238,17 @@ def test_a_chunk_meeting_a_record_its_plan_did_not_see_evolves_the_subject_under
     assert second is not None and second.version == first.version + 1
     assert filtered.dead_letters == () and len(filtered.messages) == 2
     assert {unframed(bytes(m.value))[0] for m in filtered.messages} == {second.id}
+
+
+def test_a_dry_run_registers_nothing_and_checks_against_the_latest_version(source, unique_id, run_dag, pg_uri):
+    source.create(unique_id, total=200, ref=REF, in_window_share=1.0)
+    cfg = make_task(unique_id, kafka={"value_format": "avro", "contract": "evolve"})
+    assert run_dag(cfg, REF, {"dry_run": True}) == "success"
+    assert registry().latest(subject_of(cfg.kafka.topic)) is None, "a dry run registered a schema"
+
+    assert run_dag(cfg, REF) == "success"
+    source.faults(unique_id, set_fields={"bonus": 5})
+    source.append(unique_id, 100)
+    assert run_dag(cfg, REF, {"dry_run": True}) == "success"
+    assert registry().latest(subject_of(cfg.kafka.topic)).version == 1  # type: ignore[union-attr]
+    assert watermark(pg_uri, unique_id) == 200

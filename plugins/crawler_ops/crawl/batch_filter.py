@@ -79,6 +79,7 @@ class BatchFilter:
         self.run_names = {"task": self.cfg.id, "run_id": run.run_id, "ref": run.ref.isoformat()}
         self.transform: Transform | None = load_transform(self.cfg)
         self.codec = value_codec(self.cfg, schema_id)
+        self.dry_run = run.params.dry_run
         self.early_stop = early_stop
         self.empty_streak = 0
 
@@ -138,8 +139,8 @@ class BatchFilter:
         stay dead letters."""
         cfg, unfit = self.cfg, page.misfits
         contract = cfg.kafka.value_contract
-        if contract == "discard_row" or self.codec is None:
-            return page
+        if contract == "discard_row" or self.codec is None or (contract == "evolve" and self.dry_run):
+            return page  # a dry run registers nothing: the records that would evolve the schema are counted as dead
         if contract == "freeze":
             first = unfit[0]
             raise SourceError(

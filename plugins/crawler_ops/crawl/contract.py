@@ -102,7 +102,7 @@ def breaks(cfg: CrawlTaskConfig, old: Mapping[str, Any], new: Mapping[str, Any])
 
 
 def settle_value_schema(cfg: CrawlTaskConfig, newest: Records, dry_run: bool = False) -> Settled | None:
-    """The schema id of this run (see the module's rules); None on a dry run that would register a first schema.
+    """The schema id of this run (see the module's rules); None on a dry run of a subject with no version yet.
     A :class:`SourceError` (not retriable) when the contract or the registry refuses."""
     registry = SchemaRegistryHook(cfg.kafka.registry_conn_id)
     subject, kind = subject_of(cfg.kafka.topic), schema_type(cfg)
@@ -135,7 +135,9 @@ def settle_value_schema(cfg: CrawlTaskConfig, newest: Records, dry_run: bool = F
                 len(records),
             )
         records = newest() if latest is not None or given is not None else records
-        return check_newest(cfg, registry, current_id, current, records, dry_run)
+        settled = check_newest(cfg, registry, current_id, current, records, dry_run)
+        # A dry run registers nothing: with no version yet its chunks have no id to frame with (and produce nothing).
+        return settled if settled.schema_id else None
     finally:
         registry.close()
 
