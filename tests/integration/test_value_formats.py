@@ -8,6 +8,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import socket
 import subprocess
 from datetime import UTC, datetime
 from typing import Any
@@ -252,3 +253,23 @@ def test_a_dry_run_registers_nothing_and_checks_against_the_latest_version(sourc
     assert run_dag(cfg, REF, {"dry_run": True}) == "success"
     assert registry().latest(subject_of(cfg.kafka.topic)).version == 1  # type: ignore[union-attr]
     assert watermark(pg_uri, unique_id) == 200
+
+
+def test_a_registry_that_does_not_answer_fails_the_plan_naming_the_connection(
+    source, kafka_bootstrap, unique_id, run_dag, pg_uri, monkeypatch
+):
+    with socket.socket() as probe:  # a port nothing listens on
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    monkeypatch.setenv(
+        "AIRFLOW_CONN_REGISTRY_DOWN", json.dumps({"conn_type": "http", "host": f"http://127.0.0.1:{port}"})
+    )
+    source.create(unique_id, total=200, ref=REF, in_window_share=1.0)
+    cfg = make_task(unique_id, kafka={"value_format": "avro", "registry_conn_id": "registry_down"})
+
+    assert run_dag(cfg, REF) == "failed"
+
+    error = " ".join(run_record(pg_uri, unique_id)["errors"])
+    assert "schema registry (connection 'registry_down')" in error and "ConnectError" in error, error
+    assert watermark(pg_uri, unique_id) is None
+    assert read_topic(kafka_bootstrap, cfg.kafka.topic, decode=bytes) == []
