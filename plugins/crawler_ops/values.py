@@ -136,7 +136,12 @@ class ValueCodec:
         out = bytearray(self.prefix)
         try:
             self._write_avro(out, value)
-        except (ValueError, OverflowError, struct.error) as exc:  # a long beyond 64 bits, a float beyond float32...
+        except (
+            ValueError,
+            TypeError,
+            OverflowError,
+            struct.error,
+        ) as exc:  # a long beyond 64 bits, a float beyond float32...
             raise Misfit(f"cannot be written as Avro: {exc}") from None
         return bytes(out)
 
