@@ -142,13 +142,16 @@ def airflow_metadata_cleanup(
 @pytest.fixture(scope="session", autouse=True)
 def namespace_cleanup(request: pytest.FixtureRequest) -> Iterator[None]:
     """At the end of a session on the stack, whatever its outcome: remove from PostgreSQL, Kafka and the demo
-    source whatever carries the session's tag (:mod:`tests.namespace`)."""
+    source and the schema registry whatever carries the session's tag (:mod:`tests.namespace`)."""
     yield
     if not _on_stack or not STATE_FILE.exists():
         return
     env = json.loads(STATE_FILE.read_text()).get("env", {})
     cleaned = namespace.clean(
-        env.get("CRAWLER_OPS_PG_URI"), env.get("CRAWLER_OPS_KAFKA_BOOTSTRAP"), env.get("CRAWLER_OPS_SOURCE_URL")
+        env.get("CRAWLER_OPS_PG_URI"),
+        env.get("CRAWLER_OPS_KAFKA_BOOTSTRAP"),
+        env.get("CRAWLER_OPS_SOURCE_URL"),
+        env.get("CRAWLER_OPS_REGISTRY_URL"),
     )
     say(request, f"Namespace {namespace.TAG} cleanup: {cleaned}")
 

@@ -42,7 +42,9 @@ class Cleaned:
         return f"removed {done or 'nothing'}" + (f"; failed: {'; '.join(self.failures)}" if self.failures else "")
 
 
-def clean(pg_uri: str | None, bootstrap: str | None, source_url: str | None) -> Cleaned:
+def clean(
+    pg_uri: str | None, bootstrap: str | None, source_url: str | None, registry_url: str | None = None
+) -> Cleaned:
     """Remove what this session made on each service given; a service that fails is reported, the others still
     cleaned."""
     cleaned = Cleaned()
@@ -50,6 +52,7 @@ def clean(pg_uri: str | None, bootstrap: str | None, source_url: str | None) -> 
         ("PostgreSQL", clean_postgres, pg_uri),
         ("Kafka", clean_kafka, bootstrap),
         ("demo source", clean_source, source_url),
+        ("schema registry", clean_registry, registry_url),
     ):
         if where is None:
             continue
@@ -124,3 +127,17 @@ def clean_source(source_url: str) -> dict[str, int]:
         for name in names:
             http.delete(f"/admin/tasks/{name}").raise_for_status()
     return {"demo data sets": len(names)}
+
+
+def clean_registry(registry_url: str) -> dict[str, int]:
+    """Our subjects of the schema registry (its Confluent API): deleted, then deleted for good."""
+    from urllib.parse import quote
+
+    import httpx
+
+    with httpx.Client(base_url=registry_url, timeout=30) as http:
+        subjects = [name for name in http.get("/subjects").raise_for_status().json() if ours(name)]
+        for name in subjects:
+            http.delete(f"/subjects/{quote(name, safe='')}").raise_for_status()
+            http.delete(f"/subjects/{quote(name, safe='')}", params={"permanent": "true"})
+    return {"registry subjects": len(subjects)}
