@@ -160,11 +160,13 @@ def _struct(fields: list[tuple[str, Any, bool, Any]], open_object: bool = False)
 
 def json_type(schema: Any) -> Any:
     """The msgspec type of a JSON Schema (the subset crawler_ops infers, and the common constructs around it)."""
-    if schema is True or schema == {}:
+    if schema is True:
         return Any
     if not isinstance(schema, Mapping):
         raise Unsupported(f"schema {schema!r}")
     keys = set(schema) - _IGNORED
+    if not keys:
+        return Any
     if keys == {"anyOf"}:
         return _union([json_type(branch) for branch in schema["anyOf"]])
     if "type" not in keys or keys - {"type", "properties", "required", "additionalProperties", "items"}:
@@ -272,12 +274,12 @@ _AVRO_WRITERS: dict[str, Writer] = {
 }
 
 
-def avro_type(schema: Any, named: dict[str, tuple[Any, Writer]]) -> tuple[Any, Writer]:
+def avro_type(schema: Any, named: dict[str, tuple[Any, Writer]], namespace: str = "") -> tuple[Any, Writer]:
     """The msgspec type of an Avro type, and the function appending a value of that type (as msgspec decodes it: a
     record is a struct) to a buffer in Avro's binary encoding. ``named``: record types seen so far, by full and short
-    name."""
+    name; ``namespace``: the enclosing one, which a nested record without its own inherits."""
     if isinstance(schema, list):
-        return _avro_union([avro_type(branch, named) for branch in schema])
+        return _avro_union([avro_type(branch, named, namespace) for branch in schema])
     if isinstance(schema, str):
         if schema in _AVRO_TYPES:
             return _AVRO_TYPES[schema], _AVRO_WRITERS[schema]
@@ -286,9 +288,9 @@ def avro_type(schema: Any, named: dict[str, tuple[Any, Writer]]) -> tuple[Any, W
         raise Unsupported(f"Avro type {schema!r} cannot be written from JSON")
     kind = schema.get("type")
     if kind == "record":
-        return _avro_record(schema, named)
+        return _avro_record(schema, named, namespace)
     if kind in ("array", "map"):
-        inner, write = avro_type(schema["items" if kind == "array" else "values"], named)
+        inner, write = avro_type(schema["items" if kind == "array" else "values"], named, namespace)
         if kind == "array":
             return list[inner], functools.partial(_write_array, write)  # type: ignore[valid-type]
         return dict[str, inner], functools.partial(_write_map, write)  # type: ignore[valid-type]
@@ -296,7 +298,7 @@ def avro_type(schema: Any, named: dict[str, tuple[Any, Writer]]) -> tuple[Any, W
         symbols = {symbol: _VARINTS[index] for index, symbol in enumerate(schema["symbols"])}
         return Literal[tuple(schema["symbols"])], lambda out, value: out.extend(symbols[value])
     if isinstance(kind, (str, list)) and kind not in ("fixed", "error", "bytes"):
-        return avro_type(kind, named)  # {"type": "long", "logicalType": ...}: the underlying type
+        return avro_type(kind, named, namespace)  # {"type": "long", "logicalType": ...}: the underlying type
     raise Unsupported(f"Avro type {kind!r} cannot be written from JSON")
 
 
@@ -320,13 +322,11 @@ def _write_map(write: Writer, out: bytearray, value: dict[str, Any]) -> None:
 
 def _avro_union(branches: list[tuple[Any, Writer]]) -> tuple[Any, Writer]:
     """A union's value is the index of its branch, then the value: the branch is the first one whose type is the
-    value's as msgspec decoded it (an int goes to long or int before double or float)."""
+    value's as msgspec decoded it (msgspec gives a JSON integer to a float branch as a float)."""
     by_type: dict[type, tuple[bytes, Writer]] = {}
     for index, (kind, write) in enumerate(branches):
         for python_type in _python_types(kind):
             by_type.setdefault(python_type, (_VARINTS[index], write))
-    if int not in by_type and float in by_type:
-        by_type[int] = by_type[float]  # a JSON integer where the union has only a float branch
     kinds = _union([kind for kind, _ in branches])
     if len(branches) == 2 and type(None) in by_type and len(by_type) == 2:
         return kinds, _nullable(by_type)
@@ -382,11 +382,13 @@ def _python_types(kind: Any) -> tuple[type, ...]:
     return (origin,)
 
 
-def _avro_record(schema: Mapping[str, Any], named: dict[str, tuple[Any, Writer]]) -> tuple[Any, Writer]:
+def _avro_record(schema: Mapping[str, Any], named: dict[str, tuple[Any, Writer]], enclosing: str) -> tuple[Any, Writer]:
+    name = str(schema["name"])
+    namespace = name.rpartition(".")[0] or str(schema.get("namespace") or enclosing)
     fields = []
     writers = []
     for field in schema["fields"]:
-        inner, write = avro_type(field["type"], named)
+        inner, write = avro_type(field["type"], named, namespace)
         fields.append((json_name(field), inner, "default" not in field, field.get("default")))
         writers.append(write)
     struct_type = _struct(fields)
@@ -397,9 +399,10 @@ def _avro_record(schema: Mapping[str, Any], named: dict[str, tuple[Any, Writer]]
             write(out, item)
 
     result = (struct_type, write_record)
-    named[schema["name"]] = result
-    if schema.get("namespace"):
-        named[f"{schema['namespace']}.{schema['name']}"] = result
+    short = name.rpartition(".")[2]
+    named[short] = result
+    if namespace:
+        named[f"{namespace}.{short}"] = result
     return result
 
 
@@ -426,7 +429,7 @@ def check_value_schema(value_format: ValueFormat, schema: Mapping[str, Any]) -> 
             fastavro.parse_schema(dict(schema))
             msgspec.json.Decoder(avro_type(schema, {})[0])
         except (fastavro.schema.SchemaParseException, Unsupported, TypeError, KeyError, ValueError) as exc:
-            raise ValueError(f"the Avro value_schema cannot be used: {exc}") from None
+            raise ValueError(f"the Avro value_schema cannot be used: {type(exc).__name__}: {exc}") from None
         return
     import jsonschema
 

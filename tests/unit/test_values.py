@@ -22,7 +22,17 @@ from crawler_ops.schemas import (
     widen_avro_schema,
     widen_json_schema,
 )
-from crawler_ops.values import Misfit, ValueCodec, check_value_schema, framed, json_name, unframed
+from crawler_ops.values import (
+    Misfit,
+    Unsupported,
+    ValueCodec,
+    avro_type,
+    check_value_schema,
+    framed,
+    json_name,
+    json_type,
+    unframed,
+)
 
 RECORDS = [
     {"id": "1", "aae397": "2026-01-01", "n": 3, "时间": "x", "tags": ["a"], "o": {"p": 1.5}},
@@ -217,3 +227,296 @@ def test_a_long_beyond_64_bits_and_an_int_beyond_32_bits_do_not_fit() -> None:
         codec.encode({"n": 2**63, "i": 0})
     with pytest.raises(Misfit, match="does not fit Avro's 32-bit int"):
         codec.encode({"n": 0, "i": 2**31})
+
+
+# --- every Avro type, byte for byte against fastavro's writer ------------------------------------------------------
+
+POINT = {"type": "record", "name": "point", "fields": [{"name": "x", "type": "double"}]}
+ALL_TYPES = {
+    "type": "record",
+    "name": "all",
+    "namespace": "ns",
+    "fields": [
+        {"name": "b", "type": "boolean"},
+        {"name": "i", "type": "int"},
+        {"name": "l", "type": "long"},
+        {"name": "f", "type": "float"},
+        {"name": "d", "type": "double"},
+        {"name": "s", "type": "string"},
+        {"name": "e", "type": {"type": "enum", "name": "colour", "symbols": ["red", "green", "blue"]}},
+        {"name": "m", "type": {"type": "map", "values": "long"}},
+        {"name": "a", "type": {"type": "array", "items": POINT}},
+        {"name": "p", "type": ["null", "point"], "default": None},
+        {"name": "q", "type": ["null", "ns.point"], "default": None},
+        {"name": "u", "type": ["null", "long", "string", {"type": "map", "values": "string"}], "default": None},
+        {"name": "o", "type": ["null", "string"], "default": None},
+        {"name": "ts", "type": {"type": "long", "logicalType": "timestamp-millis"}},
+        {"name": "dflt", "type": "string", "default": "fallback"},
+        {"name": "_u65f6_u95f4", "type": "string", "doc": "时间"},
+        {"name": "a_u002db", "type": "string", "doc": "a-b"},
+        {"name": "a_u002db_2", "type": "string", "doc": "a_u002db"},
+        {"name": "note", "type": "string", "doc": "free text about the field"},
+    ],
+}
+LONGS = [0, 1, -1, -64, 63, 64, 16_383, 16_384, -16_385, 2**62, -(2**63), 2**63 - 1]
+
+
+def all_types_record(n: int) -> dict[str, Any]:
+    """Record ``n`` of ALL_TYPES as JSON gives it (the record's own names), exercising each boundary in turn."""
+    big = "文" * (16_384 // 3) + "x" * (n % 3)  # UTF-8 lengths around the 16,384 of the varint table
+    record = {
+        "b": n % 2 == 0,
+        "i": [-(2**31), 2**31 - 1, 0, 7][n % 4],
+        "l": LONGS[n % len(LONGS)],
+        "f": 1.5 * n,
+        "d": -0.25 * n,
+        "s": ["", "ascii", "北京", big][n % 4],
+        "e": ["red", "green", "blue"][n % 3],
+        "m": {} if n % 2 else {"a": n, "b": -n},
+        "a": [{"x": float(k)} for k in range(n % 3)],
+        "p": None if n % 2 else {"x": 2.5},
+        "q": {"x": -1.0} if n % 2 else None,
+        "u": [None, n, "text", {"k": "v"}][n % 4],
+        "o": [None, "", big][n % 3],
+        "ts": 1_780_000_000_000 + n,
+        "时间": "2026-11-01",
+        "a-b": "dash",
+        "a_u002db": "spelled out",
+        "note": "n",
+    }
+    if n % 2:
+        record["dflt"] = "given"
+    return record
+
+
+def as_avro(record: dict[str, Any]) -> dict[str, Any]:
+    """The dict fastavro's writer takes for a record of ALL_TYPES: Avro names, defaults filled in."""
+    out = {k: v for k, v in record.items() if k not in ("时间", "a-b", "a_u002db")}
+    out |= {"_u65f6_u95f4": record["时间"], "a_u002db": record["a-b"], "a_u002db_2": record["a_u002db"]}
+    out.setdefault("dflt", "fallback")
+    return out
+
+
+@pytest.mark.parametrize("n", range(24))
+def test_every_avro_type_is_written_byte_for_byte_as_fastavro_writes_it(n: int) -> None:
+    record = all_types_record(n)
+    codec = ValueCodec("avro", 5, ALL_TYPES)
+    expected = io.BytesIO()
+    fastavro.schemaless_writer(expected, fastavro.parse_schema(ALL_TYPES), as_avro(record))
+    assert codec.encode_raw(raw(record)) == framed(5) + expected.getvalue()
+    assert codec.encode(record) == framed(5) + expected.getvalue()
+
+
+def test_an_enum_symbol_or_a_type_the_schema_does_not_have_is_a_misfit() -> None:
+    codec = ValueCodec("avro", 5, ALL_TYPES)
+    with pytest.raises(Misfit, match=r"^Invalid enum value 'purple' - at `\$.e`$"):
+        codec.encode({**all_types_record(0), "e": "purple"})
+    with pytest.raises(Misfit, match=r"got `array` - at `\$.u`"):
+        codec.encode({**all_types_record(0), "u": [1]})
+    with pytest.raises(Misfit, match=r"^Expected `int`, got `float` - at `\$.m\[...\]`$"):
+        codec.encode({**all_types_record(0), "m": {"a": 1.5}})
+
+
+def test_a_float_beyond_float32_is_a_misfit() -> None:
+    with pytest.raises(Misfit, match=r"^cannot be written as Avro: float too large to pack"):
+        ValueCodec("avro", 5, ALL_TYPES).encode({**all_types_record(0), "f": 1e300})
+
+
+def test_a_union_writer_refuses_a_value_none_of_its_branches_takes() -> None:
+    _, write = avro_type(["null", "long", "string"], {})
+    with pytest.raises(ValueError, match=r"^no branch of the union takes a list$"):
+        write(bytearray(), [1])
+
+
+@pytest.mark.parametrize(
+    ("schema", "why"),
+    [
+        ("bytes", "Avro type 'bytes' cannot be written from JSON"),
+        ("nowhere.defined", "Avro type 'nowhere.defined' cannot be written from JSON"),
+        ({"type": "fixed", "name": "f", "size": 4}, "Avro type 'fixed' cannot be written from JSON"),
+        ({"type": "bytes", "logicalType": "decimal"}, "Avro type 'bytes' cannot be written from JSON"),
+    ],
+)
+def test_an_avro_type_json_cannot_fill_is_unsupported(schema: Any, why: str) -> None:
+    with pytest.raises(Unsupported) as caught:
+        avro_type(schema, {})
+    assert str(caught.value) == why
+
+
+@pytest.mark.parametrize(
+    ("field", "name"),
+    [
+        ({"name": "_u65f6_u95f4", "doc": "时间"}, "时间"),
+        ({"name": "_u65f6_u95f4_12", "doc": "时间"}, "时间"),
+        ({"name": "_u65f6_u95f4_x", "doc": "时间"}, "_u65f6_u95f4_x"),
+        ({"name": "page_u002dsize", "doc": "page-size"}, "page-size"),
+        ({"name": "salary", "doc": "the salary, in yuan"}, "salary"),
+        ({"name": "salary", "doc": "salary"}, "salary"),
+        ({"name": "salary", "doc": ""}, "salary"),
+        ({"name": "salary", "doc": 5}, "salary"),
+        ({"name": "salary"}, "salary"),
+    ],
+)
+def test_a_field_is_named_by_its_doc_only_when_its_avro_name_was_made_from_it(field: dict[str, Any], name: str) -> None:
+    assert json_name(field) == name
+
+
+# --- JSON Schema: what compiles to msgspec types, what falls back to jsonschema -----------------------------------
+
+
+@pytest.mark.parametrize(
+    ("schema", "fits", "misfit", "why"),
+    [
+        # compiled: msgspec's words
+        (
+            {"type": "object", "additionalProperties": {"type": "integer"}},
+            {"a": 1},
+            {"a": "x"},
+            "Expected `int`, got `str` - at `$[...]`",
+        ),
+        ({"type": "object"}, {"x": [1]}, 5, "Expected `object`, got `int`"),
+        ({"type": "array"}, [1, "a", None], "x", "Expected `array`, got `str`"),
+        ({"anyOf": [{"type": "string"}, {"type": "integer"}]}, 1, 1.5, "Expected `int | str`, got `float`"),
+        ({"type": ["string", "null"]}, None, 1, "Expected `str | null`, got `int`"),
+        (
+            {
+                "type": "object",
+                "properties": {
+                    "o": {
+                        "type": "object",
+                        "properties": {"p": {"type": "integer"}},
+                        "required": ["p"],
+                        "additionalProperties": False,
+                    }
+                },
+            },
+            {"o": {"p": 1}},
+            {"o": {}},
+            "required field 'p' in $.o is missing",
+        ),
+        # jsonschema's words: two object branches are a union msgspec cannot decode into
+        (
+            {"anyOf": [{"type": "object", "properties": {"a": {}}}, {"type": "object", "properties": {"b": {}}}]},
+            {"a": 1},
+            5,
+            "5 is not valid under any of the given schemas - at `$`",
+        ),
+        (
+            {"type": "object", "properties": {"a": {"type": "string"}}, "additionalProperties": {"type": "integer"}},
+            {"a": "s", "b": 1},
+            {"b": "x"},
+            "'x' is not of type 'integer' - at `$.b`",
+        ),
+        ({"type": "object", "properties": {}, "required": ["a"]}, {"a": 1}, {}, "'a' is a required property - at `$`"),
+        (
+            {"type": "object", "properties": {"l": {"type": "array", "items": {"type": "string", "maxLength": 2}}}},
+            {"l": ["ab"]},
+            {"l": ["ab", "abc"]},
+            "'abc' is too long - at `$.l[1]`",
+        ),
+        (
+            {"type": "object", "properties": {"n": {"type": "integer", "minimum": 0}}},
+            {"n": 0},
+            {"n": -1},
+            "-1 is less than the minimum of 0 - at `$.n`",
+        ),
+    ],
+)
+def test_a_json_schema_is_checked_in_msgspec_types_or_else_by_jsonschema(
+    schema: dict[str, Any], fits: Any, misfit: Any, why: str
+) -> None:
+    codec = ValueCodec("json_schema", 1, schema)
+    assert codec.encode_raw(raw(fits)) == framed(1) + raw(fits)
+    assert codec.encode(fits) == framed(1) + raw(fits)
+    with pytest.raises(Misfit) as caught:
+        codec.encode(misfit)
+    assert str(caught.value) == why
+    with pytest.raises(Misfit) as from_raw:
+        codec.encode_raw(raw(misfit))
+    assert str(from_raw.value) == why
+
+
+@pytest.mark.parametrize("schema", [True, {}, {"title": "anything"}])
+def test_a_schema_that_says_nothing_accepts_anything(schema: Any) -> None:
+    assert json_type(schema) is Any
+
+
+@pytest.mark.parametrize(
+    ("schema", "why"),
+    [
+        (5, "schema 5"),
+        ({"enum": [1, 2]}, "keywords ['enum']"),
+        ({"type": "object", "properties": {"a": {"type": "date"}}}, "type 'date'"),
+        (
+            {"type": "object", "properties": {"a": {}}, "additionalProperties": {"type": "string"}},
+            "additionalProperties beside properties",
+        ),
+        ({"type": "object", "properties": {"a": {}}, "required": ["b"]}, "a required property without a schema"),
+    ],
+)
+def test_what_msgspec_types_cannot_say_is_unsupported_naming_it(schema: Any, why: str) -> None:
+    with pytest.raises(Unsupported) as caught:
+        json_type(schema)
+    assert str(caught.value) == why
+
+
+# --- framing, formats and refusals -------------------------------------------------------------------------------
+
+
+def test_the_frame_is_magic_zero_and_a_big_endian_four_byte_id() -> None:
+    assert framed(1) == b"\x00\x00\x00\x00\x01"
+    assert framed(0x01020304) == b"\x00\x01\x02\x03\x04"
+    assert unframed(framed(2**32 - 1) + b"payload") == (2**32 - 1, b"payload")
+    assert unframed(framed(258)) == (258, b"")
+
+
+@pytest.mark.parametrize("value", [b"", b"\x00\x00\x00\x01", b"\x01\x00\x00\x00\x01{}", b"{}{}{}"])
+def test_a_value_that_is_not_framed_is_refused(value: bytes) -> None:
+    with pytest.raises(ValueError) as caught:
+        unframed(value)
+    assert str(caught.value) == "not a value framed with a schema id (magic byte 0 and 4 bytes of id)"
+
+
+def test_json_has_no_framing() -> None:
+    with pytest.raises(ValueError) as caught:
+        ValueCodec("json", 1, {})  # type: ignore[arg-type]
+    assert str(caught.value) == "no framing for value_format 'json'"
+
+
+@pytest.mark.parametrize(
+    ("value_format", "schema", "why"),
+    [
+        (
+            "avro",
+            {"type": "enum", "name": "e", "symbols": ["a"]},
+            'an Avro value_schema must be a record schema ({"type": "record", ...})',
+        ),
+        (
+            "avro",
+            {"type": "record", "name": "r", "fields": [{"name": "b", "type": "bytes"}]},
+            "the Avro value_schema cannot be used: Unsupported: Avro type 'bytes' cannot be written from JSON",
+        ),
+        (
+            "avro",
+            {"type": "record", "name": "r", "fields": [{"name": "b", "type": "nope"}]},
+            "the Avro value_schema cannot be used: UnknownType: nope",
+        ),
+        (
+            "avro",
+            {"type": "record", "name": "r", "fields": [{"name": "u", "type": [POINT, {**POINT, "name": "p2"}]}]},
+            "the Avro value_schema cannot be used: TypeError: If a type union contains multiple Struct types",
+        ),
+        ("json_schema", {"type": "objekt"}, "the JSON value_schema is not a valid JSON Schema: 'objekt' is not valid"),
+    ],
+)
+def test_a_schema_that_cannot_write_json_records_is_refused_saying_why(
+    value_format: str, schema: Any, why: str
+) -> None:
+    with pytest.raises(ValueError) as caught:
+        check_value_schema(value_format, schema)  # type: ignore[arg-type]
+    assert str(caught.value).startswith(why), str(caught.value)
+
+
+def test_a_valid_schema_of_each_format_passes_the_check() -> None:
+    check_value_schema("avro", ALL_TYPES)
+    check_value_schema("json_schema", json_schema(RECORDS, closed=True))
