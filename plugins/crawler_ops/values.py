@@ -297,7 +297,7 @@ def avro_type(schema: Any, named: dict[str, tuple[Any, Writer]], namespace: str 
     if kind == "enum":
         symbols = {symbol: _VARINTS[index] for index, symbol in enumerate(schema["symbols"])}
         return Literal[tuple(schema["symbols"])], lambda out, value: out.extend(symbols[value])
-    if isinstance(kind, (str, list)) and kind not in ("fixed", "error", "bytes"):
+    if isinstance(kind, (str, list)):
         return avro_type(kind, named, namespace)  # {"type": "long", "logicalType": ...}: the underlying type
     raise Unsupported(f"Avro type {kind!r} cannot be written from JSON")
 

@@ -247,6 +247,35 @@ ALL_TYPES = {
         {"name": "m", "type": {"type": "map", "values": "long"}},
         {"name": "a", "type": {"type": "array", "items": POINT}},
         {"name": "p", "type": ["null", "point"], "default": None},
+        {
+            "name": "in_union",
+            "type": ["null", {"type": "record", "name": "tag", "fields": [{"name": "t", "type": "string"}]}],
+            "default": None,
+        },
+        {"name": "tag_again", "type": ["null", "ns.tag"], "default": None},
+        {
+            "name": "dotted",
+            "type": {
+                "type": "record",
+                "name": "other.space.box",
+                "fields": [
+                    {
+                        "name": "inner",
+                        "type": {"type": "record", "name": "lid", "fields": [{"name": "w", "type": "long"}]},
+                    }
+                ],
+            },
+        },
+        {
+            "name": "crate",
+            "type": {
+                "type": "record",
+                "name": "other.space.crate",
+                "fields": [{"name": "box_short", "type": ["null", "box"], "default": None}],
+            },
+        },
+        {"name": "lid_full", "type": ["null", "other.space.lid"], "default": None},
+        {"name": "opt_long", "type": ["null", {"type": "long", "logicalType": "timestamp-millis"}], "default": None},
         {"name": "q", "type": ["null", "ns.point"], "default": None},
         {"name": "u", "type": ["null", "long", "string", {"type": "map", "values": "string"}], "default": None},
         {"name": "o", "type": ["null", "string"], "default": None},
@@ -277,7 +306,13 @@ def all_types_record(n: int) -> dict[str, Any]:
         "p": None if n % 2 else {"x": 2.5},
         "q": {"x": -1.0} if n % 2 else None,
         "u": [None, n, "text", {"k": "v"}][n % 4],
-        "o": [None, "", big][n % 3],
+        "o": [None, "", "文" * 5461 + "x"][n % 3],  # 16,384 bytes: just past the varint table
+        "in_union": None if n % 2 else {"t": "tagged"},
+        "tag_again": {"t": "again"} if n % 2 else None,
+        "dotted": {"inner": {"w": n}},
+        "crate": {"box_short": {"inner": {"w": -n}} if n % 3 == 0 else None},
+        "lid_full": {"w": 5} if n % 3 == 1 else None,
+        "opt_long": [None, 0, 16_384][n % 3],
         "ts": 1_780_000_000_000 + n,
         "时间": "2026-11-01",
         "a-b": "dash",
@@ -461,6 +496,20 @@ def test_what_msgspec_types_cannot_say_is_unsupported_naming_it(schema: Any, why
 
 
 # --- framing, formats and refusals -------------------------------------------------------------------------------
+
+
+def test_a_type_with_no_type_is_unsupported() -> None:
+    with pytest.raises(Unsupported) as caught:
+        avro_type({"name": "untyped"}, {})
+    assert str(caught.value) == "Avro type None cannot be written from JSON"
+
+
+def test_a_closed_object_of_no_properties_accepts_only_the_empty_object() -> None:
+    codec = ValueCodec("json_schema", 1, {"type": "object", "additionalProperties": False})
+    assert codec.encode({}) == framed(1) + b"{}"
+    with pytest.raises(Misfit) as caught:
+        codec.encode({"a": 1})
+    assert str(caught.value) == "field 'a' is not in the schema"
 
 
 def test_the_frame_is_magic_zero_and_a_big_endian_four_byte_id() -> None:
