@@ -10,7 +10,9 @@ dev/compose/engine.sh starts the engine and builds the stand-in images; then, th
    the run still succeeds and the topic holds each record of the truth exactly once;
 4. `down` then `up`: the watermarks, both topics and the exactly-once markers are still there, and the next run
    fetches only what the source appended;
-5. `down -v`: no container, volume or network of the project is left.
+5. the Schema Registry (profile `registry`): a worker registers an Avro schema through the `schema_registry`
+   connection airflow-init imported, reads it back by id, and the host reads the same schema by that id;
+6. `down -v`: no container, volume or network of the project is left.
 
 Each phase prints how long it took. Exit 0 when every check held; a failed check names what it saw, and the
 project's logs are printed (the project is removed either way unless --keep).
@@ -19,6 +21,7 @@ project's logs are printed (the project is removed either way unless --keep).
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import subprocess
 import sys
@@ -39,7 +42,13 @@ REPO = Path(__file__).resolve().parents[2]
 ENGINE = REPO / "dev" / "compose" / "engine.sh"
 PROJECT = os.environ.get("COMPOSE_TEST_PROJECT", "crawler-ops-compose-test")
 # Host ports: none of the dev stack's (15432, 19092, 18080, 18088) nor the compose file's defaults.
-PORTS = {"AIRFLOW_PORT": 28088, "KAFKA_HOST_PORT": 29094, "DEMO_SOURCE_PORT": 28081, "FLOWER_PORT": 25555}
+PORTS = {
+    "AIRFLOW_PORT": 28088,
+    "KAFKA_HOST_PORT": 29094,
+    "DEMO_SOURCE_PORT": 28081,
+    "FLOWER_PORT": 25555,
+    "SCHEMA_REGISTRY_PORT": 28085,
+}
 SETTINGS = {
     # Two task slots per worker: four chunks cannot all run on one worker.
     "AIRFLOW_WORKER_CONCURRENCY": "2",
@@ -102,7 +111,7 @@ class Compose:
 
     def __init__(self, env_file: Path) -> None:
         self.base = ["docker", "compose", "-p", PROJECT, "--env-file", str(env_file)]
-        self.base += ["-f", str(REPO / "docker-compose.yaml"), "--profile", "demo"]
+        self.base += ["-f", str(REPO / "docker-compose.yaml"), "--profile", "demo", "--profile", "registry"]
         self.env = {k: v for k, v in os.environ.items() if k not in ("COMPOSE_FILE", "COMPOSE_PROFILES")}
 
     def __call__(self, *args: str, check: bool = True, capture: bool = False) -> subprocess.CompletedProcess[str]:
@@ -359,6 +368,33 @@ def incremental_run(compose: Compose, api: Airflow, source: Source, bootstrap: s
     exactly(keys, source.truth(task), f"{topic} after the incremental run")
 
 
+# Run in a worker container: the schema_registry connection as a task would get it (from the metadata database,
+# where airflow-init imported it), one Avro schema registered and read back; prints the id the registry gave.
+REGISTRY_CHECK = """
+import json
+from crawler_ops.hooks.registry import SchemaRegistryHook
+schema = {"type": "record", "name": "probe", "namespace": "compose_test",
+          "fields": [{"name": "aae397", "type": "string"}, {"name": "n", "type": ["null", "long"], "default": None}]}
+hook = SchemaRegistryHook()
+schema_id = hook.register("compose-test-probe-value", schema, "AVRO")
+assert hook.schema(schema_id) == schema, hook.schema(schema_id)
+latest = hook.latest("compose-test-probe-value")
+assert latest is not None and latest.id == schema_id, latest
+print(json.dumps({"id": schema_id, "version": latest.version}))
+"""
+
+
+def schema_registry(compose: Compose, registry_url: str) -> None:
+    # A process of Airflow's own (not a task's) reads connections from the metadata database when told it is one.
+    server = ["-e", "_AIRFLOW_PROCESS_CONTEXT=server"]
+    out = compose("exec", "-T", *server, "airflow-worker", "python", "-c", REGISTRY_CHECK, capture=True)
+    answer = json.loads(out.stdout.strip().splitlines()[-1])
+    log(f"a worker registered schema id {answer['id']} (version {answer['version']}) through schema_registry")
+    read = httpx.get(f"{registry_url}/schemas/ids/{answer['id']}", timeout=10)
+    check(read.status_code == 200, f"the host could not read schema id {answer['id']}: {read.status_code} {read.text}")
+    check(json.loads(read.json()["schema"])["name"] == "probe", f"schema id {answer['id']} is {read.text}")
+
+
 def leftovers() -> list[str]:
     label = f"label=com.docker.compose.project={PROJECT}"
     found = []
@@ -382,6 +418,7 @@ def run(args: argparse.Namespace, folder: Path) -> None:
     bootstrap = f"127.0.0.1:{PORTS['KAFKA_HOST_PORT']}"
     source_url = f"http://127.0.0.1:{PORTS['DEMO_SOURCE_PORT']}"
     airflow_url = f"http://127.0.0.1:{PORTS['AIRFLOW_PORT']}"
+    registry_url = f"http://127.0.0.1:{PORTS['SCHEMA_REGISTRY_PORT']}/apis/ccompat/v6"
     with phase("clean (down -v of an earlier run)"):
         compose("down", "-v", "--remove-orphans")
     with phase("compose build (the Airflow image once, the demo source)"):
@@ -407,6 +444,8 @@ def run(args: argparse.Namespace, folder: Path) -> None:
             check(before[name] == after[name], f"{name} changed across down/up")
     with phase("incremental run after the restart"):
         incremental_run(compose, api, source, bootstrap, before["beijing"])
+    with phase("schema registry through the schema_registry connection, from a worker"):
+        schema_registry(compose, registry_url)
     with phase("down -v"):
         compose("down", "-v", "--remove-orphans")
         left = leftovers()

@@ -29,6 +29,7 @@ POSTGRES_IMAGE="postgres:18"
 REDIS_IMAGE="redis:7.2-bookworm"
 KAFKA_IMAGE="apache/kafka:4.4.0"
 PYTHON_IMAGE="python:3.11-slim"  # dev/demo_source/Dockerfile's base
+REGISTRY_IMAGE="apicurio/apicurio-registry-mem:2.4.2.Final"
 BASE_IMAGE="crawler-ops-test/debian:bookworm"
 
 log() { printf '%s engine: %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
@@ -143,6 +144,25 @@ kafka_jars() {
   echo "$out"
 }
 
+registry_jar() {
+  # The dev stack's Schema Registry (dev/registry: Apicurio from Maven Central), built on the host in a copy of its
+  # folder into one outside the clone, keyed by its sources; the registry stand-in's build context gets the jar.
+  local out="$ROOT/registry/$(files_key dev/registry/pom.xml dev/registry/src)"
+  if [ ! -f "$out/registry-runner.jar" ]; then
+    command -v mvn >/dev/null || apt_install mvn maven
+    log "building the Schema Registry from Maven Central"
+    local work
+    work=$(mktemp -d)
+    cp -r "$REPO/dev/registry/pom.xml" "$REPO/dev/registry/src" "$work/"
+    mvn -q -B -f "$work/pom.xml" package >"$ROOT/registry-mvn.log" 2>&1 \
+      || { tail -n 30 "$ROOT/registry-mvn.log" >&2; rm -rf "$work"; die "mvn failed (log: $ROOT/registry-mvn.log)"; }
+    mkdir -p "$out"
+    mv "$work/target/registry-runner.jar" "$out/registry-runner.jar"
+    rm -rf "$work"
+  fi
+  echo "$out/registry-runner.jar"
+}
+
 build_image() {  # build_image <tag> <context folder> <key> [<file or folder>:<name in the context> ...]
   local tag=$1 src=$2 key=$3
   shift 3
@@ -173,6 +193,10 @@ images_up() {
   local jars
   jars=$(kafka_jars)
   build_image "$KAFKA_IMAGE" "$HERE/images/kafka" "$(files_key dev/compose/images/kafka "$base_key")" "$jars:libs"
+  local jar
+  jar=$(registry_jar)
+  build_image "$REGISTRY_IMAGE" "$HERE/images/registry" "$(files_key dev/compose/images/registry "$jar" "$base_key")" \
+    "$jar:registry-runner.jar"
   build_image "$PYTHON_IMAGE" "$HERE/images/python" "$(files_key dev/compose/images/python "$base_key")"
   build_image "$AIRFLOW_BASE_IMAGE" "$HERE/images/airflow" \
     "$(files_key dev/compose/images/airflow constraints.txt "$base_key")" "$REPO/constraints.txt:constraints.txt"

@@ -4,7 +4,7 @@
 set -euo pipefail
 missing=()
 for name in AIRFLOW__CORE__FERNET_KEY AIRFLOW__API_AUTH__JWT_SECRET AIRFLOW__API__SECRET_KEY CRAWLER_DB_PASSWORD \
-  CRAWLER_DB_HOST KAFKA_BOOTSTRAP_SERVERS SOURCE_HOST; do
+  CRAWLER_DB_HOST KAFKA_BOOTSTRAP_SERVERS SOURCE_HOST SCHEMA_REGISTRY_URL; do
   [ -n "${!name:-}" ] || missing+=("$name")
 done
 if [ ${#missing[@]} -gt 0 ]; then

@@ -202,6 +202,7 @@ def test_the_connections_file_names_every_connection_the_sample_config_uses():
     loaded = load_config(REPO / "include" / "crawler_tasks.yaml")
     used = {t.source.conn_id for t in loaded.tasks} | {t.kafka.conn_id for t in loaded.tasks}
     used |= {t.postgres_conn_id for t in loaded.tasks} | {e.postgres_conn_id for e in loaded.executors}
+    used |= {t.kafka.registry_conn_id for t in loaded.tasks}  # for a task that turns on a registry value format
     connections = json.loads((REPO / "include" / "deploy" / "connections.json").read_text(encoding="utf-8"))
     assert used and used <= set(connections), used - set(connections)
 
