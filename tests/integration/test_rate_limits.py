@@ -86,7 +86,9 @@ operations = st.lists(
 )
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow]
+)
 @given(
     ops=operations,
     ceiling=st.sampled_from([0.5, 3.0, 20.0, 250.0]),
