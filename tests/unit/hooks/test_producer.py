@@ -242,7 +242,9 @@ def test_routed_records_count_as_published_and_each_new_route_is_prepared_once_b
     assert publisher.confirm() == 3, "routed and task-topic records count; the dead letter does not"
     publisher.send(BATCH, [routed[0], Message(b"c", b"{}", [], "jobs.gz", routed=True)], RunCounts())
     assert publisher.confirm() == 2
-    assert prepared == [{"jobs.bj", "jobs.sh"}, {"jobs.gz"}]
+    publisher.send(BATCH, [routed[1]], RunCounts())
+    assert publisher.confirm() == 1
+    assert prepared == [{"jobs.bj", "jobs.sh"}, {"jobs.gz"}], "a route met two batches ago is not prepared again"
 
 
 def test_a_task_s_partitioner_and_compression_are_its_producer_s_settings_and_unset_ones_are_left_out():
