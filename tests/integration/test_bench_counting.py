@@ -1,0 +1,36 @@
+"""The benchmark's own producer counts what Kafka took, under the project's producer settings (which report only
+failed deliveries): a bench that counted success reports printed 0 messages published and a limit of 0."""
+
+from __future__ import annotations
+
+import sys
+
+import pytest
+
+from tests.conftest import REPO
+from tests.support import create_topic, read_topic
+
+pytestmark = pytest.mark.integration
+
+
+def test_the_bench_producer_counts_each_delivered_message_with_the_projects_settings(kafka_bootstrap, unique_id):
+    sys.path[:0] = [p for p in (str(REPO / "bench"),) if p not in sys.path]
+    from crawlbench.environment import Stack, producer_settings
+    from crawlbench.topics import CountingProducer
+
+    settings = producer_settings()
+    assert settings["delivery.report.only.error"] is True, "the settings this test is about"
+    topic = f"bench.{unique_id}"
+    create_topic(kafka_bootstrap, topic)
+    stack = Stack(env={}, source_url="", bootstrap=kafka_bootstrap, pg_uri="", producer_settings=settings)
+    producer = CountingProducer(stack)
+
+    for i in range(30):
+        producer.produce(topic, b"%d" % i, b"{}")
+    producer.flush("first page")
+    for i in range(30, 50):
+        producer.produce(topic, b"%d" % i, b"{}")
+    producer.flush("second page")
+
+    assert producer.delivered == 50
+    assert sorted(int(m.key) for m in read_topic(kafka_bootstrap, topic)) == list(range(50))
