@@ -7,14 +7,14 @@ import sys
 
 import pytest
 
-from tests.conftest import REPO
-from tests.support import create_topic, read_topic
+from tests.support import REPO, create_topic, read_topic
 
 pytestmark = pytest.mark.integration
 
 
 def test_the_bench_producer_counts_each_delivered_message_with_the_projects_settings(kafka_bootstrap, unique_id):
-    sys.path[:0] = [p for p in (str(REPO / "bench"),) if p not in sys.path]
+    if str(REPO / "bench") not in sys.path:
+        sys.path.insert(0, str(REPO / "bench"))
     from crawlbench.environment import Stack, producer_settings
     from crawlbench.topics import CountingProducer
 

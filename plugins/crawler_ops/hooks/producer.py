@@ -213,7 +213,7 @@ class KafkaPublisher:
         self.task_label = task_label
         self.flush_timeout = flush_timeout
         self.prepare = prepare
-        self._routes: set[str] = set()  # routed topics met so far (prepared): their messages are records
+        self._routes: set[str] = set()  # routed topics met so far: prepared once, not again
         self._failures: list[str] = []
         self._to_topic = 0
         self._expected = 0
@@ -294,8 +294,8 @@ class KafkaPublisher:
         return f"offsets [{self._batch.lo}, {self._batch.hi})" if self._batch else "no batch"
 
     def check_delivered(self, remaining: int) -> None:
-        """Raise DeliveryError unless every message of the last send has a successful delivery report (``remaining``:
-        the messages a flush left queued)."""
+        """Raise DeliveryError unless every message of the last send was delivered: none reported failed and none left
+        queued (``remaining``: the messages a flush left queued)."""
         where = self.where
         if remaining or self._failures:
             sample = "; ".join(sorted(set(self._failures))[:3]) or "no delivery report"
