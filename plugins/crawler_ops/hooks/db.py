@@ -55,11 +55,15 @@ def create_schema(cur: Cursor) -> None:
     stamp = schema_stamp()
     if _stamp(cur) == stamp:
         return
-    cur.execute(read_sql("lock_schema"))
-    if _stamp(cur) == stamp:
-        return
-    cur.execute(read_sql("schema"))
-    cur.execute(sql.SQL("COMMENT ON SCHEMA crawler_ops IS {}").format(sql.Literal(stamp)))
+    # The lock lasts until the outermost transaction ends; on an autocommit connection this block is that
+    # transaction (a bare statement would release the lock as soon as it returned, and two first callers would
+    # both run CREATE SCHEMA).
+    with cur.connection.transaction():
+        cur.execute(read_sql("lock_schema"))
+        if _stamp(cur) == stamp:
+            return
+        cur.execute(read_sql("schema"))
+        cur.execute(sql.SQL("COMMENT ON SCHEMA crawler_ops IS {}").format(sql.Literal(stamp)))
 
 
 def _stamp(cur: Cursor) -> str | None:

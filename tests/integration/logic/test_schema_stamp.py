@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from typing import Any
 
 import psycopg
@@ -57,3 +58,35 @@ def test_a_schema_stamped_otherwise_is_upgraded_and_stamped(
     assert stamp == schema_stamp()
     assert advisory_locks == 1, "the DDL ran, under the schema's advisory lock"
     assert stamp_of(pg) == schema_stamp(), "rolled back: the schema keeps its stamp"
+
+
+def test_first_callers_on_autocommit_connections_create_the_schema_once_between_them(
+    pg: psycopg.Connection[Any], pg_url: str, name: str
+) -> None:
+    # A database without the schema, and several callers at once, each on an autocommit connection (as a test
+    # session's workers start): the advisory lock must hold until the DDL is done, or two run CREATE SCHEMA.
+    pg.execute(f'CREATE DATABASE "{name}"')
+    try:
+        url = pg_url.rsplit("/", 1)[0] + f"/{name}"
+        callers = 6
+        start = threading.Barrier(callers)
+        failures: list[psycopg.Error] = []
+
+        def create() -> None:
+            with psycopg.connect(url, autocommit=True) as conn, conn.cursor() as cur:
+                start.wait()
+                try:
+                    create_schema(cur)
+                except psycopg.Error as exc:  # every caller's failure is reported, not only the first
+                    failures.append(exc)
+
+        threads = [threading.Thread(target=create) for _ in range(callers)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(timeout=60)
+        assert failures == []
+        with psycopg.connect(url, autocommit=True) as conn:
+            assert stamp_of(conn) == schema_stamp()
+    finally:
+        pg.execute(f'DROP DATABASE "{name}" WITH (FORCE)')
