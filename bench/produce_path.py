@@ -5,9 +5,13 @@ with a delivery report for every message (``delivery.report.only.error`` off). T
 by page set, in one process; the figure is the process's CPU (``time.process_time``: Python and librdkafka's threads)
 per page, median of the rounds. Needs the running stack (``dev/stack.py up``).
 
+``--against REF`` compares a change to the publisher instead: ``KafkaPublisher`` as committed at REF (its module read
+with ``git show``) against the working tree's, both with the project's settings, alternated the same way.
+
 Example::
 
     .venv/bin/python bench/produce_path.py --rounds 6 --pages 20
+    .venv/bin/python bench/produce_path.py --against HEAD~1
 """
 
 from __future__ import annotations
@@ -15,9 +19,12 @@ from __future__ import annotations
 import argparse
 import secrets
 import statistics
+import subprocess
 import sys
 import time
+import types
 from pathlib import Path
+from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(REPO / "plugins"), str(REPO / "dev")]
@@ -26,12 +33,25 @@ from crawlbench.demo_pages import demo_pages  # noqa: E402
 from crawlbench.environment import load_stack  # noqa: E402
 
 PAGE = 1000
+PRODUCER_MODULE = "plugins/crawler_ops/hooks/producer.py"
+
+
+def publisher_at(ref: str) -> Any:
+    """``KafkaPublisher`` of the producer module as committed at ``ref`` (importing today's rest of the package)."""
+    source = subprocess.run(
+        ["git", "-C", str(REPO), "show", f"{ref}:{PRODUCER_MODULE}"], check=True, capture_output=True, text=True
+    ).stdout
+    module = types.ModuleType(f"producer_at_{ref}")
+    sys.modules[module.__name__] = module  # dataclasses look their module up while the class is built
+    exec(compile(source, f"{ref}:{PRODUCER_MODULE}", "exec"), module.__dict__)  # the repo's own code, at REF
+    return module.KafkaPublisher
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=6)
     parser.add_argument("--pages", type=int, default=20, help="pages of 1,000 records a round")
+    parser.add_argument("--against", metavar="REF", help="the publisher at this git ref against the working tree's")
     args = parser.parse_args(argv)
     stack = load_stack()
     from confluent_kafka import Producer
@@ -51,12 +71,18 @@ def main(argv: list[str] | None = None) -> int:
     admin = AdminClient({"bootstrap.servers": stack.bootstrap})
     admin.create_topics([NewTopic(topic, num_partitions=3, replication_factor=1)])[topic].result(15)
     settings = {**stack.producer_settings, "bootstrap.servers": stack.bootstrap}
-    variants = {
-        "every delivery reported": {**settings, "delivery.report.only.error": False},
-        "failures only (the project's)": settings,
-    }
-    publishers = {label: KafkaPublisher(Producer(config), topic, "bench") for label, config in variants.items()}
-    cpu: dict[str, list[float]] = {label: [] for label in variants}
+    if args.against:
+        baseline = f"KafkaPublisher at {args.against}"
+        classes = {baseline: publisher_at(args.against), "KafkaPublisher (working tree)": KafkaPublisher}
+        publishers = {label: cls(Producer(settings), topic, "bench") for label, cls in classes.items()}
+    else:
+        baseline = "every delivery reported"
+        variants = {
+            baseline: {**settings, "delivery.report.only.error": False},
+            "failures only (the project's)": settings,
+        }
+        publishers = {label: KafkaPublisher(Producer(config), topic, "bench") for label, config in variants.items()}
+    cpu: dict[str, list[float]] = {label: [] for label in publishers}
     try:
         for publisher in publishers.values():  # connected, producer id acquired, before anything is timed
             publisher.send(Batch(0, PAGE), messages[0], RunCounts())
@@ -74,7 +100,7 @@ def main(argv: list[str] | None = None) -> int:
         f"{len(messages)} pages of {PAGE} messages ({demo.record_bytes:.0f} bytes, {len(demo.headers)} headers), "
         f"{args.rounds} rounds alternated; process CPU ms a page:"
     )
-    base = statistics.median(cpu["every delivery reported"])
+    base = statistics.median(cpu[baseline])
     for label, figures in cpu.items():
         median = statistics.median(figures)
         print(f"  {label:32s} median {median:5.2f}  ×{median / base:.2f}  rounds {[round(f, 2) for f in figures]}")
