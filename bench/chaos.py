@@ -23,14 +23,15 @@ scenarios break are private (free loopback ports, temporary folders) and stopped
     .venv/bin/python bench/chaos.py --quick                          # fewer kills, shorter outages
     .venv/bin/python bench/chaos.py --scenarios chunk_kills,broker_outage --kills 1 --broker-down-s 10
 
-Prints a markdown table; writes ``bench/results/chaos-<timestamp>.json`` and the Airflow logs to
-``bench/results/chaos-<timestamp>/``. Exit status 0 when every target is met, 1 when one is missed (listed on
+Prints a markdown table; writes ``bench/results/chaos-<timestamp>-<pid>.json`` and the Airflow logs to
+``bench/results/chaos-<timestamp>-<pid>/``. Exit status 0 when every target is met, 1 when one is missed (listed on
 stderr), 2 when the stack is not usable.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import shutil
 import sys
 import tempfile
@@ -96,7 +97,8 @@ def say(text: str) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
-    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
+    # The process id keeps two runs started in the same second (two test workers) out of each other's folder.
+    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ") + f"-{os.getpid()}"
     out_dir = RESULTS_DIR / f"chaos-{stamp}"
     started = time.monotonic()
     home = Path(tempfile.mkdtemp(prefix="crawler_chaos_"))

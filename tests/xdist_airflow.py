@@ -4,9 +4,10 @@ The stack has one Airflow api-server and scheduler, on a fixed port: the session
 and ``test_celery`` and ``test_pools_on_airflow`` stop them and start their own with another executor. Every test of
 those modules has to run on the same xdist worker, one after another. xdist's own ``--dist loadgroup`` cannot do it
 under pytest 9 (it marks a group by rewriting a node's id, which pytest 9 no longer lets a plugin do), so the
-scheduler here groups by module name, which the controller can read from the test ids alone; every other test is a
-unit of its own, as under ``--dist load``. ``tests/integration/conftest.py`` refuses a test that uses the ``airflow``
-fixture from a module not named here, and runs the modules that restart the services first.
+scheduler here groups by module name, which the controller can read from the test ids alone; the modules that share
+one costly module-scoped fixture are a unit each, and every other test is a unit of its own, as under
+``--dist load``. ``tests/integration/conftest.py`` refuses a test that uses the ``airflow`` fixture from a module not
+named here, and runs the modules that restart the services first.
 """
 
 from __future__ import annotations
@@ -27,9 +28,17 @@ def module_name(nodeid: str) -> str:
     return nodeid.split("::", 1)[0].rsplit("/", 1)[-1].removesuffix(".py")
 
 
+# Modules whose tests share one costly module-scoped fixture (a chaos run, a Kafka cluster): one unit of work each, so
+# the fixture is built once, on one worker, instead of once on each worker that got one of its tests, side by side.
+SHARE_A_FIXTURE = ("test_chaos_smoke", "test_kafka_cluster")
+
+
 def scope(nodeid: str) -> str:
-    """The unit of work ``nodeid`` belongs to: the Airflow group, or the test alone."""
-    return AIRFLOW_GROUP if module_name(nodeid) in USES_AIRFLOW else nodeid
+    """The unit of work ``nodeid`` belongs to: the Airflow group, its module, or the test alone."""
+    module = module_name(nodeid)
+    if module in USES_AIRFLOW:
+        return AIRFLOW_GROUP
+    return module if module in SHARE_A_FIXTURE else nodeid
 
 
 class AirflowGroupScheduling(LoadScopeScheduling):
