@@ -129,6 +129,9 @@ class Page(list[msgspec.Raw]):
     :param records: the records.
     :param fields: the fields read.
     :param heads: their values, one tuple per record; None when they were not read.
+
+    ``utf8_checked`` is set once every record was found UTF-8 (:mod:`crawler_ops.crawl.utf8_check`): filtering then
+    does not check each record it publishes as sent again.
     """
 
     def __init__(
@@ -137,6 +140,7 @@ class Page(list[msgspec.Raw]):
         super().__init__(records)
         self.fields = fields
         self.heads = heads
+        self.utf8_checked = False
 
 
 def record_head(record: Record, fields: tuple[str, ...]) -> dict[str, Any]:
@@ -227,6 +231,7 @@ def build_messages(
     # The common case, a kept raw record keyed by one field, is written inline: it runs once per published record.
     index = keys[0] if shape.key_field is not None else -1
     as_sent = transform is None and index >= 0
+    text_checked = isinstance(records, Page) and records.utf8_checked
     raw, append, keep, utf8, stamp = msgspec.Raw, result.messages.append, Verdict.KEEP, _utf8_decode, epoch_ms
     # A date ahead of the clock is stamped with the clock: brokers refuse timestamps far ahead of theirs
     # (message.timestamp.after.max.ms, an hour by default), which would fail the batch at every attempt.
@@ -253,12 +258,13 @@ def build_messages(
                     continue
             if as_sent and record.__class__ is raw and key_text is not None and key_text != "":
                 # A record published as sent skipped the decode that checks its text's UTF-8: consumers could not
-                # read it. Checked here, at about a microsecond a record (try costs nothing when nothing raises).
-                try:
-                    utf8(record, "strict", True)
-                except UnicodeDecodeError as exc:
-                    result.dead_letters.append(invalid_utf8(record, offset, exc))
-                    continue
+                # read it. Checked here unless its whole page was (try costs nothing when nothing raises).
+                if not text_checked:
+                    try:
+                        utf8(record, "strict", True)
+                    except UnicodeDecodeError as exc:
+                        result.dead_letters.append(invalid_utf8(record, offset, exc))
+                        continue
                 payload: bytes | msgspec.Raw = record
                 if value is not None:
                     try:
@@ -269,7 +275,9 @@ def build_messages(
                 own = [*headers, ("source_offset", b"%d" % offset), *more]
                 append(Message(str(key_text).encode(), payload, own, topic, timestamp, topic is not None))
             else:
-                made = kept_message(record, key_text, shape, transform, headers, offset, timestamp, more, topic, value)
+                made = kept_message(
+                    record, key_text, shape, transform, headers, offset, timestamp, more, topic, value, text_checked
+                )
                 result.add(made)
         elif verdict is Verdict.EXPIRED:
             result.expired += 1
@@ -380,12 +388,13 @@ def kept_message(
     more: Sequence[tuple[str, bytes]] = (),
     topic: str | None = None,
     value: ValueCodec | None = None,
+    utf8_checked: bool = False,
 ) -> Message | DeadLetter:
     """The message of a kept record, or its dead letter when its text is not UTF-8, or the transform or the encoding
     fails. ``key_value``: the key's text from the record's head (None: none); the headers are ``headers``, the
     source offset, then ``more``; ``topic``: where the task's topic_template routes it (None: the task's topic);
-    ``value``: frames the value for a Schema Registry."""
-    if isinstance(record, msgspec.Raw):
+    ``value``: frames the value for a Schema Registry; ``utf8_checked``: the record's text is known to be UTF-8."""
+    if isinstance(record, msgspec.Raw) and not utf8_checked:
         try:
             _utf8_decode(record, "strict", True)
         except UnicodeDecodeError as exc:

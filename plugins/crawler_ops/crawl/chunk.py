@@ -43,6 +43,7 @@ from crawler_ops.crawl.batch_filter import BatchFilter, FilteredBatch
 from crawler_ops.crawl.feed import crawl_feed
 from crawler_ops.crawl.ledger import Ledger, ledger_for
 from crawler_ops.crawl.run import RunContext
+from crawler_ops.crawl.utf8_check import Utf8Checker
 from crawler_ops.drift import FieldProfile, profile_values
 from crawler_ops.errors import PageSkippedError, StatusTableError
 from crawler_ops.hooks.budget import ByteBudget, PageAccount
@@ -227,11 +228,10 @@ def frozen_heap() -> Iterator[None]:
 class ChunkCrawler:
     """Fetch, filter, publish and checkpoint one chunk's batches, newest first, on the module's threads (above).
 
-    A first crawl has two stops. The probed floor (``plan``: a search for the window's start, minus
-    ``max_expired_batches`` batches of margin) bounds the plan: batches below it are never planned. The streak
-    cutoff (:meth:`BatchFilter.cutoff_after`, shared by the run's chunks through its run record) can only stop
-    earlier: when ``max_expired_batches`` consecutive pages above the floor hold nothing in the window, batches
-    below that page are finished as expired unfetched (a page already read is filtered like any other).
+    A first crawl has two stops. The probed floor (``plan``: the window's start less ``max_expired_batches``
+    batches) bounds the plan. The streak cutoff (:meth:`BatchFilter.cutoff_after`, shared by the run's chunks through
+    its run record) can only stop earlier: after ``max_expired_batches`` consecutive pages with nothing in the
+    window, older batches are finished as expired unfetched (a page already read is filtered like any other).
 
     :param cfg: the crawl task.
     :param batches: the chunk's batches, newest first.
@@ -254,16 +254,17 @@ class ChunkCrawler:
     ) -> None:
         self.cfg, self.batches, self.label = cfg, list(batches), label
         self.source, self.filter, self.ledger, self.publisher = source, batch_filter, ledger, publisher
-        self.shared = SharedCounts()
-        self.in_flight = InFlight()
+        self.shared, self.in_flight = SharedCounts(), InFlight()
         self.memory = ByteBudget.for_source(cfg.source)
         self.sent_memory: PageAccount | None = None
+        self.text: Utf8Checker | None = None  # while crawling
 
     def crawl(self) -> ChunkResult:
         started = time.monotonic()
         try:
             with (
                 frozen_heap(),
+                Utf8Checker(self.cfg.id) as self.text,
                 ThreadPoolExecutor(self.cfg.source.concurrency, thread_name_prefix="fetch") as fetch_threads,
                 self.memory,  # closed first on the way out: a fetch waiting for it must not hold up the shutdown
                 Checkpoint(self.publisher, self.ledger, self.shared, self.cfg.drift_sample) as checkpoint,
@@ -308,7 +309,7 @@ class ChunkCrawler:
         if batch.hi <= self.shared.cutoff():
             return BelowCutoff()
         with memory.reading():
-            return read_page(self.source, batch, self.cfg.id)
+            return read_page(self.source, batch, self.cfg.id, self.text)
 
     def filtered_while_checkpointing(
         self, checkpointed: Future[bool], ahead: Ahead
@@ -383,14 +384,18 @@ def published_profile(sent: FilteredBatch, sample: int) -> FieldProfile:
     return profile_values((message.value for message in sent.messages[: sent.kept]), sample)
 
 
-def read_page(source: SourceApiHook, batch: Batch, task: str) -> PageRead | SkippedByRule:
+def read_page(
+    source: SourceApiHook, batch: Batch, task: str, text: Utf8Checker | None = None
+) -> PageRead | SkippedByRule:
     """The batch's page (whole, when it is a page of a filtered view), or the skip rule of ``source.responses`` it
-    matched."""
+    matched. ``text``: checks the page for UTF-8 (on the fetch thread, while the chunk's thread filters another)."""
     try:
         page = source.get_page(batch.lo, batch.size)
     except PageSkippedError as exc:
         return SkippedByRule(str(exc), exc.envelope)
     check_view_page(source.paging, len(page), batch.lo, batch.hi, task)
+    if text is not None:
+        text.mark(page)
     return PageRead(page)
 
 
