@@ -52,8 +52,12 @@ class Utf8Checker:
     def __init__(self, task_label: str) -> None:
         self.task_label = task_label
         self._lock = threading.Lock()
+        self._stopped = False
         self._memfd = -1
         self._proc: subprocess.Popen[bytes] | None = None
+        if not hasattr(os, "memfd_create"):  # Linux only
+            self._stop("this system has no memory files (os.memfd_create)")
+            return
         try:
             self._memfd = os.memfd_create("crawler_ops-utf8-check", os.MFD_CLOEXEC)
             self._proc = subprocess.Popen(
@@ -111,7 +115,8 @@ class Utf8Checker:
 
     def _stop(self, why: str) -> None:
         """Stop the helper for good: pages are checked record by record from now on."""
-        if self._proc is not None or self._memfd >= 0:
+        if not self._stopped:
+            self._stopped = True
             log.warning(
                 "task %s: the UTF-8 check's helper process stopped (%s); records are checked in the chunk's process",
                 self.task_label,

@@ -98,6 +98,15 @@ def test_a_helper_that_cannot_start_checks_nothing(monkeypatch, caplog):
     assert "could not start it" in caplog.text
 
 
+def test_without_memory_files_there_is_no_helper_and_the_log_says_why_once(monkeypatch, caplog):
+    monkeypatch.delattr(utf8_check.os, "memfd_create")
+    with Utf8Checker("t1") as helper:
+        assert not helper.all_utf8(GOOD)
+        helper.mark(page := Page(GOOD))
+        assert not page.utf8_checked
+    assert caplog.text.count("no memory files") == 1
+
+
 def test_the_records_are_written_one_after_the_other_from_the_start():
     fd = os.memfd_create("test")
     try:
