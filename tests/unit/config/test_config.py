@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import json
 import re
 from pathlib import Path
 from typing import Any
@@ -535,8 +536,29 @@ def test_a_task_in_two_files_is_an_error_naming_both_and_builds_no_dag(tmp_path:
     assert re.search(r"task 'dup' is defined in .*one\.yaml and .*two\.yaml; keep it in one file", loaded.errors["dup"])
 
 
+def test_a_json_file_is_read_as_its_yaml_twin_alone_or_in_a_folder(tmp_path: Path) -> None:
+    document = yaml.safe_load(REPO_CONFIG.read_text(encoding="utf-8"))
+    twin = tmp_path / "tasks.json"
+    twin.write_text(json.dumps(document, ensure_ascii=False, default=str), encoding="utf-8")
+
+    assert load_config(twin) == load_config(REPO_CONFIG)
+
+    folder = tmp_path / "folder"
+    folder.mkdir()
+    write_yaml(folder / "a.yaml", {"tasks": [{"id": "bj", "kafka": {"topic": "bj"}}]})
+    (folder / "b.json").write_text(json.dumps({"tasks": [{"id": "sh", "kafka": {"topic": "sh"}}]}), encoding="utf-8")
+    assert [t.id for t in load_config(folder).tasks] == ["bj", "sh"]
+
+
+def test_a_json_file_that_does_not_parse_is_a_config_error_naming_the_path_and_the_place(tmp_path: Path) -> None:
+    path = tmp_path / "tasks.json"
+    path.write_text('{"tasks": [{"id": "a",}]}', encoding="utf-8")
+    with pytest.raises(ConfigError, match=re.escape(f"{path} is not valid JSON: ") + r".*line 1 column \d+"):
+        load_config(path)
+
+
 def test_two_maintenance_blocks_and_an_empty_folder_are_refused(tmp_path: Path) -> None:
-    with pytest.raises(ConfigError, match=r"holds no \.yaml file"):
+    with pytest.raises(ConfigError, match=r"holds no \.yaml or \.json file"):
         load_config(tmp_path)
     write_yaml(tmp_path / "a.yaml", {"maintenance": {"keep_runs_days": 7}})
     write_yaml(tmp_path / "b.yaml", {"maintenance": {"keep_runs_days": 9}})
