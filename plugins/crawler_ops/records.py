@@ -231,7 +231,7 @@ def build_messages(
     # The common case, a kept raw record keyed by one field, is written inline: it runs once per published record.
     index = keys[0] if shape.key_field is not None else -1
     as_sent = transform is None and index >= 0
-    text_checked = isinstance(records, Page) and records.utf8_checked
+    utf8_checked = isinstance(records, Page) and records.utf8_checked
     raw, append, keep, utf8, stamp = msgspec.Raw, result.messages.append, Verdict.KEEP, _utf8_decode, epoch_ms
     # A date ahead of the clock is stamped with the clock: brokers refuse timestamps far ahead of theirs
     # (message.timestamp.after.max.ms, an hour by default), which would fail the batch at every attempt.
@@ -259,7 +259,7 @@ def build_messages(
             if as_sent and record.__class__ is raw and key_text is not None and key_text != "":
                 # A record published as sent skipped the decode that checks its text's UTF-8: consumers could not
                 # read it. Checked here unless its whole page was (try costs nothing when nothing raises).
-                if not text_checked:
+                if not utf8_checked:
                     try:
                         utf8(record, "strict", True)
                     except UnicodeDecodeError as exc:
@@ -276,7 +276,7 @@ def build_messages(
                 append(Message(str(key_text).encode(), payload, own, topic, timestamp, topic is not None))
             else:
                 made = kept_message(
-                    record, key_text, shape, transform, headers, offset, timestamp, more, topic, value, text_checked
+                    record, key_text, shape, transform, headers, offset, timestamp, more, topic, value, utf8_checked
                 )
                 result.add(made)
         elif verdict is Verdict.EXPIRED:

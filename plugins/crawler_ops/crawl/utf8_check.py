@@ -101,9 +101,10 @@ class Utf8Checker:
         self._proc.stdin.write(size.to_bytes(8, "big"))
         self._proc.stdin.flush()
         answer_fd = self._proc.stdout.fileno()
-        ready, _, _ = select.select([answer_fd], [], [], ANSWER_BASE_S + size / ANSWER_BYTES_PER_S)
+        allowed_s = ANSWER_BASE_S + size / ANSWER_BYTES_PER_S
+        ready, _, _ = select.select([answer_fd], [], [], allowed_s)
         if not ready:
-            raise HelperError(f"no answer within {ANSWER_BASE_S + size / ANSWER_BYTES_PER_S:.0f}s")
+            raise HelperError(f"no answer within {allowed_s:.0f}s")
         answer = os.read(answer_fd, 1)
         if size > KEEP_BYTES:
             # The file keeps the largest page written so far, which the next pages reuse (allocating its memory
