@@ -153,27 +153,29 @@ def read_bounded(
     if declared and declared.isdigit() and int(declared) > max_bytes:
         raise AnswerTooHeavyError(f"{label}: {what} of {declared} bytes exceeds {cap}", retriable=False)
     account = current_account()
-    # One growing buffer rather than a list of pieces: the pieces, small and freed at once, do not pile up in the
-    # fetch threads' malloc arenas (a list of 64 KiB pieces left each thread's arena holding a whole body).
-    buffer = bytearray()
+    # The pieces joined once at the end: one copy of the body. Growing one buffer instead copied it twice (each
+    # growth, then into bytes), 0.5-0.8 ms of CPU a page of 1.7 MB.
+    parts: list[bytes] = []
+    size = 0
     try:
         for part in inflated(response, label):
-            if len(buffer) + len(part) > max_bytes:
+            if size + len(part) > max_bytes:
                 raise AnswerTooHeavyError(f"{label}: {what} exceeds {cap}", retriable=False)
             if account is not None:
                 account.take(len(part))
-            buffer += part
+            parts.append(part)
+            size += len(part)
         if account is None:
-            return bytes(buffer)
-        account.take(len(buffer))  # the copy into bytes: both exist for a moment
-        body = bytes(buffer)
-        account.give(len(buffer))
-        buffer.clear()
+            return b"".join(parts)
+        account.take(size)  # the joined copy: both exist for a moment
+        body = b"".join(parts)
+        parts.clear()
+        account.give(size)
         return body
     except BaseException:
+        parts.clear()  # the error's traceback keeps this frame: not its bytes
         if account is not None:
-            account.give(len(buffer))
-        buffer.clear()  # the error's traceback keeps this frame: not its bytes
+            account.give(size)
         raise
 
 

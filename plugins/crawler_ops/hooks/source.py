@@ -32,6 +32,7 @@ from crawler_ops.hooks.responses import (
 )
 from crawler_ops.hooks.rule_actions import check_answer, renew_token
 from crawler_ops.hooks.rules import wanted_statuses
+from crawler_ops.hooks.wire import WireTransport
 from crawler_ops.records import Page
 
 if TYPE_CHECKING:
@@ -61,10 +62,15 @@ def http_client(conn: Any, source: SourceConfig, label: str = "", token: SharedT
     base = base_url(conn)
     headers = extra_headers(conn, source)
     auth = source_auth(conn, source, base, label or source.conn_id, token)
-    limits = httpx.Limits(max_connections=source.concurrency + 2, max_keepalive_connections=source.concurrency + 2)
     # Loading the CA bundle for a verifying TLS context costs 0.1-0.2 s per client; a plain-HTTP source
     # (redirects are not followed) never uses it.
-    transport = DeadlineTransport(base.lower().startswith("https://"), limits, environment_proxy(base))
+    verify, proxy = base.lower().startswith("https://"), environment_proxy(base)
+    transport: httpx.BaseTransport
+    if proxy is None:
+        transport = WireTransport(verify, max_idle=source.concurrency + 2)
+    else:
+        limits = httpx.Limits(max_connections=source.concurrency + 2, max_keepalive_connections=source.concurrency + 2)
+        transport = DeadlineTransport(verify, limits, proxy)
     return httpx.Client(
         base_url=base, headers=headers, auth=auth, timeout=httpx.Timeout(source.timeout_s), transport=transport
     )

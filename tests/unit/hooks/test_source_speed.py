@@ -1,4 +1,5 @@
-"""The source client: a verifying TLS context for an https source only (loading the CA bundle costs 0.1-0.2 s)."""
+"""The source client: a verifying TLS context for an https source only, made at its first https request (loading the
+CA bundle costs 0.1-0.2 s)."""
 
 from __future__ import annotations
 
@@ -12,19 +13,25 @@ from crawler_ops.hooks.source import SourceApiHook
 
 
 @pytest.mark.parametrize(
-    ("conn", "verify_mode"),
+    ("conn", "origin", "verify_mode"),
     [
-        ({"conn_type": "http", "host": "api.example.com", "schema": "https"}, ssl.CERT_REQUIRED),
-        ({"conn_type": "http", "host": "https://gateway.example.com/base"}, ssl.CERT_REQUIRED),
-        ({"conn_type": "http", "host": "127.0.0.1", "port": 18080, "schema": "http"}, ssl.CERT_NONE),
+        ({"conn_type": "http", "host": "api.example.com", "schema": "https"}, "api.example.com", ssl.CERT_REQUIRED),
+        ({"conn_type": "http", "host": "https://gateway.example.com/base"}, "gateway.example.com", ssl.CERT_REQUIRED),
+        ({"conn_type": "http", "host": "127.0.0.1", "port": 18080, "schema": "http"}, "127.0.0.1", None),
     ],
     ids=["https-schema", "https-in-host", "plain-http"],
 )
-def test_only_an_https_source_gets_a_verifying_tls_context(monkeypatch, conn, verify_mode) -> None:
+def test_only_an_https_source_gets_a_verifying_tls_context(monkeypatch, conn, origin, verify_mode) -> None:
     monkeypatch.setenv("AIRFLOW_CONN_SPEED_SOURCE", json.dumps(conn))
     hook = SourceApiHook(SourceConfig(conn_id="speed_source"), "t", "t")
+    transport = hook.client._transport
+    scheme = "http" if verify_mode is None else "https"
 
-    context = hook.client._transport._pool._ssl_context  # httpx keeps the context its transport was built with
+    connection = transport.checkout((scheme, origin, 18080 if verify_mode is None else 443), {})  # not connected yet
 
-    assert context.verify_mode == verify_mode
+    if verify_mode is None:
+        assert (connection.context, transport.context, transport.verify) == (None, None, False)
+    else:
+        assert connection.context is transport.context
+        assert connection.context.verify_mode == verify_mode
     hook.close()
