@@ -130,7 +130,7 @@ class Page(list[msgspec.Raw]):
     :param fields: the fields read.
     :param heads: their values, one tuple per record; None when they were not read.
 
-    ``utf8_checked`` is set once every record was found UTF-8 (:mod:`crawler_ops.crawl.utf8_check`): filtering then
+    ``utf8_checked`` is set once every record was found UTF-8 (:mod:`crawler_ops.crawl.page_check`): filtering then
     does not check each record it publishes as sent again.
     """
 

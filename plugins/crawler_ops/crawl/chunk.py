@@ -42,8 +42,8 @@ from crawler_ops.config import CrawlTaskConfig
 from crawler_ops.crawl.batch_filter import BatchFilter, FilteredBatch
 from crawler_ops.crawl.feed import crawl_feed
 from crawler_ops.crawl.ledger import Ledger, ledger_for
+from crawler_ops.crawl.page_check import PageChecker
 from crawler_ops.crawl.run import RunContext
-from crawler_ops.crawl.utf8_check import Utf8Checker
 from crawler_ops.drift import FieldProfile, profile_values
 from crawler_ops.errors import PageSkippedError, StatusTableError
 from crawler_ops.hooks.budget import ByteBudget, PageAccount
@@ -257,14 +257,14 @@ class ChunkCrawler:
         self.shared, self.in_flight = SharedCounts(), InFlight()
         self.memory = ByteBudget.for_source(cfg.source)
         self.sent_memory: PageAccount | None = None
-        self.text: Utf8Checker | None = None  # while crawling
+        self.pages: PageChecker | None = None  # while crawling
 
     def crawl(self) -> ChunkResult:
         started = time.monotonic()
         try:
             with (
                 frozen_heap(),
-                Utf8Checker(self.cfg.id) as self.text,
+                page_checker(self.cfg.id, self.source) as self.pages,
                 ThreadPoolExecutor(self.cfg.source.concurrency, thread_name_prefix="fetch") as fetch_threads,
                 self.memory,  # closed first on the way out: a fetch waiting for it must not hold up the shutdown
                 Checkpoint(self.publisher, self.ledger, self.shared, self.cfg.drift_sample) as checkpoint,
@@ -309,7 +309,7 @@ class ChunkCrawler:
         if batch.hi <= self.shared.cutoff():
             return BelowCutoff()
         with memory.reading():
-            return read_page(self.source, batch, self.cfg.id, self.text)
+            return read_page(self.source, batch, self.cfg.id, self.pages)
 
     def filtered_while_checkpointing(
         self, checkpointed: Future[bool], ahead: Ahead
@@ -384,18 +384,28 @@ def published_profile(sent: FilteredBatch, sample: int) -> FieldProfile:
     return profile_values((message.value for message in sent.messages[: sent.kept]), sample)
 
 
+def page_checker(task: str, source: SourceApiHook) -> PageChecker:
+    """A chunk's page checker. While its helper runs, the helper reads the fields of each page's records the filter
+    needs, and ``source``'s page decode no longer does."""
+    checker = PageChecker(task, source.fields)
+    if checker.running:
+        source.fields = ()
+    return checker
+
+
 def read_page(
-    source: SourceApiHook, batch: Batch, task: str, text: Utf8Checker | None = None
+    source: SourceApiHook, batch: Batch, task: str, pages: PageChecker | None = None
 ) -> PageRead | SkippedByRule:
     """The batch's page (whole, when it is a page of a filtered view), or the skip rule of ``source.responses`` it
-    matched. ``text``: checks the page for UTF-8 (on the fetch thread, while the chunk's thread filters another)."""
+    matched. ``pages``: checks the page for UTF-8 and reads its records' fields (on the fetch thread, while the chunk's
+    thread filters another)."""
     try:
         page = source.get_page(batch.lo, batch.size)
     except PageSkippedError as exc:
         return SkippedByRule(str(exc), exc.envelope)
     check_view_page(source.paging, len(page), batch.lo, batch.hi, task)
-    if text is not None:
-        text.mark(page)
+    if pages is not None:
+        page = pages.checked(page)
     return PageRead(page)
 
 
