@@ -10,7 +10,7 @@ that takes the newest few of a huge range costs what it takes. No Airflow, no I/
 from __future__ import annotations
 
 import heapq
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -223,6 +223,20 @@ def expiry_floor(boundary: int, batch_size: int, max_expired_batches: int) -> in
     are only roughly in time order.
     """
     return max(0, boundary - max_expired_batches * batch_size)
+
+
+def search_bracket(
+    total: int, width: int, within: int, older: Callable[[list[int]], Sequence[bool]]
+) -> tuple[int, int, int]:
+    """Search ``[0, total)`` for the first offset not older than a moment, ``width`` offsets a round (``older``
+    reads them), until it is known within fewer than ``within`` offsets: ``(lo, hi, rounds)``, the first offset not
+    older being in ``[lo, hi]`` (``lo == hi`` with ``within`` 1). Records need only be roughly in time order."""
+    lo, hi, rounds = 0, total, 0
+    while hi - lo >= max(1, within):
+        points = probe_points(lo, hi, width)
+        lo, hi = narrow(lo, hi, points, older(points))
+        rounds += 1
+    return lo, hi, rounds
 
 
 def probe_points(lo: int, hi: int, width: int) -> list[int]:

@@ -20,7 +20,7 @@ from typing import Any
 
 from crawler_ops.dates import date_format, parse_date
 from crawler_ops.filtering import Verdict, Window
-from crawler_ops.planning import narrow, probe_points
+from crawler_ops.planning import search_bracket
 from crawler_ops.shaping import MessageShape, as_shape
 
 #: Suggested record paths shown at most.
@@ -215,15 +215,19 @@ def densities(points: Sequence[Dated], start: datetime) -> list[int | None]:
     return found
 
 
-def window_search_requests(total: int, boundary: int, width: int) -> tuple[int, int]:
-    """Requests and rounds of a first crawl's search for the window's start at ``boundary`` (as
-    :func:`crawler_ops.crawl.plan.probe_offset` runs it: ``width`` one-record reads per round)."""
-    lo, hi, requests, rounds = 0, total, 0, 0
-    while lo < hi:
-        points = probe_points(lo, hi, width)
-        lo, hi = narrow(lo, hi, points, [p < boundary for p in points])
-        requests, rounds = requests + len(points), rounds + 1
-    return requests, rounds
+def window_search(total: int, boundary: int, width: int, within: int) -> tuple[int, int, int]:
+    """Requests, rounds and the offset found of a first crawl's search for the window's start at ``boundary`` (as
+    :func:`crawler_ops.crawl.plan.probe_window_start` runs it: ``width`` one-record reads per round, to within
+    ``within`` offsets, rounded down)."""
+    requests = 0
+
+    def older(points: list[int]) -> list[bool]:
+        nonlocal requests
+        requests += len(points)
+        return [p < boundary for p in points]
+
+    lo, _, rounds = search_bracket(total, width, within, older)
+    return requests, rounds, lo
 
 
 def batches_between(floor: int, total: int, batch_size: int, aligned: bool) -> int:
@@ -267,8 +271,8 @@ def first_crawl_estimate(total: int, in_window: tuple[int, int] | None, rate: Ra
     cases = []
     for records in (low, high):
         boundary = max(0, total - records)
-        search, rounds = window_search_requests(total, boundary, rate.concurrency) if total else (0, 0)
-        floor = max(0, boundary - rate.max_expired_batches * rate.batch_size)
+        search, rounds, start = window_search(total, boundary, rate.concurrency, rate.batch_size)
+        floor = max(0, start - rate.max_expired_batches * rate.batch_size)
         pages = batches_between(floor, total, rate.batch_size, rate.aligned)
         requests = rate.total_requests + search + pages
         cases.append((records, requests, rate.seconds(rounds, search, pages)))

@@ -31,7 +31,7 @@ from crawler_ops.source_check import (
     records_at,
     render_text,
     window_records,
-    window_search_requests,
+    window_search,
 )
 
 BASE = datetime(2026, 11, 1, tzinfo=UTC)
@@ -213,9 +213,12 @@ def test_at_an_even_pace_the_estimate_holds_the_true_count(
 
 
 @settings(max_examples=200, deadline=None)  # each example starts a thread pool, as the crawl's search does
-@given(st.integers(1, 5000), st.integers(0, 5000), st.integers(1, 16))
-def test_the_window_search_estimate_counts_the_searchs_reads(total: int, boundary: int, width: int) -> None:
-    """The requests counted are those of the crawl's own search (crawl.plan.probe_offset) for that boundary."""
+@given(st.integers(1, 5000), st.integers(0, 5000), st.integers(1, 16), st.integers(1, 300))
+def test_the_window_search_estimate_counts_the_searchs_reads(
+    total: int, boundary: int, width: int, within: int
+) -> None:
+    """The requests counted are those of the crawl's own search (crawl.plan.probe_offset) for that boundary, and
+    the start it takes is where the search left it."""
     boundary = min(boundary, total)
     reads: list[int] = []
 
@@ -224,9 +227,11 @@ def test_the_window_search_estimate_counts_the_searchs_reads(total: int, boundar
             reads.append(offset)
             return [{"d": (BASE + timedelta(seconds=offset)).isoformat()}]
 
-    found = probe_offset(Source(), total, DateRule(("d",), "UTC"), BASE + timedelta(seconds=boundary), width)  # type: ignore[arg-type]
-    assert found == boundary
-    assert window_search_requests(total, boundary, width)[0] == len(reads)
+    moment = BASE + timedelta(seconds=boundary)
+    lo, hi = probe_offset(Source(), total, DateRule(("d",), "UTC"), moment, width, within)  # type: ignore[arg-type]
+    assert lo <= boundary <= hi and hi - lo < within
+    requests, _, start = window_search(total, boundary, width, within)
+    assert (requests, start) == (len(reads), lo)
 
 
 @given(st.integers(0, 3000), st.integers(0, 3000), st.integers(1, 300), st.booleans())
@@ -261,12 +266,12 @@ def test_the_estimate_is_a_range_from_the_fewer_to_the_more_records(total: int, 
 
 
 def test_the_estimate_at_the_configured_rate() -> None:
-    """10,000 records, 1,000 in the window, pages of 100 at 10 requests/s: the count, the search (4 reads a round),
-    15 pages (10 + 5 below the window's start)."""
+    """10,000 records, 1,000 in the window, pages of 100 at 10 requests/s: the count, the search (4 reads a round,
+    3 rounds to within a page: offset 8,961), 16 pages (from 5 pages below 8,961)."""
     estimate = first_crawl_estimate(10_000, (1000, 1000), RATE)
-    search = window_search_requests(10_000, 9000, 4)[0]
-    assert estimate["requests"] == [1 + search + 15] * 2
-    assert estimate["seconds"] == [round((1 + search + 15) / 10.0, 1)] * 2
+    assert window_search(10_000, 9000, 4, 100) == (12, 3, 8961)
+    assert estimate["requests"] == [1 + 12 + 16] * 2
+    assert estimate["seconds"] == [round((1 + 12 + 16) / 10.0, 1)] * 2
     unknown = first_crawl_estimate(10_000, None, RATE)
     assert unknown["exact"] is False and unknown["records_in_window"] == [0, 10_000]
 

@@ -33,8 +33,7 @@ from crawler_ops.planning import (
     fill_gaps,
     iter_gaps,
     iter_plan,
-    narrow,
-    probe_points,
+    search_bracket,
 )
 from crawler_ops.records import record_head
 from crawler_ops.results import RunMode
@@ -326,11 +325,13 @@ def handle_shrink(
     return watermark, message + ": nothing planned, watermark kept"
 
 
-def probe_offset(source: SourceApiHook, total: int, rule: DateRule, moment: datetime, width: int = 1) -> int:
+def probe_offset(
+    source: SourceApiHook, total: int, rule: DateRule, moment: datetime, width: int = 1, within: int = 1
+) -> tuple[int, int]:
     """Search for the first offset whose record is not older than ``moment`` (records roughly in time order),
-    reading ``width`` one-record pages at a time: ``log(total) / log(width + 1)`` rounds of one request
-    time each. A record without a usable date counts as not older."""
-    lo, hi = 0, total
+    reading ``width`` one-record pages at a time, until it is known within fewer than ``within`` offsets:
+    ``log(total / within) / log(width + 1)`` rounds of one request time each. Returns ``(lo, hi)``, the offset
+    lying in ``[lo, hi]``. A record without a usable date counts as not older."""
 
     def older(offset: int) -> bool:
         page = source.get_page(offset, 1)
@@ -338,23 +339,24 @@ def probe_offset(source: SourceApiHook, total: int, rule: DateRule, moment: date
         return found is not None and found < moment
 
     with ThreadPoolExecutor(width, thread_name_prefix="probe") as pool:
-        while lo < hi:
-            points = probe_points(lo, hi, width)
-            lo, hi = narrow(lo, hi, points, list(pool.map(older, points)))
-    return lo
+        lo, hi, _ = search_bracket(total, width, within, lambda points: list(pool.map(older, points)))
+    return lo, hi
 
 
 def probe_window_start(source: SourceApiHook, total: int, run: RunContext) -> int:
-    """Where a first crawl's window starts: offsets below are older than the window."""
-    offset = probe_offset(source, total, run.cfg.filter.rule, run.window.start, run.cfg.source.concurrency)
-    log.info("task %s: probed the window start at offset %d of %d", run.cfg.id, offset, total)
-    return offset
+    """Where a first crawl's window starts: offsets below are older than the window. Searched to within a batch
+    and rounded down, so the crawl reads at most one batch more than the exact start would (filtered out as
+    expired), for half the rounds of a search down to the record at 1,000 records a batch."""
+    cfg = run.cfg
+    lo, hi = probe_offset(source, total, cfg.filter.rule, run.window.start, cfg.source.concurrency, cfg.batch_size)
+    log.info("task %s: probed the window start in offsets [%d, %d] of %d; it is taken at %d", cfg.id, lo, hi, total, lo)
+    return lo
 
 
 def range_to_read(run: RunContext, source: SourceApiHook, total: int) -> tuple[int, int]:
     """The offsets a replay names, a backfill's filtered view (``source.window_filter``: all of it), or those a
-    backfill finds by probing its interval's two ends (one batch of margin each side for records that are only
-    roughly in time order)."""
+    backfill finds by probing its interval's two ends, each to within a batch and rounded outwards (then one batch of
+    margin each side for records that are only roughly in time order)."""
     if run.params.replay:
         return run.params.replay_from or 0, min(run.params.replay_to or 0, total)
     if run.reads_filtered_view:  # the total is the filtered view's count
@@ -368,8 +370,9 @@ def range_to_read(run: RunContext, source: SourceApiHook, total: int) -> tuple[i
         return 0, total
     window, margin = run.window, run.cfg.batch_size
     width = run.cfg.source.concurrency
-    lo = probe_offset(source, total, run.cfg.filter.rule, window.start, width)
-    hi = probe_offset(source, total, run.cfg.filter.rule, window.end, width)
+    rule = run.cfg.filter.rule
+    lo = probe_offset(source, total, rule, window.start, width, margin)[0]  # within a batch, each end widened
+    hi = probe_offset(source, total, rule, window.end, width, margin)[1]
     log.info(
         "task %s: backfill of [%s, %s) reads offsets [%d, %d) of %d (probed, +/- %d)",
         run.cfg.id,

@@ -4,13 +4,13 @@ jumps far beyond the last known one."""
 from __future__ import annotations
 
 import tracemalloc
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
 
 from crawler_ops.config import CrawlTaskConfig
-from crawler_ops.crawl.plan import check_total_jump, take_batches
+from crawler_ops.crawl.plan import check_total_jump, probe_window_start, take_batches
 from crawler_ops.crawl.run import RunContext, RunParams
 from crawler_ops.errors import SourceError
 from crawler_ops.planning import Batch, iter_plan
@@ -90,3 +90,27 @@ def test_totals_within_the_factor_or_without_a_known_total_pass(known, total):
 
 def test_confirm_total_is_a_run_param():
     assert RunParams.from_params({"confirm_total": 10**12}, "jobs").confirm_total == 10**12
+
+
+class DatedSource:
+    """A source whose record at offset ``o`` is dated ``o`` seconds after the reference's window start minus
+    ``boundary`` seconds: records below ``boundary`` are older than the window."""
+
+    def __init__(self, run: RunContext, boundary: int) -> None:
+        self.start, self.boundary, self.reads = run.window.start, boundary, 0
+
+    def get_page(self, offset: int, limit: int) -> list[dict[str, str]]:
+        self.reads += 1
+        moment = self.start + timedelta(seconds=offset - self.boundary)
+        return [{"aae397": moment.isoformat()}]
+
+
+@pytest.mark.parametrize("boundary", [0, 1, 999, 1000, 123_457, 199_999, 200_000])
+def test_a_first_crawl_takes_the_window_start_at_most_a_batch_below_the_true_one_never_above(boundary):
+    """Above the true start, in-window records would be recorded expired unread; within a batch below it, the crawl
+    reads at most one batch more (filtered out as expired), for half the rounds of a search down to the record."""
+    run = run_of(batch_size=1000, source={"task": "t", "concurrency": 8})
+    source = DatedSource(run, boundary)
+    start = probe_window_start(source, 200_000, run)  # type: ignore[arg-type]
+    assert boundary - 1000 < start <= boundary
+    assert source.reads <= 3 * 8
