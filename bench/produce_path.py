@@ -54,10 +54,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--against", metavar="REF", help="the publisher at this git ref against the working tree's")
     args = parser.parse_args(argv)
     stack = load_stack()
-    from confluent_kafka import Producer
     from confluent_kafka.admin import AdminClient, NewTopic
 
-    from crawler_ops.hooks.producer import KafkaPublisher
+    from crawler_ops.hooks.producer import KafkaPublisher, ReportingProducer
     from crawler_ops.planning import Batch
     from crawler_ops.records import build_messages
     from crawler_ops.results import RunCounts
@@ -74,14 +73,16 @@ def main(argv: list[str] | None = None) -> int:
     if args.against:
         baseline = f"KafkaPublisher at {args.against}"
         classes = {baseline: publisher_at(args.against), "KafkaPublisher (working tree)": KafkaPublisher}
-        publishers = {label: cls(Producer(settings), topic, "bench") for label, cls in classes.items()}
+        publishers = {label: cls(ReportingProducer(settings), topic, "bench") for label, cls in classes.items()}
     else:
         baseline = "every delivery reported"
         variants = {
             baseline: {**settings, "delivery.report.only.error": False},
             "failures only (the project's)": settings,
         }
-        publishers = {label: KafkaPublisher(Producer(config), topic, "bench") for label, config in variants.items()}
+        publishers = {
+            label: KafkaPublisher(ReportingProducer(config), topic, "bench") for label, config in variants.items()
+        }
     cpu: dict[str, list[float]] = {label: [] for label in publishers}
     try:
         for publisher in publishers.values():  # connected, producer id acquired, before anything is timed

@@ -29,10 +29,10 @@ from collections.abc import Callable, Mapping, Sequence
 from contextlib import suppress
 from typing import Any
 
-from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
 from crawler_ops.errors import DeliveryError
-from crawler_ops.hooks.producer import KafkaPublisher
+from crawler_ops.hooks.producer import KafkaPublisher, ReportingProducer
 from crawler_ops.planning import Batch
 from crawler_ops.records import Message
 from crawler_ops.results import RunCounts
@@ -167,7 +167,7 @@ class TransactionalPublisher(KafkaPublisher):
 
     def __init__(
         self,
-        producer: Producer,
+        producer: ReportingProducer,
         topic: str,
         task_label: str,
         markers: MarkerLog | None,

@@ -34,6 +34,25 @@ DEFAULT_SETTINGS = {
 }
 
 
+class DeliveryFailures(list[str]):
+    """The failed delivery reports of one producer, as its delivery callback collects them (the producer holds
+    this list, not the other way round, so dropping the producer frees it at once)."""
+
+    def __call__(self, err: KafkaError | None, msg: Any) -> None:
+        # Only failures are reported (delivery.report.only.error); a success, were it reported, changes nothing.
+        if err is not None:
+            self.append(str(err))
+
+
+class ReportingProducer(Producer):
+    """A producer whose delivery reports go to its own :attr:`failures`, set once for every message: a callback
+    passed with each message cost confluent-kafka a Python reference and a state of its own per message."""
+
+    def __init__(self, config: Mapping[str, Any]) -> None:
+        self.failures = DeliveryFailures()
+        super().__init__({**config, "on_delivery": self.failures})
+
+
 class IdempotentProducerHook(KafkaProducerHook):
     """A :class:`KafkaProducerHook` whose producer is always idempotent with ``acks=all``.
 
@@ -45,8 +64,8 @@ class IdempotentProducerHook(KafkaProducerHook):
         super().__init__(kafka_config_id)
         self.settings = dict(settings or {})
 
-    def _get_client(self, config: dict[str, Any]) -> Producer:
-        return Producer({**DEFAULT_SETTINGS, **config, **self.settings, **REQUIRED_SETTINGS})
+    def _get_client(self, config: dict[str, Any]) -> ReportingProducer:
+        return ReportingProducer({**DEFAULT_SETTINGS, **config, **self.settings, **REQUIRED_SETTINGS})
 
     def client_config(self) -> dict[str, Any]:
         """The connection's settings without the producer defaults: for admin clients and consumers."""
@@ -55,10 +74,10 @@ class IdempotentProducerHook(KafkaProducerHook):
     def admin(self) -> AdminClient:
         return AdminClient(self.client_config())
 
-    def transactional_producer(self, transactional_id: str) -> Producer:
+    def transactional_producer(self, transactional_id: str) -> ReportingProducer:
         """An idempotent producer for Kafka transactions under ``transactional_id``."""
         config = {**DEFAULT_SETTINGS, **self._build_config(), **self.settings, **REQUIRED_SETTINGS}
-        return Producer({**config, "transactional.id": transactional_id})
+        return ReportingProducer({**config, "transactional.id": transactional_id})
 
 
 def task_settings(kafka: KafkaConfig) -> dict[str, Any]:
@@ -189,9 +208,10 @@ class KafkaPublisher:
 
     The provider's ProduceToTopicOperator only logs failed deliveries; a crawl must not mark a batch done
     unless every message was delivered: the producer reports only failures (``delivery.report.only.error``), which
-    are collected here, and a batch counts as delivered when no failure was reported and ``flush`` left nothing queued.
+    it collects in its ``failures``, and a batch counts as delivered when no failure was reported and ``flush`` left
+    nothing queued.
 
-    :param producer: an idempotent confluent-kafka producer.
+    :param producer: an idempotent confluent-kafka producer that collects its failed deliveries.
     :param topic: the task's topic (a message with its own ``topic`` goes there instead: a routed record, a dead
         letter, a marker).
     :param task_label: the crawl task id, for error messages.
@@ -202,7 +222,7 @@ class KafkaPublisher:
 
     def __init__(
         self,
-        producer: Producer,
+        producer: ReportingProducer,
         topic: str,
         task_label: str,
         flush_timeout: float = 120.0,
@@ -214,7 +234,7 @@ class KafkaPublisher:
         self.flush_timeout = flush_timeout
         self.prepare = prepare
         self._routes: set[str] = set()  # routed topics met so far: prepared once, not again
-        self._failures: list[str] = []
+        self._failures: list[str] = producer.failures
         self._to_topic = 0
         self._expected = 0
         self._topics: list[str] = [topic]
@@ -225,11 +245,6 @@ class KafkaPublisher:
 
     def close(self) -> None:
         return None
-
-    def _on_delivery(self, err: KafkaError | None, msg: Any) -> None:
-        # Only failures are reported (delivery.report.only.error); a success, were it reported, changes nothing.
-        if err is not None:
-            self._failures.append(str(err))
 
     def send(self, batch: Batch, messages: Sequence[Message], counts: RunCounts) -> None:
         """Hand ``messages`` to the producer without waiting; :meth:`confirm` waits for their reports."""
@@ -247,18 +262,15 @@ class KafkaPublisher:
             if self.prepare is not None:
                 self.prepare(routed)  # type: ignore[arg-type]  # a routed message names its topic
             self._routes |= routed  # type: ignore[arg-type]
+        produce, own = self.producer.produce, self.topic
         for message in messages:
-            topic = message.topic or self.topic
+            topic = message.topic or own
             while True:
                 try:
-                    self.producer.produce(
-                        topic,
-                        key=message.key,
-                        value=message.value,
-                        headers=message.headers,  # type: ignore[arg-type]  # the stub's list is invariant
-                        timestamp=message.timestamp,
-                        on_delivery=self._on_delivery,
-                    )
+                    # Positional, as it runs once per message (keywords cost a sixth of the call): topic, value, key,
+                    # partition (-1: the partitioner's), callback and its alias (None: the producer's), timestamp,
+                    # headers.
+                    produce(topic, message.value, message.key, -1, None, None, message.timestamp, message.headers)  # type: ignore[arg-type]
                     break
                 except BufferError:
                     # The local queue is full: serve delivery reports to make room, then try again.

@@ -17,7 +17,13 @@ from confluent_kafka.admin import AdminClient, ConfigResource, ResourceType
 from crawler_ops.errors import DeliveryError
 from crawler_ops.hooks import producer as producer_module
 from crawler_ops.hooks.exactly_once import MARKER_TOPIC_CONFIG, MarkerLog, TransactionalPublisher, transactional_id
-from crawler_ops.hooks.producer import IdempotentProducerHook, KafkaPublisher, create_topic, ensure_topic
+from crawler_ops.hooks.producer import (
+    IdempotentProducerHook,
+    KafkaPublisher,
+    ReportingProducer,
+    create_topic,
+    ensure_topic,
+)
 from crawler_ops.planning import Batch
 from crawler_ops.records import Message
 from crawler_ops.results import RunCounts
@@ -245,7 +251,7 @@ def test_transactional_ids_are_stable_per_chunk_and_per_run_for_replays():
 
 
 def test_a_producer_without_the_transaction_state_log_fails_with_the_reason(hook):
-    broken = Producer({"bootstrap.servers": "127.0.0.1:9", "transactional.id": "mut.none"})
+    broken = ReportingProducer({"bootstrap.servers": "127.0.0.1:9", "transactional.id": "mut.none"})
     with pytest.raises(DeliveryError) as failed:
         TransactionalPublisher(broken, "x", "t", None, flush_timeout=1)
     assert str(failed.value).startswith("task t: cannot start Kafka transactions: ")
@@ -262,7 +268,7 @@ def test_a_batch_not_confirmed_in_time_is_aborted_and_the_next_one_commits(hook,
     # flush that may not wait returns with the message still outstanding.
     lingering = {"linger.ms": 30_000, "message.timeout.ms": 60_000}
     settings = {**hook.client_config(), **producer_module.REQUIRED_SETTINGS, **lingering}
-    producer = Producer({**settings, "transactional.id": f"mut.{uuid.uuid4().hex}.0-20"})
+    producer = ReportingProducer({**settings, "transactional.id": f"mut.{uuid.uuid4().hex}.0-20"})
     sender = TransactionalPublisher(producer, topic, "t", None, flush_timeout=30)
     sender.flush_timeout = 0  # the abort that follows still gets its minimum
     sender.send(Batch(0, 10), [Message(b"late", b"1", [], None)], COUNTS)

@@ -14,8 +14,10 @@ from confluent_kafka import KafkaError, KafkaException
 from crawler_ops.errors import DeliveryError
 from crawler_ops.hooks import producer as producer_module
 from crawler_ops.hooks.producer import (
+    DeliveryFailures,
     IdempotentProducerHook,
     KafkaPublisher,
+    ReportingProducer,
     new_topic_settings,
     task_settings,
     warn_single_replica,
@@ -29,7 +31,7 @@ from crawler_ops.results import RunCounts
 def made(monkeypatch: pytest.MonkeyPatch) -> list[dict[str, Any]]:
     """The configs the hook builds librdkafka producers with (no producer is created)."""
     configs: list[dict[str, Any]] = []
-    monkeypatch.setattr(producer_module, "Producer", lambda config: configs.append(config) or object())
+    monkeypatch.setattr(producer_module, "ReportingProducer", lambda config: configs.append(config) or object())
     return configs
 
 
@@ -84,9 +86,20 @@ class FakeProducer:
     waiting: list[Callable[[Any, Any], None]] = field(default_factory=list)
     polls: int = 0
 
-    def produce(
-        self, topic: str, *, key: bytes, value: bytes, headers: Any, timestamp: int = 0, on_delivery: Any
+    failures: DeliveryFailures = field(default_factory=DeliveryFailures)
+
+    def produce(  # the order of confluent-kafka's positional arguments
+        self,
+        topic: str,
+        value: bytes,
+        key: bytes,
+        partition: int,
+        on_delivery: None,
+        callback: None,
+        timestamp: int,
+        headers: Any,
     ) -> None:
+        assert partition == -1 and on_delivery is None and callback is None, "the producer's own callback reports"
         if self.fails is not None:
             raise self.fails
         if self.full_after is not None and len(self.waiting) >= self.full_after:
@@ -94,7 +107,7 @@ class FakeProducer:
         self.produced.append((topic, key))
         self.headers.append(headers)
         self.timestamps.append(timestamp)
-        self.waiting.append(lambda err, _msg, topic=topic: on_delivery(err, SimpleNamespace(topic=lambda: topic)))
+        self.waiting.append(lambda err, _msg, topic=topic: self.failures(err, SimpleNamespace(topic=lambda: topic)))
 
     def poll(self, _timeout: float) -> int:
         self.polls += 1
@@ -265,3 +278,14 @@ def test_each_message_is_produced_with_its_timestamp():
     publisher.send(BATCH, dated, RunCounts())
 
     assert publisher.confirm() == 2 and producer.timestamps == [1795046400000, 0]
+
+
+def test_a_reporting_producer_collects_each_failed_delivery_without_a_callback_per_message():
+    """A real librdkafka producer, its broker unreachable: the message times out, and the report reaches the
+    producer's own failures, which the publisher reads."""
+    producer = ReportingProducer({"bootstrap.servers": "127.0.0.1:9", "message.timeout.ms": 200, "log_level": 0})
+    publisher = KafkaPublisher(producer, "jobs", "t1", flush_timeout=10)
+    publisher.send(BATCH, messages(1), RunCounts())
+    with pytest.raises(DeliveryError, match=r"^task t1: Kafka confirmed 0 of 1 messages to 'jobs' .*timed out"):
+        publisher.confirm()
+    assert len(producer.failures) == 1
