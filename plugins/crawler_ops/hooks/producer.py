@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, cast
 
 from airflow.providers.apache.kafka.hooks.produce import KafkaProducerHook
 from confluent_kafka import KafkaError, KafkaException, Producer
@@ -66,6 +66,9 @@ class IdempotentProducerHook(KafkaProducerHook):
 
     def _get_client(self, config: dict[str, Any]) -> ReportingProducer:
         return ReportingProducer({**DEFAULT_SETTINGS, **config, **self.settings, **REQUIRED_SETTINGS})
+
+    def get_producer(self) -> ReportingProducer:
+        return cast(ReportingProducer, super().get_producer())  # made by _get_client above
 
     def client_config(self) -> dict[str, Any]:
         """The connection's settings without the producer defaults: for admin clients and consumers."""
