@@ -16,8 +16,10 @@ from typing import Any
 import psycopg
 import pytest
 
+from crawler_ops.crawl.ledger import StatusTableLedger
 from crawler_ops.hooks.batches import BatchRows
 from crawler_ops.hooks.db import create_schema
+from crawler_ops.hooks.store import CrawlStoreHook
 from crawler_ops.planning import Batch
 
 pytestmark = pytest.mark.integration
@@ -136,3 +138,23 @@ def test_a_later_try_of_a_worker_takes_its_own_live_claim_at_once_and_never_anot
 
     assert not chunk_1.complete(FIRST), "the earlier try is fenced off"
     assert retry_1.complete(FIRST) and chunk_10.complete(SECOND)
+
+
+def test_a_chunks_claim_is_committed_at_once_and_its_batch_completes_on_the_other_connection(
+    pg_uri: str, unique_id: str, batch_rows: BatchRows
+) -> None:
+    """A chunk claims on a connection of its own, one statement committed on its own: the claim is visible to every
+    other session at once, and the finish transaction on the chunk's other connection is not held up by it."""
+    owner = "run_1|0"
+    store, claims = CrawlStoreHook("crawler_db", unique_id), CrawlStoreHook("crawler_db", unique_id)
+    ledger = StatusTableLedger(store, "run_1", owner, f"{owner}|1|t", LEASE_S, 3, claims)
+    try:
+        assert ledger.claim(FIRST)
+        seen = row(pg_uri, unique_id, FIRST)
+        assert (seen["status"], seen["claim_token"]) == (1, f"{owner}|1|t"), "committed: seen from another session"
+        with store.transaction() as cur:
+            cur.execute("SET LOCAL lock_timeout = '5s'")  # a claim left in an open transaction would hold the row
+            assert store.batches.complete(cur, FIRST, f"{owner}|1|t")
+        assert row(pg_uri, unique_id, FIRST)["status"] == 2
+    finally:
+        ledger.close()

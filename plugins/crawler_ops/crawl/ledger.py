@@ -162,8 +162,9 @@ class StatusTableLedger(RunRecordLedger):
 
     def claim(self, batch: Batch) -> bool:
         """Claims come from the fetch threads, one at a time, on their own connection (``claims``), so they do
-        not wait for, or interleave with, the finish transactions on the other."""
-        with self._claiming, self.claims.transaction() as cur:
+        not wait for, or interleave with, the finish transactions on the other. A claim is one statement, committed
+        on its own."""
+        with self._claiming, self.claims.single() as cur:
             return self.claims.batches.claim(cur, batch, self.owner, self.token, self.lease_s)
 
     def renew(self, batch: Batch) -> bool:

@@ -166,6 +166,19 @@ class CrawlerDbHook(PostgresHook):
         except psycopg.OperationalError as exc:
             raise StatusTableError(f"task {self.task_id}: PostgreSQL failed: {exc}") from exc
 
+    @contextmanager
+    def single(self) -> Iterator[Cursor]:
+        """A cursor for work that is one statement, which commits on its own (the connection is switched to
+        autocommit): one round trip instead of a transaction's three. :meth:`transaction` still works after."""
+        try:
+            db = self.db
+            if not db.autocommit:
+                db.autocommit = True
+            with db.cursor() as cur:
+                yield cur
+        except psycopg.OperationalError as exc:
+            raise StatusTableError(f"task {self.task_id}: PostgreSQL failed: {exc}") from exc
+
     def lock(self, cur: Cursor) -> None:
         """Serialise this transaction against the task's plans and commits (held until it ends)."""
         cur.execute(read_sql("lock_task"), {"task": self.task_id})
