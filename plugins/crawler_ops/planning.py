@@ -10,7 +10,6 @@ that takes the newest few of a huge range costs what it takes. No Airflow, no I/
 from __future__ import annotations
 
 import heapq
-import math
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -226,56 +225,18 @@ def expiry_floor(boundary: int, batch_size: int, max_expired_batches: int) -> in
     return max(0, boundary - max_expired_batches * batch_size)
 
 
-@dataclass(frozen=True)
-class Probe:
-    """What one read of the window search told: whether the record is older than the moment searched for, and its
-    date in seconds since the epoch (None: no usable date)."""
-
-    older: bool
-    seconds: float | None
-
-
 def search_bracket(
-    total: int, width: int, within: int, read: Callable[[list[int]], Sequence[Probe]], target: float | None = None
+    total: int, width: int, within: int, older: Callable[[list[int]], Sequence[bool]]
 ) -> tuple[int, int, int]:
-    """Search ``[0, total)`` for the first offset not older than a moment (``target`` seconds since the epoch),
-    ``width`` offsets a round (``read`` reads them), until it is known within fewer than ``within`` offsets:
-    ``(lo, hi, rounds)``, the first offset not older being in ``[lo, hi]`` (``lo == hi`` with ``within`` 1).
-
-    The first round's reads are evenly spaced. Later, half of them go where the dates read on each side of what is
-    left put the moment, were the dates spread evenly between them (:func:`guess_offset`), close enough together to
-    leave it within ``within`` when it lies among them: on a source whose records come at a steady pace, that ends
-    the search in the second round. The other half stay evenly spaced, so dates spread unevenly still narrow the
-    search ``width - width // 2 + 1`` times a round. Records need only be roughly in time order."""
+    """Search ``[0, total)`` for the first offset not older than a moment, ``width`` offsets a round (``older``
+    reads them), until it is known within fewer than ``within`` offsets: ``(lo, hi, rounds)``, the first offset not
+    older being in ``[lo, hi]`` (``lo == hi`` with ``within`` 1). Records need only be roughly in time order."""
     lo, hi, rounds = 0, total, 0
-    dated: dict[int, float | None] = {}
     while hi - lo >= max(1, within):
-        points = round_points(lo, hi, width, within, guess_offset(lo, hi, dated, target))
-        probes = read(points)
-        dated.update(zip(points, (probe.seconds for probe in probes), strict=True))
-        lo, hi = narrow(lo, hi, points, [probe.older for probe in probes])
+        points = probe_points(lo, hi, width)
+        lo, hi = narrow(lo, hi, points, older(points))
         rounds += 1
     return lo, hi, rounds
-
-
-def guess_offset(lo: int, hi: int, dated: Mapping[int, float | None], target: float | None) -> int | None:
-    """Where in ``[lo, hi)`` the first record dated ``target`` or later would be if the dates read just below and at
-    ``hi`` (``dated``) were spread evenly over the offsets between; None without both dates or a ``target``."""
-    below, above = dated.get(lo - 1), dated.get(hi)
-    if target is None or below is None or above is None or above <= below:
-        return None
-    share = (target - below) / (above - below)
-    return min(hi - 1, max(lo, lo - 1 + math.ceil((hi - lo + 1) * share)))
-
-
-def round_points(lo: int, hi: int, width: int, within: int, guess: int | None) -> list[int]:
-    """One round's offsets: :func:`probe_points`; with a ``guess``, ``width // 2`` of them around it, ``within // 2``
-    apart (so an answer among them is left within ``within``), and the rest evenly spaced."""
-    if guess is None or width < 2 or hi - lo <= width:
-        return probe_points(lo, hi, width)
-    near, step = width // 2, max(1, within // 2)
-    around = (guess + (i - near // 2) * step for i in range(near))
-    return sorted({*probe_points(lo, hi, width - near), *(p for p in around if lo <= p < hi)})
 
 
 def probe_points(lo: int, hi: int, width: int) -> list[int]:

@@ -20,7 +20,7 @@ from typing import Any
 
 from crawler_ops.dates import date_format, parse_date
 from crawler_ops.filtering import Verdict, Window
-from crawler_ops.planning import Probe, search_bracket
+from crawler_ops.planning import search_bracket
 from crawler_ops.shaping import MessageShape, as_shape
 
 #: Suggested record paths shown at most.
@@ -218,15 +218,15 @@ def densities(points: Sequence[Dated], start: datetime) -> list[int | None]:
 def window_search(total: int, boundary: int, width: int, within: int) -> tuple[int, int, int]:
     """Requests, rounds and the offset found of a first crawl's search for the window's start at ``boundary`` (as
     :func:`crawler_ops.crawl.plan.probe_window_start` runs it: ``width`` one-record reads per round, to within
-    ``within`` offsets, rounded down), on records that come at a steady pace."""
+    ``within`` offsets, rounded down)."""
     requests = 0
 
-    def read(points: list[int]) -> list[Probe]:  # the records dated one second apart: a steady pace
+    def older(points: list[int]) -> list[bool]:
         nonlocal requests
         requests += len(points)
-        return [Probe(p < boundary, float(p)) for p in points]
+        return [p < boundary for p in points]
 
-    lo, _, rounds = search_bracket(total, width, within, read, float(boundary))
+    lo, _, rounds = search_bracket(total, width, within, older)
     return requests, rounds, lo
 
 

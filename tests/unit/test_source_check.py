@@ -267,10 +267,9 @@ def test_the_estimate_is_a_range_from_the_fewer_to_the_more_records(total: int, 
 
 def test_the_estimate_at_the_configured_rate() -> None:
     """10,000 records, 1,000 in the window, pages of 100 at 10 requests/s: the count, the search (4 reads a round,
-    3 rounds to within a page: offset 8,951; no read is dated above the start until the second), 16 pages (from 5
-    pages below 8,951)."""
+    3 rounds to within a page: offset 8,961), 16 pages (from 5 pages below 8,961)."""
     estimate = first_crawl_estimate(10_000, (1000, 1000), RATE)
-    assert window_search(10_000, 9000, 4, 100) == (12, 3, 8951)
+    assert window_search(10_000, 9000, 4, 100) == (12, 3, 8961)
     assert estimate["requests"] == [1 + 12 + 16] * 2
     assert estimate["seconds"] == [round((1 + 12 + 16) / 10.0, 1)] * 2
     unknown = first_crawl_estimate(10_000, None, RATE)

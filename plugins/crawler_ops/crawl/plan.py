@@ -28,7 +28,6 @@ from crawler_ops.hooks.store import CrawlStoreHook, Cursor
 from crawler_ops.planning import (
     Batch,
     ChunkPlan,
-    Probe,
     chunk_batches,
     expiry_floor,
     fill_gaps,
@@ -330,26 +329,24 @@ def probe_offset(
     source: SourceApiHook, total: int, rule: DateRule, moment: datetime, width: int = 1, within: int = 1
 ) -> tuple[int, int]:
     """Search for the first offset whose record is not older than ``moment`` (records roughly in time order),
-    reading ``width`` one-record pages at a time, until it is known within fewer than ``within`` offsets
-    (:func:`~crawler_ops.planning.search_bracket`: two rounds of one request time each when records come at a
-    steady pace, at most ``log(total / within) / log(width - width // 2 + 1) + 1``). Returns ``(lo, hi)``, the
-    offset lying in ``[lo, hi]``. A record without a usable date counts as not older."""
+    reading ``width`` one-record pages at a time, until it is known within fewer than ``within`` offsets:
+    ``log(total / within) / log(width + 1)`` rounds of one request time each. Returns ``(lo, hi)``, the offset
+    lying in ``[lo, hi]``. A record without a usable date counts as not older."""
 
-    def probe(offset: int) -> Probe:
+    def older(offset: int) -> bool:
         page = source.get_page(offset, 1)
         found = record_date(record_head(page[0], rule.fields), rule.fields, rule.tz)[0] if page else None
-        return Probe(found is not None and found < moment, None if found is None else found.timestamp())
+        return found is not None and found < moment
 
     with ThreadPoolExecutor(width, thread_name_prefix="probe") as pool:
-        read = lambda points: list(pool.map(probe, points))  # noqa: E731
-        lo, hi, _ = search_bracket(total, width, within, read, moment.timestamp())
+        lo, hi, _ = search_bracket(total, width, within, lambda points: list(pool.map(older, points)))
     return lo, hi
 
 
 def probe_window_start(source: SourceApiHook, total: int, run: RunContext) -> int:
     """Where a first crawl's window starts: offsets below are older than the window. Searched to within a batch
     and rounded down, so the crawl reads at most one batch more than the exact start would (filtered out as
-    expired), for fewer rounds than a search down to the record."""
+    expired), for half the rounds of a search down to the record at 1,000 records a batch."""
     cfg = run.cfg
     lo, hi = probe_offset(source, total, cfg.filter.rule, run.window.start, cfg.source.concurrency, cfg.batch_size)
     log.info("task %s: probed the window start in offsets [%d, %d] of %d; it is taken at %d", cfg.id, lo, hi, total, lo)
