@@ -363,3 +363,21 @@ def test_a_key_field_given_as_text_is_that_field_s_shape_timestamped_when_produc
     records = [{"id": 1, "aae397": "2026-11-19 08:00:00"}]
     result = build_messages(raw_page(records), 0, RULE, WINDOW, "id", HEADERS)
     assert [(m.key, m.timestamp) for m in result.messages] == [(b"1", 0)]
+
+
+BERLIN_RULE = DateRule(("aae397",), "Europe/Berlin")
+AROUND_THE_CLOCK_CHANGE = st.datetimes(min_value=datetime(2026, 10, 24, 20), max_value=datetime(2026, 10, 25, 6))
+
+
+@given(st.lists(AROUND_THE_CLOCK_CHANGE, min_size=1, max_size=30))
+def test_wall_times_across_a_clock_change_are_stamped_as_epoch_ms_reads_them(dates: list[datetime]) -> None:
+    """Europe/Berlin leaves summer time at 03:00 on 2026-10-25: the hour from 02:00 is read with its first offset
+    (fold 0), as :func:`epoch_ms` does, and a page holding dates on both sides stamps each with its own offset."""
+    berlin = ZoneInfo("Europe/Berlin")
+    ref = datetime(2026, 10, 26, tzinfo=berlin)
+    window = Window.since(ref, days=7, now=ref, tolerance=timedelta(hours=24))
+    records = [{"id": i, "aae397": d.isoformat(sep=" ")} for i, d in enumerate(dates)]
+    result = build_messages(raw_page(records), 0, BERLIN_RULE, window.in_zone(berlin), shape(), HEADERS, run=RUN)
+    assert len(result.messages) == len(dates)
+    read = [d.replace(fold=0) for d in dates]  # the text of a date has no fold
+    assert [m.timestamp for m in result.messages] == [epoch_ms(d, berlin) for d in read]
