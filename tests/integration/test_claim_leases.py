@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from typing import Any
 
 import psycopg
@@ -21,6 +22,7 @@ from crawler_ops.hooks.batches import BatchRows
 from crawler_ops.hooks.db import create_schema
 from crawler_ops.hooks.store import CrawlStoreHook
 from crawler_ops.planning import Batch
+from crawler_ops.results import BatchOutcome, RunCounts
 
 pytestmark = pytest.mark.integration
 
@@ -158,3 +160,40 @@ def test_a_chunks_claim_is_committed_at_once_and_its_batch_completes_on_the_othe
         assert row(pg_uri, unique_id, FIRST)["status"] == 2
     finally:
         ledger.close()
+
+
+def test_a_finished_batch_renews_the_next_claim_only_while_held_and_completes_only_its_own(
+    pg_uri: str, unique_id: str, batch_rows: BatchRows, workers: list[Worker]
+) -> None:
+    """A chunk finishes a batch in one statement: it completes the batch and adds its counts to the run, and renews
+    the next batch's claim, which another run took over once its lease lapsed: not held any more (the chunk must not
+    produce it). Finishing that one later completes nothing: it is the other run's."""
+    owner, token = "run_1|0", "run_1|0|1|t"
+    store, claims = CrawlStoreHook("crawler_db", unique_id), CrawlStoreHook("crawler_db", unique_id)
+    ledger = StatusTableLedger(store, "run_1", owner, token, LEASE_S, 3, claims)
+    try:
+        with store.transaction() as cur:
+            store.start_run(cur, "run_1", "incremental", datetime(2026, 11, 20, tzinfo=UTC), total=200, planned=2)
+        assert ledger.claim(FIRST) and ledger.claim(SECOND)
+        claimed_since(pg_uri, unique_id, SECOND, LEASE_S + 1)
+        other = Worker(pg_uri, batch_rows, "run_2", 0)
+        workers.append(other)
+        assert other.claim(SECOND)
+        counts = RunCounts(pages=1, fetched=100, kept=40, published=40, expired=60, batches_done=1)
+
+        assert ledger.finish(BatchOutcome(FIRST, counts), SECOND) == (0, False), "the next batch is not held"
+        assert row(pg_uri, unique_id, FIRST)["status"] == 2
+        assert ledger.finish(BatchOutcome(SECOND, counts), None) == (0, True)
+        assert (row(pg_uri, unique_id, SECOND)["status"], row(pg_uri, unique_id, SECOND)["claim_token"]) == (
+            1,
+            other.token,
+        ), "the other run's claim is left alone"
+        with psycopg.connect(pg_uri) as conn:
+            fetched = conn.execute(
+                "SELECT fetched, kept FROM crawler_ops.crawl_run WHERE task_id = %s AND run_id = 'run_1'", (unique_id,)
+            ).fetchone()
+        assert fetched == (200, 80), "the run counts what it fetched and kept, the batch taken over too"
+    finally:
+        ledger.close()
+        with psycopg.connect(pg_uri, autocommit=True) as conn:
+            conn.execute("DELETE FROM crawler_ops.crawl_run WHERE task_id = %s", (unique_id,))

@@ -23,7 +23,7 @@ from datetime import datetime
 from typing import Any
 
 from crawler_ops.crawl.batch_filter import BatchFilter, FilteredBatch
-from crawler_ops.crawl.ledger import DryRunLedger, Ledger, StatusTableLedger
+from crawler_ops.crawl.ledger import DryRunLedger, Ledger, RunRecordLedger, StatusTableLedger
 from crawler_ops.crawl.run import RunContext
 from crawler_ops.drift import profile_values
 from crawler_ops.errors import ConfigError, SourceError, StatusTableError
@@ -153,6 +153,8 @@ class FeedLedger(StatusTableLedger):
 
     next_position: str | None = None
     plan_mark: Mark | None = None
+    # A feed's page completes through its own steps (renew_in, complete_in below), in one transaction.
+    finish = RunRecordLedger.finish
 
     @property
     def rows(self) -> FeedRows:

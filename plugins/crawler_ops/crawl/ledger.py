@@ -91,6 +91,11 @@ class RunRecordLedger(DryRunLedger):
             mine = self.complete_in(cur, outcome)
             self.store.add_dead_letters(cur, self.run_id, outcome.dead_letters)
             cutoff = self.store.add_batch_counts(cur, self.run_id, outcome)
+        self.counted(outcome, mine)
+        return cutoff, held
+
+    def counted(self, outcome: BatchOutcome, mine: bool) -> None:
+        """The metrics of a finished batch, or a warning that another worker took it over."""
         if mine:  # counted once: a batch taken over by another worker is counted by that worker
             for counter in METRIC_COUNTERS:
                 metrics.count(self.store.task_id, counter, getattr(outcome.counts, counter))
@@ -102,7 +107,6 @@ class RunRecordLedger(DryRunLedger):
                 outcome.batch.lo,
                 outcome.batch.hi,
             )
-        return cutoff, held
 
     def renew_in(self, cur: Cursor, batch: Batch | None) -> bool:
         """Whether this worker still holds ``batch`` (None: nothing to check)."""
@@ -170,6 +174,20 @@ class StatusTableLedger(RunRecordLedger):
     def renew(self, batch: Batch) -> bool:
         with self.store.transaction() as cur:
             return self.store.batches.renew(cur, batch, self.token)
+
+    def finish(self, outcome: BatchOutcome, next_batch: Batch | None = None) -> tuple[int, bool]:
+        """One statement, which commits on its own (:meth:`CrawlStoreHook.finish_batch`); in a transaction with the
+        batch's dead letters when it has some."""
+        store, run_id = self.store, self.run_id
+        if outcome.dead_letters:
+            with store.transaction() as cur:
+                store.add_dead_letters(cur, run_id, outcome.dead_letters)
+                cutoff, held, mine = store.finish_batch(cur, run_id, outcome, self.token, next_batch)
+        else:
+            with store.single() as cur:
+                cutoff, held, mine = store.finish_batch(cur, run_id, outcome, self.token, next_batch)
+        self.counted(outcome, mine)
+        return cutoff, held
 
     def generations(self, batches: Sequence[Batch]) -> dict[int, str]:
         with self.store.transaction() as cur:

@@ -14,7 +14,7 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from functools import cached_property
+from functools import cache, cached_property
 from typing import Any, Literal
 
 from psycopg.types.json import Jsonb
@@ -161,11 +161,30 @@ class CrawlStoreHook(CrawlerDbHook):
     def add_batch_counts(self, cur: Cursor, run_id: str, outcome: BatchOutcome) -> int:
         """Add a finished batch's counts and drift profile to its run; returns the run's shared first-crawl expiry
         cutoff."""
+        row = cur.execute(read_sql("add_run_counts"), self.count_params(run_id, outcome)).fetchone()
+        return int(row[0]) if row else 0
+
+    def finish_batch(
+        self, cur: Cursor, run_id: str, outcome: BatchOutcome, token: str, renew: Batch | None
+    ) -> tuple[int, bool, bool]:
+        """In one statement: renew the claim of ``renew`` (the batch to be produced next), complete the finished
+        batch (fenced by ``token``) and add its counts to its run. Returns the run's shared first-crawl expiry cutoff,
+        whether ``renew`` is still held (True when None), and whether the finished batch was this token's."""
+        params = {
+            **self.count_params(run_id, outcome),
+            "token": token,
+            "lo": outcome.batch.lo,
+            "skipped": outcome.skipped_as_expired,
+            "renew": [] if renew is None else [renew.lo],
+        }
+        cutoff, renewed, completed = cur.execute(finish_batch_sql(), params).fetchone() or (0, 0, 0)
+        return int(cutoff or 0), renew is None or renewed == 1, completed == 1
+
+    def count_params(self, run_id: str, outcome: BatchOutcome) -> dict[str, Any]:
         params = {**outcome.counts.to_dict(), "task": self.task_id, "run_id": run_id, "cutoff": outcome.cutoff}
         profile = outcome.profile
         drift = {"drift_sampled": profile.sampled_records, "drift_fields": Jsonb(profile.to_json()["fields"])}
-        row = cur.execute(read_sql("add_run_counts"), {**params, **drift}).fetchone()
-        return int(row[0]) if row else 0
+        return {**params, **drift}
 
     def add_run_error(self, cur: Cursor, run_id: str, error: str) -> None:
         """An error on the run's summary (its ``errors`` list) without an error row."""
@@ -221,3 +240,9 @@ def record_jsonb(record: Any) -> Jsonb:
     if "\\u0000" in text:
         text = JSON_NUL_ESCAPE.sub(lambda m: m[0] if m[0] == "\\\\" else "\\ufffd", text)
     return Jsonb(text, dumps=lambda dumped: dumped)
+
+
+@cache
+def finish_batch_sql() -> str:
+    """``finish_batch.sql`` with the run's counts (``add_run_counts.sql``) as its last step."""
+    return read_sql("finish_batch").format(counts=read_sql("add_run_counts"))
