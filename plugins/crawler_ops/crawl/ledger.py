@@ -19,7 +19,7 @@ from typing import Protocol
 
 from crawler_ops.crawl.run import RunContext
 from crawler_ops.errors import CrawlerError
-from crawler_ops.hooks.store import CrawlStoreHook, Cursor
+from crawler_ops.hooks.store import CrawlStoreHook, Cursor, finish_batch
 from crawler_ops.planning import Batch
 from crawler_ops.results import METRIC_COUNTERS, BatchOutcome
 from crawler_ops.telemetry import metrics
@@ -176,16 +176,16 @@ class StatusTableLedger(RunRecordLedger):
             return self.store.batches.renew(cur, batch, self.token)
 
     def finish(self, outcome: BatchOutcome, next_batch: Batch | None = None) -> tuple[int, bool]:
-        """One statement, which commits on its own (:meth:`CrawlStoreHook.finish_batch`); in a transaction with the
-        batch's dead letters when it has some."""
-        store, run_id = self.store, self.run_id
+        """One statement, which commits on its own (:func:`~crawler_ops.hooks.store.finish_batch`); in a transaction
+        with the batch's dead letters when it has some."""
+        store, task, run_id = self.store, self.store.task_id, self.run_id
         if outcome.dead_letters:
             with store.transaction() as cur:
                 store.add_dead_letters(cur, run_id, outcome.dead_letters)
-                cutoff, held, mine = store.finish_batch(cur, run_id, outcome, self.token, next_batch)
+                cutoff, held, mine = finish_batch(cur, task, run_id, outcome, self.token, next_batch)
         else:
             with store.single() as cur:
-                cutoff, held, mine = store.finish_batch(cur, run_id, outcome, self.token, next_batch)
+                cutoff, held, mine = finish_batch(cur, task, run_id, outcome, self.token, next_batch)
         self.counted(outcome, mine)
         return cutoff, held
 

@@ -161,30 +161,8 @@ class CrawlStoreHook(CrawlerDbHook):
     def add_batch_counts(self, cur: Cursor, run_id: str, outcome: BatchOutcome) -> int:
         """Add a finished batch's counts and drift profile to its run; returns the run's shared first-crawl expiry
         cutoff."""
-        row = cur.execute(read_sql("add_run_counts"), self.count_params(run_id, outcome)).fetchone()
+        row = cur.execute(read_sql("add_run_counts"), count_params(self.task_id, run_id, outcome)).fetchone()
         return int(row[0]) if row else 0
-
-    def finish_batch(
-        self, cur: Cursor, run_id: str, outcome: BatchOutcome, token: str, renew: Batch | None
-    ) -> tuple[int, bool, bool]:
-        """In one statement: renew the claim of ``renew`` (the batch to be produced next), complete the finished
-        batch (fenced by ``token``) and add its counts to its run. Returns the run's shared first-crawl expiry cutoff,
-        whether ``renew`` is still held (True when None), and whether the finished batch was this token's."""
-        params = {
-            **self.count_params(run_id, outcome),
-            "token": token,
-            "lo": outcome.batch.lo,
-            "skipped": outcome.skipped_as_expired,
-            "renew": [] if renew is None else [renew.lo],
-        }
-        cutoff, renewed, completed = cur.execute(finish_batch_sql(), params).fetchone() or (0, 0, 0)
-        return int(cutoff or 0), renew is None or renewed == 1, completed == 1
-
-    def count_params(self, run_id: str, outcome: BatchOutcome) -> dict[str, Any]:
-        params = {**outcome.counts.to_dict(), "task": self.task_id, "run_id": run_id, "cutoff": outcome.cutoff}
-        profile = outcome.profile
-        drift = {"drift_sampled": profile.sampled_records, "drift_fields": Jsonb(profile.to_json()["fields"])}
-        return {**params, **drift}
 
     def add_run_error(self, cur: Cursor, run_id: str, error: str) -> None:
         """An error on the run's summary (its ``errors`` list) without an error row."""
@@ -240,6 +218,31 @@ def record_jsonb(record: Any) -> Jsonb:
     if "\\u0000" in text:
         text = JSON_NUL_ESCAPE.sub(lambda m: m[0] if m[0] == "\\\\" else "\\ufffd", text)
     return Jsonb(text, dumps=lambda dumped: dumped)
+
+
+def finish_batch(
+    cur: Cursor, task_id: str, run_id: str, outcome: BatchOutcome, token: str, renew: Batch | None
+) -> tuple[int, bool, bool]:
+    """In one statement: renew the claim of ``renew`` (the batch to be produced next), complete the finished batch of
+    crawl task ``task_id`` (fenced by ``token``) and add its counts to its run. Returns the run's shared first-crawl
+    expiry cutoff, whether ``renew`` is still held (True when None), and whether the finished batch was this token's."""
+    params = {
+        **count_params(task_id, run_id, outcome),
+        "token": token,
+        "lo": outcome.batch.lo,
+        "skipped": outcome.skipped_as_expired,
+        "renew": [] if renew is None else [renew.lo],
+    }
+    cutoff, renewed, completed = cur.execute(finish_batch_sql(), params).fetchone() or (0, 0, 0)
+    return int(cutoff or 0), renew is None or renewed == 1, completed == 1
+
+
+def count_params(task_id: str, run_id: str, outcome: BatchOutcome) -> dict[str, Any]:
+    """The parameters of ``add_run_counts.sql``: a finished batch's counts and drift profile."""
+    params = {**outcome.counts.to_dict(), "task": task_id, "run_id": run_id, "cutoff": outcome.cutoff}
+    profile = outcome.profile
+    drift = {"drift_sampled": profile.sampled_records, "drift_fields": Jsonb(profile.to_json()["fields"])}
+    return {**params, **drift}
 
 
 @cache
