@@ -178,14 +178,10 @@ class StatusTableLedger(RunRecordLedger):
     def finish(self, outcome: BatchOutcome, next_batch: Batch | None = None) -> tuple[int, bool]:
         """One statement, which commits on its own (:func:`~crawler_ops.hooks.store.finish_batch`); in a transaction
         with the batch's dead letters when it has some."""
-        store, task, run_id = self.store, self.store.task_id, self.run_id
-        if outcome.dead_letters:
-            with store.transaction() as cur:
-                store.add_dead_letters(cur, run_id, outcome.dead_letters)
-                cutoff, held, mine = finish_batch(cur, task, run_id, outcome, self.token, next_batch)
-        else:
-            with store.single() as cur:
-                cutoff, held, mine = finish_batch(cur, task, run_id, outcome, self.token, next_batch)
+        store, run_id = self.store, self.run_id
+        with store.transaction() if outcome.dead_letters else store.single() as cur:
+            store.add_dead_letters(cur, run_id, outcome.dead_letters)  # none: no statement
+            cutoff, held, mine = finish_batch(cur, store.task_id, run_id, outcome, self.token, next_batch)
         self.counted(outcome, mine)
         return cutoff, held
 

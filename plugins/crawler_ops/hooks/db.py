@@ -158,24 +158,27 @@ class CrawlerDbHook(PostgresHook):
     @contextmanager
     def transaction(self, lock: bool = False) -> Iterator[Cursor]:
         """A transaction; with ``lock``, serialised against other transactions that lock this task."""
-        try:
-            with self.db.transaction(), self.db.cursor() as cur:
-                if lock:
-                    self.lock(cur)
-                yield cur
-        except psycopg.OperationalError as exc:
-            raise StatusTableError(f"task {self.task_id}: PostgreSQL failed: {exc}") from exc
+        with self.failures_named(), self.db.transaction(), self.db.cursor() as cur:
+            if lock:
+                self.lock(cur)
+            yield cur
 
     @contextmanager
     def single(self) -> Iterator[Cursor]:
         """A cursor for work that is one statement, which commits on its own (the connection is switched to
         autocommit): one round trip instead of a transaction's three. :meth:`transaction` still works after."""
-        try:
+        with self.failures_named():
             db = self.db
             if not db.autocommit:
                 db.autocommit = True
             with db.cursor() as cur:
                 yield cur
+
+    @contextmanager
+    def failures_named(self) -> Iterator[None]:
+        """PostgreSQL failing (connection lost, server gone) inside the block, as an error naming the task."""
+        try:
+            yield
         except psycopg.OperationalError as exc:
             raise StatusTableError(f"task {self.task_id}: PostgreSQL failed: {exc}") from exc
 
