@@ -15,6 +15,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 import pytest
+from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient
 
 from crawler_ops.config import CrawlTaskConfig
@@ -23,6 +24,7 @@ from crawler_ops.crawl.plan import plan_run
 from crawler_ops.crawl.run import RunContext, RunParams
 from kafka_cluster import KafkaCluster
 from tests.support import make_task, query, read_topic, runner_result, spawn_chunk
+from tests.waiting import wait_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -123,14 +125,30 @@ def test_two_brokers_down_fail_the_chunk_clearly_and_the_retry_after_they_return
 
 
 def topic_layout(bootstrap: str, topic: str) -> tuple[int, str]:
-    """Replicas per partition (the fewest) and min.insync.replicas of ``topic``."""
+    """Replicas per partition (the fewest) and min.insync.replicas of ``topic``.
+
+    A created topic reaches each broker's metadata a moment after the controller commits it, and the admin client
+    may ask a broker that has not caught up yet: such a broker answers "unknown topic", so the question is asked
+    again until every answer knows the topic.
+    """
     from confluent_kafka.admin import ConfigResource
 
     admin = AdminClient({"bootstrap.servers": bootstrap})
-    partitions = admin.list_topics(topic, timeout=10).topics[topic].partitions.values()
     resource = ConfigResource(ConfigResource.Type.TOPIC, topic)
-    configs = admin.describe_configs([resource])[resource].result(timeout=10)
-    return min(len(p.replicas) for p in partitions), configs["min.insync.replicas"].value
+
+    def layout() -> tuple[int, str] | None:
+        info = admin.list_topics(topic, timeout=10).topics[topic]
+        try:
+            configs = admin.describe_configs([resource])[resource].result(timeout=10)
+        except KafkaException as exc:
+            if exc.args[0].code() == KafkaError.UNKNOWN_TOPIC_OR_PART:
+                return None
+            raise
+        if info.error is not None or not info.partitions:
+            return None
+        return min(len(p.replicas) for p in info.partitions.values()), configs["min.insync.replicas"].value
+
+    return wait_until(layout, 30, f"topic '{topic}' known to the brokers")
 
 
 def test_topics_get_three_replicas_and_min_insync_two_on_a_cluster_by_default(
