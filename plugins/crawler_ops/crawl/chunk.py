@@ -26,7 +26,6 @@ The watermark moves later, in :func:`crawler_ops.crawl.commit.commit_run`.
 
 from __future__ import annotations
 
-import gc
 import logging
 import threading
 import time
@@ -34,13 +33,13 @@ import uuid
 from collections import deque
 from collections.abc import Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
-from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from typing import Any
 
 from crawler_ops.config import CrawlTaskConfig
 from crawler_ops.crawl.batch_filter import BatchFilter, FilteredBatch
 from crawler_ops.crawl.feed import crawl_feed
+from crawler_ops.crawl.heap import chunk_heap
 from crawler_ops.crawl.ledger import Ledger, ledger_for
 from crawler_ops.crawl.page_check import PageChecker
 from crawler_ops.crawl.run import RunContext
@@ -196,35 +195,6 @@ class Checkpoint:
         return held and renewed
 
 
-_heap_lock = threading.Lock()
-_heap_users = 0
-_heap_ours = False
-
-
-@contextmanager
-def frozen_heap() -> Iterator[None]:
-    """Keep the objects that exist on entry out of the garbage collector's collections until the block ends.
-
-    Airflow's heap is large by the time a chunk runs, and full collections over it stalled chunks for 0.4 s at a
-    time; pages are acyclic and freed by reference counting, so the chunk loses nothing. Blocks running at once in
-    one process share the freeze: the last one to end gives the heap back to the collector, unless it was frozen
-    before the first began (by its owner, who undoes it).
-    """
-    global _heap_users, _heap_ours
-    with _heap_lock:
-        if _heap_users == 0:
-            _heap_ours = gc.get_freeze_count() == 0
-        _heap_users += 1
-        gc.freeze()
-    try:
-        yield
-    finally:
-        with _heap_lock:
-            _heap_users -= 1
-            if _heap_users == 0 and _heap_ours:
-                gc.unfreeze()
-
-
 class ChunkCrawler:
     """Fetch, filter, publish and checkpoint one chunk's batches, newest first, on the module's threads (above).
 
@@ -263,7 +233,7 @@ class ChunkCrawler:
         started = time.monotonic()
         try:
             with (
-                frozen_heap(),
+                chunk_heap(),
                 page_checker(self.cfg.id, self.source) as self.pages,
                 ThreadPoolExecutor(self.cfg.source.concurrency, thread_name_prefix="fetch") as fetch_threads,
                 self.memory,  # closed first on the way out: a fetch waiting for it must not hold up the shutdown

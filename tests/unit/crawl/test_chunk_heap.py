@@ -1,13 +1,22 @@
-"""The chunk's frozen heap is undone when the chunk ends: a crawl leaves the garbage collector as it found it."""
+"""The chunk's heap: its frozen heap is undone when the chunk ends (a crawl leaves the garbage collector as it found
+it), and glibc's malloc is told to keep the memory the chunk's pages free for the next pages."""
 
 from __future__ import annotations
 
 import gc
+import platform
 from collections.abc import Iterator
 
 import pytest
 
-from crawler_ops.crawl.chunk import frozen_heap
+from crawler_ops.crawl import heap
+from crawler_ops.crawl.heap import (
+    M_MMAP_THRESHOLD,
+    M_TRIM_THRESHOLD,
+    MMAP_THRESHOLD_BYTES,
+    TRIM_THRESHOLD_BYTES,
+    frozen_heap,
+)
 from crawler_ops.errors import DeliveryError
 from tests.unit.crawl.test_chunk import Events, MemoryLedger, RecordingPublisher, Source, make_crawler
 
@@ -60,3 +69,62 @@ def test_a_heap_frozen_before_is_left_to_whoever_froze_it(thawed):
     with frozen_heap():
         pass
     assert gc.get_freeze_count() > 0
+
+
+def test_a_crawl_has_malloc_keep_the_memory_its_pages_free(monkeypatch):
+    asked: list[bool] = []
+    monkeypatch.setattr(heap, "keep_freed_memory", lambda: asked.append(True) or True)
+
+    make_crawler(Source(), MemoryLedger(Events()), RecordingPublisher(Events())).crawl()
+
+    assert asked == [True]
+
+
+class Libc:
+    """``mallopt`` as glibc answers it (1: done, or ``answer``), recording the settings asked for."""
+
+    def __init__(self, answer: int = 1) -> None:
+        self.answer = answer
+        self.settings: list[tuple[int, int]] = []
+
+    def mallopt(self, parameter: int, value: int) -> int:
+        self.settings.append((parameter, value))
+        return self.answer
+
+
+@pytest.fixture
+def unset(monkeypatch: pytest.MonkeyPatch) -> None:
+    """As in a process no chunk ran in yet."""
+    monkeypatch.setattr(heap, "_kept", False)
+
+
+@pytest.mark.skipif(platform.libc_ver()[0] != "glibc", reason="the setting is glibc's")
+def test_malloc_is_told_both_thresholds_once(monkeypatch, unset):
+    libc = Libc()
+    monkeypatch.setattr(heap.ctypes, "CDLL", lambda name: libc)
+
+    assert heap.keep_freed_memory()
+    assert heap.keep_freed_memory()
+    assert libc.settings == [(M_MMAP_THRESHOLD, MMAP_THRESHOLD_BYTES), (M_TRIM_THRESHOLD, TRIM_THRESHOLD_BYTES)]
+
+
+def test_a_c_library_other_than_glibc_is_left_alone(monkeypatch, unset):
+    monkeypatch.setattr(heap.platform, "libc_ver", lambda: ("musl", "1.2"))
+    monkeypatch.setattr(heap.ctypes, "CDLL", lambda name: pytest.fail("no C library is loaded"))
+
+    assert not heap.keep_freed_memory()
+
+
+@pytest.mark.skipif(platform.libc_ver()[0] != "glibc", reason="the setting is glibc's")
+def test_a_refused_setting_is_reported_and_asked_again_next_time(monkeypatch, unset, caplog):
+    refusing = Libc(answer=0)
+    monkeypatch.setattr(heap.ctypes, "CDLL", lambda name: refusing)
+
+    assert not heap.keep_freed_memory()
+    assert not heap.keep_freed_memory()
+    assert len(refusing.settings) == 2, "asked again"
+    assert "malloc refused" in caplog.text
+
+
+def test_the_real_malloc_takes_the_settings(unset):
+    assert heap.keep_freed_memory() == (platform.libc_ver()[0] == "glibc")
