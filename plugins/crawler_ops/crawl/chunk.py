@@ -184,6 +184,7 @@ class Checkpoint:
 
         :return: whether this worker still holds ``then``'s claim (True when none is given).
         """
+        self.ledger.connect()  # before waiting for ``then``'s fetch: the chunk's first page comes in meanwhile
         published = self.publisher.confirm() if sent is not None else 0
         renew = then.batch if then is not None and then.claimed() else None
         held = then is None or renew is not None  # a batch its fetch thread could not take is not ours

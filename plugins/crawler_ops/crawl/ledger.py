@@ -28,6 +28,10 @@ log = logging.getLogger(__name__)
 
 
 class Ledger(Protocol):
+    def connect(self) -> None:
+        """Open the connection the batches are finished on, now: the checkpoint thread does, while the chunk's
+        first pages are on their way, so that their first renewal does not wait for it."""
+
     def claim(self, batch: Batch) -> bool:
         """Take ``batch`` for this worker; False when it is done or another worker holds it. Called from the
         chunk's fetch threads, possibly at once."""
@@ -54,6 +58,9 @@ class Ledger(Protocol):
 
 class DryRunLedger:
     """A dry run claims nothing and records nothing."""
+
+    def connect(self) -> None:
+        return None
 
     def claim(self, batch: Batch) -> bool:
         return True
@@ -84,6 +91,9 @@ class RunRecordLedger(DryRunLedger):
     def __init__(self, store: CrawlStoreHook, run_id: str) -> None:
         self.store = store
         self.run_id = run_id
+
+    def connect(self) -> None:
+        self.store.db  # noqa: B018 - the property opens the connection
 
     def finish(self, outcome: BatchOutcome, next_batch: Batch | None = None) -> tuple[int, bool]:
         with self.store.transaction() as cur:

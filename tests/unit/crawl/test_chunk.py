@@ -129,6 +129,9 @@ class MemoryLedger:
     claimed: set[int] = field(default_factory=set)
     claim_s: float = 0.0
 
+    def connect(self) -> None:
+        self.events.add("connect", -1)
+
     def claim(self, batch: Batch) -> bool:
         time.sleep(self.claim_s)
         self.events.add("claim", batch.lo)
@@ -252,6 +255,25 @@ def test_kafka_confirming_and_recording_a_batch_overlap_with_filtering_the_next_
 
     assert overlapped == [True], "batch 900 was finished only after batch 800 was filtered"
     assert [o.batch.lo for o in crawler.ledger.finished][:2] == [900, 800]
+
+
+def test_the_ledger_connects_while_the_chunks_first_page_is_on_its_way(events):
+    connected = threading.Event()
+    answered_connected: list[bool] = []
+
+    class ConnectingLedger(MemoryLedger):
+        def connect(self) -> None:
+            super().connect()
+            connected.set()
+
+    class WaitingSource(Source):
+        def handle(self, request: httpx.Request) -> httpx.Response:
+            answered_connected.append(connected.wait(timeout=5))
+            return super().handle(request)
+
+    make_crawler(WaitingSource(), ConnectingLedger(events), RecordingPublisher(events)).crawl()
+
+    assert answered_connected[0], "the first page was answered before the ledger connected"
 
 
 def test_a_claim_is_renewed_only_after_its_fetch_thread_made_it(events):
