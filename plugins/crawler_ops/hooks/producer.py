@@ -34,14 +34,22 @@ DEFAULT_SETTINGS = {
 }
 
 
-class DeliveryFailures(list[str]):
-    """The failed delivery reports of one producer, as its delivery callback collects them (the producer holds
-    this list, not the other way round, so dropping the producer frees it at once)."""
+def failure_collector(failures: list[str]) -> Callable[[KafkaError | None, Any], None]:
+    """The delivery callback that adds the text of each failed report to ``failures``.
 
-    def __call__(self, err: KafkaError | None, msg: Any) -> None:
+    It looks up no attribute when called. confluent-kafka raises a fatal error (a transactional producer fenced by a
+    newer one) while it still serves delivery reports, so the callback runs with that exception pending; a method
+    looked up on an object then fails with an AttributeError that replaces it. The calls left (``str``, the bound
+    ``append``) are checked by CPython, which raises a SystemError caused by the pending exception instead, and
+    :meth:`KafkaPublisher.flush` raises that cause."""
+    append = failures.append
+
+    def report(err: KafkaError | None, _msg: Any) -> None:
         # Only failures are reported (delivery.report.only.error); a success, were it reported, changes nothing.
         if err is not None:
-            self.append(str(err))
+            append(str(err))
+
+    return report
 
 
 class ReportingProducer(Producer):
@@ -49,8 +57,8 @@ class ReportingProducer(Producer):
     passed with each message cost confluent-kafka a Python reference and a state of its own per message."""
 
     def __init__(self, config: Mapping[str, Any]) -> None:
-        self.failures = DeliveryFailures()
-        super().__init__({**config, "on_delivery": self.failures})
+        self.failures: list[str] = []
+        super().__init__({**config, "on_delivery": failure_collector(self.failures)})
 
 
 class IdempotentProducerHook(KafkaProducerHook):
@@ -295,8 +303,8 @@ class KafkaPublisher:
         """Serve the delivery reports, waiting up to the flush timeout; the number of messages still queued.
 
         A fatal error (a transactional producer fenced by a newer one) raised while reports are being served reaches
-        confluent-kafka's delivery callback with the exception pending, and surfaces as a SystemError caused by it:
-        the KafkaException itself is raised instead, for the callers that handle it."""
+        the delivery callback (:func:`failure_collector`) with the exception pending, and surfaces as a SystemError
+        caused by it: the KafkaException itself is raised instead, for the callers that handle it."""
         try:
             return self.producer.flush(self.flush_timeout)
         except SystemError as exc:

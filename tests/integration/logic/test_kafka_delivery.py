@@ -209,14 +209,24 @@ def test_reading_a_missing_marker_topic_fails_the_batch_before_anything_is_produ
         log.delivered(Batch(0, 10))
 
 
-def test_a_newer_attempt_of_the_chunk_fences_the_earlier_one(hook, topics):
+@pytest.mark.parametrize("sent", ["before the fence", "after the fence"])
+def test_a_newer_attempt_of_the_chunk_fences_the_earlier_one(hook, topics, sent):
+    """The earlier attempt's messages reached the broker before the newer attempt started (its commit is refused), or
+    are sent only after it (the broker refuses them while delivery reports are being served): either way the batch
+    fails with the fencing as its cause and nothing of it is visible."""
     topic = new_topic(hook, topics, "records")
     chunk_id = f"mut.{uuid.uuid4().hex}.0-20"
-    old = TransactionalPublisher(hook.transactional_producer(chunk_id), topic, "t", None, flush_timeout=30)
+    # A linger longer than the test: the message leaves only when the publisher flushes.
+    lingering = IdempotentProducerHook(KAFKA_CONN, {"linger.ms": 50_000})
+    old = TransactionalPublisher(lingering.transactional_producer(chunk_id), topic, "t", None, flush_timeout=30)
     old.send(Batch(0, 10), [Message(b"old", b"1", [], None)], COUNTS)
+    if sent == "before the fence":
+        assert old.flush() == 0
     TransactionalPublisher(hook.transactional_producer(chunk_id), topic, "t", None, flush_timeout=30)
     with pytest.raises(DeliveryError) as failed:
         old.confirm()
+    fencing = failed.value.__cause__
+    assert isinstance(fencing, KafkaException) and fencing.args[0].fatal(), repr(fencing)
     assert str(failed.value).startswith("task t: the Kafka transaction of offsets [0, 10) did not commit: ")
     assert str(failed.value).endswith(
         ". Nothing of it is visible to read_committed consumers; the batch stays not done and is retried (a fenced "

@@ -14,10 +14,10 @@ from confluent_kafka import KafkaError, KafkaException
 from crawler_ops.errors import DeliveryError
 from crawler_ops.hooks import producer as producer_module
 from crawler_ops.hooks.producer import (
-    DeliveryFailures,
     IdempotentProducerHook,
     KafkaPublisher,
     ReportingProducer,
+    failure_collector,
     new_topic_settings,
     task_settings,
     warn_single_replica,
@@ -86,7 +86,7 @@ class FakeProducer:
     waiting: list[Callable[[Any, Any], None]] = field(default_factory=list)
     polls: int = 0
 
-    failures: DeliveryFailures = field(default_factory=DeliveryFailures)
+    failures: list[str] = field(default_factory=list)
 
     def produce(  # the order of confluent-kafka's positional arguments
         self,
@@ -107,7 +107,8 @@ class FakeProducer:
         self.produced.append((topic, key))
         self.headers.append(headers)
         self.timestamps.append(timestamp)
-        self.waiting.append(lambda err, _msg, topic=topic: self.failures(err, SimpleNamespace(topic=lambda: topic)))
+        report = failure_collector(self.failures)
+        self.waiting.append(lambda err, _msg, topic=topic: report(err, SimpleNamespace(topic=lambda: topic)))
 
     def poll(self, _timeout: float) -> int:
         self.polls += 1
