@@ -6,8 +6,9 @@ demo-source data set, the ways alternated in one process.
 - ``wire``: the source client's transport (``WireTransport``, http.client), the same ``read_bounded``;
 - ``page, fields in decode``: the source hook's ``get_page`` (read, both decode passes) and the page check's UTF-8
   answer, as when the helper checks UTF-8 only;
-- ``page, fields in helper``: ``get_page`` with its first pass only, and the helper reading the fields too (how a
-  chunk fetches while its helper runs).
+- ``page, fields in helper``: ``get_page`` with its first pass only, and the helper reading the fields too;
+- ``page, split in helper``: ``get_page`` with the helper finding the records in the body, checking them and reading
+  their fields (how a chunk fetches while its helper runs).
 
 The helper's own CPU is in its process and not counted. Needs the running stack (``dev/stack.py up``)::
 
@@ -59,6 +60,8 @@ def main() -> None:
     }
     in_decode, in_helper = SourceApiHook(source, name, name, fields), SourceApiHook(source, name, name, ())
     utf8_only, with_fields = PageChecker(name, ()), PageChecker(name, fields)
+    splitter, split_hook = PageChecker(name, fields, source.records_path), SourceApiHook(source, name, name, ())
+    split_hook.split = splitter.split
 
     def body(client: httpx.Client) -> Callable[[int], object]:
         def read(offset: int) -> object:
@@ -80,6 +83,7 @@ def main() -> None:
         "wire": body(clients["wire"]),
         "page, fields in decode": page(in_decode, utf8_only),
         "page, fields in helper": page(in_helper, with_fields),
+        "page, split in helper": page(split_hook, splitter),
     }
     spent: dict[str, list[float]] = {way: [] for way in ways}
     try:
@@ -91,7 +95,7 @@ def main() -> None:
                 if round_:  # the first round warms connections and caches
                     spent[way].append((time.thread_time() - started) / args.pages * 1000)
     finally:
-        for checker in (utf8_only, with_fields):
+        for checker in (utf8_only, with_fields, splitter):
             checker.close()
         for client in clients.values():
             client.close()

@@ -135,12 +135,16 @@ class Page(list[msgspec.Raw]):
     """
 
     def __init__(
-        self, records: Iterable[msgspec.Raw], fields: tuple[str, ...] = (), heads: list[tuple[Any, ...]] | None = None
+        self,
+        records: Iterable[msgspec.Raw],
+        fields: tuple[str, ...] = (),
+        heads: list[tuple[Any, ...]] | None = None,
+        utf8_checked: bool = False,
     ) -> None:
         super().__init__(records)
         self.fields = fields
         self.heads = heads
-        self.utf8_checked = False
+        self.utf8_checked = utf8_checked
 
 
 def record_head(record: Record, fields: tuple[str, ...]) -> dict[str, Any]:

@@ -356,11 +356,11 @@ def published_profile(sent: FilteredBatch, sample: int) -> FieldProfile:
 
 
 def page_checker(task: str, source: SourceApiHook) -> PageChecker:
-    """A chunk's page checker. While its helper runs, the helper reads the fields of each page's records the filter
-    needs, and ``source``'s page decode no longer does."""
-    checker = PageChecker(task, source.fields)
+    """A chunk's page checker. While its helper runs, the helper finds each page's records in its body and reads the
+    fields of each the filter needs; ``source``'s page decode no longer does (unless the helper could not)."""
+    checker = PageChecker(task, source.fields, source.source.records_path)
     if checker.running:
-        source.fields = ()
+        source.fields, source.split = (), checker.split
     return checker
 
 

@@ -5,13 +5,18 @@ A record published as the source sent it skips the decode that would check its t
 value that is not UTF-8, so each such record is checked before it is published. For text in Chinese that check costs
 about 4 ms of CPU a page of 1,000 records, and reading the fields the filter needs (the dates, the key) of each
 record another 0.7-1.3 ms, all of it holding the chunk process's GIL. A :class:`PageChecker` has a helper process do
-both (``page_check_child.py``, on the other core): the fetch thread has the kernel copy the page's records, as one
-JSON array, into a memory file the helper shares, and waits, without the GIL, for the helper's answer. A page found
-UTF-8 is marked (:attr:`~crawler_ops.records.Page.utf8_checked`) and its records are not checked again while it is
-filtered; the fields come back as msgpack, which costs a sixth of reading them from the JSON. Any other page is
-checked record by record, as without a helper, which names the record and the field: one with an invalid byte, one
-whose fields the helper could not read (a record not an object, say), and one the helper could not check (it did
-not start, died, or did not answer in time; then it is stopped and the chunk goes on without it).
+both (``page_check_child.py``, on the other core): the fetch thread has the kernel copy the page's body into a memory
+file the helper shares, and waits, without the GIL, for the helper's answer: where each record lies in the body (the
+fetch thread slices the body there instead of decoding it), whether the records are UTF-8, and their fields, as
+msgpack, which costs a sixth of reading them from the JSON. A page the helper could not split (not JSON, no records
+at the path, more records than asked for) is decoded by the source hook, which names what is wrong; a page made of
+several answers is written to the helper as one JSON array of its records, for the check and the fields only.
+
+A page found UTF-8 is marked (:attr:`~crawler_ops.records.Page.utf8_checked`) and its records are not checked again
+while it is filtered. Any other page is checked record by record, as without a helper, which names the record and
+the field: one with an invalid byte, one whose fields the helper could not read (a record not an object, say), and
+one the helper could not check (it did not start, died, or did not answer in time; then it is stopped and the chunk
+goes on without it).
 """
 
 from __future__ import annotations
@@ -25,6 +30,7 @@ import sys
 import threading
 import time
 from collections.abc import Sequence
+from operator import le
 from pathlib import Path
 from typing import Any
 
@@ -45,6 +51,7 @@ ANSWER_BYTES_PER_S = 20 * 1024 * 1024
 #: The helper's answer: UTF-8 or not (one byte), then the size of the fields it wrote.
 ANSWER_BYTES = 9
 _read_heads = msgspec.msgpack.Decoder(list[tuple]).decode
+_read_split = msgspec.msgpack.Decoder(tuple[list[int], list[int], list[tuple] | None]).decode
 
 
 class HelperError(Exception):
@@ -59,10 +66,12 @@ class PageChecker:
     :param task_label: the crawl task id, for the log.
     :param fields: the fields of each record the helper reads (:func:`crawler_ops.records.head_fields`); none:
         it only checks UTF-8.
+    :param records_path: where a page's body holds its records (``source.records_path``); none: the helper is given
+        records only, not bodies (:meth:`split`).
     """
 
-    def __init__(self, task_label: str, fields: tuple[str, ...] = ()) -> None:
-        self.task_label, self.fields = task_label, fields
+    def __init__(self, task_label: str, fields: tuple[str, ...] = (), records_path: str | None = None) -> None:
+        self.task_label, self.fields, self.records_path = task_label, fields, records_path
         self._lock = threading.Lock()
         self._stopped = False
         self._memfd = -1
@@ -74,7 +83,16 @@ class PageChecker:
             self._memfd = os.memfd_create("crawler_ops-page-check", os.MFD_CLOEXEC)
             msgspec_dir = str(Path(msgspec.__file__).parent.parent)
             self._proc = subprocess.Popen(
-                [sys.executable, "-I", "-S", str(CHILD), str(self._memfd), json.dumps(fields), msgspec_dir],
+                [
+                    sys.executable,
+                    "-I",
+                    "-S",
+                    str(CHILD),
+                    str(self._memfd),
+                    json.dumps(fields),
+                    msgspec_dir,
+                    records_path or "",
+                ],
                 stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE,
                 pass_fds=(self._memfd,),
@@ -94,8 +112,9 @@ class PageChecker:
 
     def checked(self, page: Any) -> Any:
         """``page`` (a :class:`Page` of raw records), marked checked when the helper found every record UTF-8, and
-        given the fields it read of each record when it has none."""
-        if isinstance(page, Page) and page:
+        given the fields it read of each record when it has none; a page :meth:`split` checked already is left as
+        it is."""
+        if isinstance(page, Page) and page and not (page.utf8_checked and (page.heads is not None or not self.fields)):
             utf8, heads = self.check(page)
             page.utf8_checked = utf8
             if heads is not None and page.heads is None:
@@ -114,26 +133,41 @@ class PageChecker:
                 self._stop(f"{type(exc).__name__}: {exc}")
                 return False, None
 
+    def split(self, body: bytes, most: int | None = None) -> Page | None:
+        """The records of a page's ``body`` (at :attr:`records_path`), as the source hook's own decode would give them,
+        checked as :meth:`checked` checks them; None when the helper could not tell, or the body holds more than
+        ``most`` records (the caller decodes the body, and names what is wrong).
+
+        The helper finds where each record lies in the body: the fetch thread writes the body in one piece and slices
+        it, instead of decoding the body and writing each record on its own."""
+        with self._lock:
+            if self._proc is None or self.records_path is None:
+                return None
+            try:
+                return self._split(body, most or 0)
+            except (OSError, ValueError, TypeError, HelperError, msgspec.DecodeError) as exc:
+                self._stop(f"{type(exc).__name__}: {exc}")
+                return None
+
+    def _split(self, body: bytes, most: int) -> Page | None:
+        written = os.pwrite(self._memfd, body, 0)
+        if written != len(body):
+            raise HelperError(f"wrote {written} of {len(body)} bytes to the memory file")
+        utf8, payload = self._request(b"b", written, most)
+        return page_of_spans(body, most, self.fields, utf8, payload) if payload else None
+
     def _ask(self, records: Sequence[Any]) -> tuple[bool, list[tuple[Any, ...]] | None]:
-        assert self._proc is not None and self._proc.stdin is not None and self._proc.stdout is not None
-        size = write_array(self._memfd, records)
-        self._proc.stdin.write(size.to_bytes(8, "big"))
-        self._proc.stdin.flush()
-        answer = read_answer(self._proc.stdout.fileno(), ANSWER_BASE_S + size / ANSWER_BYTES_PER_S)
-        if len(answer) < ANSWER_BYTES or answer[:1] not in (b"0", b"1"):
-            raise HelperError(f"it ended (exit status {self._proc.poll()})" if not answer else f"it said {answer!r}")
-        heads_size = int.from_bytes(answer[1:], "big")
+        utf8, payload = self._request(b"a", write_array(self._memfd, records))
         heads = None
-        if heads_size:
-            payload = os.pread(self._memfd, heads_size, size)
+        if payload:
             heads = _read_heads(payload)
-            if len(payload) != heads_size or len(heads) != len(records):
+            if len(heads) != len(records):
                 raise HelperError(f"it read the fields of {len(heads)} records of {len(records)}")
-        if size + heads_size > KEEP_BYTES:
-            # The file keeps the largest page written so far, which the next pages reuse (allocating its memory
-            # anew for each page would cost three times the copy); a large one is given back at once.
-            os.ftruncate(self._memfd, 0)
-        return answer[:1] == b"1", heads
+        return utf8, heads
+
+    def _request(self, kind: bytes, size: int, most: int = 0) -> tuple[bool, bytes]:
+        assert self._proc is not None
+        return ask_helper(self._proc, self._memfd, kind, size, most)
 
     def _stop(self, why: str) -> None:
         """Stop the helper for good: pages are checked record by record from now on."""
@@ -168,6 +202,46 @@ class PageChecker:
         if self._memfd >= 0:
             os.close(self._memfd)
             self._memfd = -1
+
+
+def ask_helper(proc: subprocess.Popen[bytes], memfd: int, kind: bytes, size: int, most: int) -> tuple[bool, bytes]:
+    """Ask the helper about the ``size`` bytes written to the memory file (``kind``: records, or a body of at most
+    ``most`` records, 0: any number); whether the records are UTF-8, and the payload of its answer (b"": none)."""
+    assert proc.stdin is not None and proc.stdout is not None
+    proc.stdin.write(kind + size.to_bytes(8, "big") + most.to_bytes(8, "big"))
+    proc.stdin.flush()
+    answer = read_answer(proc.stdout.fileno(), ANSWER_BASE_S + size / ANSWER_BYTES_PER_S)
+    if len(answer) < ANSWER_BYTES or answer[:1] not in (b"0", b"1"):
+        raise HelperError(f"it ended (exit status {proc.poll()})" if not answer else f"it said {answer!r}")
+    payload_size = int.from_bytes(answer[1:], "big")
+    payload = os.pread(memfd, payload_size, size) if payload_size else b""
+    if len(payload) != payload_size:
+        raise HelperError(f"its answer holds {len(payload)} of {payload_size} bytes")
+    if size + payload_size > KEEP_BYTES:
+        # The file keeps the largest page written so far, which the next pages reuse (allocating its memory anew for
+        # each page would cost three times the copy); a large one is given back at once.
+        os.ftruncate(memfd, 0)
+    return answer[:1] == b"1", payload
+
+
+def page_of_spans(body: bytes, most: int, fields: tuple[str, ...], utf8: bool, payload: bytes) -> Page:
+    """The page the helper's answer about ``body`` describes: each record a slice of the body (not a copy), with the
+    values of ``fields`` of each when the helper read them.
+
+    :raises HelperError: the answer does not fit the body (records out of order or outside it, more than ``most``)."""
+    starts, ends, heads = _read_split(payload)
+    count = len(starts)
+    if most and count > most:
+        raise HelperError(f"it found {count} records where at most {most} may be")
+    if len(ends) != count or (heads is not None and len(heads) != count):
+        raise HelperError(f"it gave {count} starts, {len(ends)} ends and the fields of {len(heads or ())} records")
+    if count and not (starts[0] >= 0 and ends[-1] <= len(body) and all(map(le, starts, ends))):
+        raise HelperError("it found records outside the body")
+    if not all(map(le, ends[:-1], starts[1:])):
+        raise HelperError("it found records out of order")
+    view = memoryview(body)
+    records = list(map(msgspec.Raw, map(view.__getitem__, map(slice, starts, ends))))
+    return Page(records, fields if heads is not None else (), heads, utf8)
 
 
 def read_answer(fd: int, allowed_s: float) -> bytes:

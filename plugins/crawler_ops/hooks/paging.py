@@ -16,7 +16,7 @@ from zoneinfo import ZoneInfo
 
 from crawler_ops.config import CrawlTaskConfig, SourceConfig
 from crawler_ops.errors import SourceError
-from crawler_ops.hooks.responses import PageTooLongError, decode_page
+from crawler_ops.hooks.responses import PageTooLongError, Split, decode_page
 from crawler_ops.records import Page
 
 #: The batch size of a crawl task that does not say (the page size of a page paginator).
@@ -216,19 +216,23 @@ class Paging:
         size = call.most // smallest_factor(call.most)  # a size_param: whole() said so
         return self.page_calls(lo, hi, size, "page {page} of {size} records (offsets [{a}, {b}))")
 
-    def reader(self, call: PageCall, fields: tuple[str, ...], task: str) -> Callable[[bytes], Page]:
+    def reader(
+        self, call: PageCall, fields: tuple[str, ...], task: str, split: Split | None = None
+    ) -> Callable[[bytes], Page]:
         """Decodes the answer to ``call`` (:func:`read_call`); errors name ``task`` and the request."""
         label = f"{task}: {call.send.method} {call.send.path} {call.where}"
         return functools.partial(
-            read_call, call=call, records_path=self.source.records_path, fields=fields, label=label
+            read_call, call=call, records_path=self.source.records_path, fields=fields, label=label, split=split
         )
 
 
-def read_call(body: bytes, call: PageCall, records_path: str, fields: tuple[str, ...], label: str) -> Page:
+def read_call(
+    body: bytes, call: PageCall, records_path: str, fields: tuple[str, ...], label: str, split: Split | None = None
+) -> Page:
     """The records ``call`` takes of its answer's body. A page longer than asked for fails: retriably when the
     source ignored the size it was sent, for good when its fixed page size is not the batch size."""
     try:
-        page = decode_page(body, records_path, fields, call.most, call.size_param or "")
+        page = decode_page(body, records_path, fields, call.most, call.size_param or "", split)
     except PageTooLongError as exc:
         if call.size_param is not None:
             raise
@@ -241,7 +245,7 @@ def read_call(body: bytes, call: PageCall, records_path: str, fields: tuple[str,
         return page
     end = call.skip + call.take
     heads = None if page.heads is None else page.heads[call.skip : end]
-    return Page(page[call.skip : end], page.fields, heads)
+    return Page(page[call.skip : end], page.fields, heads, page.utf8_checked)
 
 
 def smallest_factor(n: int) -> int:
@@ -257,7 +261,7 @@ def join_pages(pages: Sequence[Page]) -> Page:
         return Page([])
     records = [record for page in pages for record in page]
     heads = None if any(p.heads is None for p in pages) else [h for p in pages for h in p.heads or ()]
-    return Page(records, pages[0].fields, heads)
+    return Page(records, pages[0].fields, heads, all(p.utf8_checked for p in pages))
 
 
 def probe_total(read: Callable[[int, int], Sized], size: int, label: str, known: int | None = None) -> int:

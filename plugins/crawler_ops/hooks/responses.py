@@ -240,13 +240,28 @@ def count_total(document: Any, total_path: str, label: str) -> int:
     return total
 
 
+#: Finds a page's records in its body elsewhere (a chunk's page check helper), given the most records it may hold:
+#: the page, or None to decode the body here.
+Split = Callable[[bytes, int | None], Page | None]
+
+
 def decode_page(
-    body: bytes, records_path: str, fields: tuple[str, ...], limit: int | None = None, limit_param: str = "limit"
+    body: bytes,
+    records_path: str,
+    fields: tuple[str, ...],
+    limit: int | None = None,
+    limit_param: str = "limit",
+    split: Split | None = None,
 ) -> Page:
     """The records of one page as raw JSON, one per record, with the values of ``fields`` of each. Two passes over
     the body: the records, then their ``fields`` only. Either pass skips what it does not keep, so both cost less
     than one full decode. With ``limit``, the first pass stops at the record after the ``limit``-th and raises
-    :class:`PageTooLongError`, before the second pass decodes anything."""
+    :class:`PageTooLongError`, before the second pass decodes anything. With ``split``, its page is taken when it
+    gives one (of at most ``limit`` records): a body it could not split is decoded here, which names what is wrong."""
+    if split is not None:
+        page = split(body, limit)
+        if page is not None:
+            return page
     if limit is None:
         records = unwrap(page_decoder(records_path).decode(body), records_path)
     else:

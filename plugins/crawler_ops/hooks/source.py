@@ -21,6 +21,7 @@ from crawler_ops.hooks.parts import read_in_parts
 from crawler_ops.hooks.responses import (
     COUNT_BODY_BYTES,
     ERROR_EXCERPT_CHARS,
+    Split,
     count_total,
     decode_body,
     decode_page,
@@ -112,6 +113,7 @@ class SourceApiHook(BaseHook):
         self.task_label = task_label
         self.source_task = source_task
         self.fields = fields
+        self.split: Split | None = None  # finds a page's records in its body elsewhere (a chunk's page check)
         self.max_bytes = int(source.max_response_mb * 1024 * 1024)
         self.limiter, self.token = limiter, token
         self.attached = limiter is not None
@@ -152,7 +154,7 @@ class SourceApiHook(BaseHook):
         return join_pages([read_in_parts(self.read_call, self.paging, call) for call in calls])
 
     def read_call(self, call: PageCall, has_parts: bool) -> Page:
-        reader = self.paging.reader(call, self.fields, f"task {self.task_label}")
+        reader = self.paging.reader(call, self.fields, f"task {self.task_label}", self.split)
         return self.get_json(call.send, call.where, reader, has_parts=has_parts)
 
     def read_page(self, body: bytes, limit: int | None = None) -> Page:

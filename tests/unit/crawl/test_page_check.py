@@ -3,6 +3,7 @@ trusting only them."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 from datetime import UTC, datetime, timedelta
@@ -15,6 +16,7 @@ from hypothesis import strategies as st
 from crawler_ops.crawl import page_check
 from crawler_ops.crawl.page_check import PageChecker, write_array
 from crawler_ops.filtering import DateRule, Window
+from crawler_ops.hooks.responses import PageTooLongError, decode_page
 from crawler_ops.records import HeadReader, Page, build_messages
 
 REF = datetime(2026, 11, 1, tzinfo=UTC)
@@ -181,3 +183,94 @@ def test_a_helper_whose_fields_do_not_match_the_page_is_stopped(checker_with_fie
     monkeypatch.setattr(page_check, "_read_heads", lambda payload: [])
     assert checker_with_fields.check(GOOD) == (False, None)
     assert not checker_with_fields.running
+
+
+def envelope_body(records: list[object], before: object = None, layout: str = "compact") -> bytes:
+    """A page's body with its records at ``data.list``; ``before``: another key ahead of them (say, a copy of some);
+    ``layout``: compact, spaced (a space after each comma) or indented."""
+    document = {"before": before, "data": {"total": len(records), "list": records}, "after": records[:1]}
+    if layout == "compact":
+        return msgspec.json.encode(document)
+    as_json = msgspec.json.decode(msgspec.json.encode(document))  # what JSON can hold (an infinity is null)
+    return json.dumps(as_json, ensure_ascii=False, indent=2 if layout == "indented" else None).encode()
+
+
+@pytest.fixture
+def splitter():
+    with PageChecker("t1", ("aae397", "id"), "data.list") as helper:
+        yield helper
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(st.dictionaries(st.sampled_from(["aae397", "id", "title", "x"]), JSON_VALUES, max_size=4), max_size=12),
+    st.integers(0, 3),
+    st.sampled_from(["compact", "spaced", "indented"]),
+)
+def test_a_body_split_by_the_helper_gives_the_records_and_fields_of_the_hooks_own_decode(objects, echoed, layout):
+    body = envelope_body(objects, objects[:echoed], layout)
+    own = decode_page(body, "data.list", ("aae397", "id"))
+    with PageChecker("t1", ("aae397", "id"), "data.list") as helper:
+        page = helper.split(body)
+    assert page is not None and page.utf8_checked
+    assert [bytes(r) for r in page] == [bytes(r) for r in own]
+    if all(fits_msgpack(o.get(f)) for o in objects for f in ("aae397", "id")):
+        assert page.fields == own.fields and page.heads == own.heads
+    else:
+        assert page.heads is None, "a value msgpack cannot carry: the filter reads the fields itself"
+
+
+def test_a_split_page_is_not_checked_again(splitter, monkeypatch):
+    objects = [{"id": str(i), "title": "高级工程师"} for i in range(50)]
+    page = splitter.split(envelope_body(objects))
+    assert page is not None and page.utf8_checked and page.heads == [(None, str(i)) for i in range(50)]
+    assert [msgspec.json.decode(r) for r in page] == objects
+    monkeypatch.setattr(splitter, "check", lambda records: pytest.fail("a split page was checked again"))
+    assert splitter.checked(page) is page
+
+
+def test_a_body_with_a_record_not_utf8_is_split_but_not_marked_checked(splitter):
+    records = [GOOD[0], CUT, GOOD[1]]
+    body = b'{"data": {"list": [' + b", ".join(bytes(r) for r in records) + b"]}}"
+    page = splitter.split(body)
+    assert page is not None and [bytes(r) for r in page] == [bytes(r) for r in records]
+    assert not page.utf8_checked and page.heads is None, "the filter checks each record, and names the one cut"
+    assert splitter.running
+
+
+@pytest.mark.parametrize(
+    "body",
+    [b"not json", b'{"data": {"other": []}}', b'{"data": {"list": 5}}', b"[]", b'{"data": {"list": [1,'],
+    ids=repr,
+)
+def test_a_body_the_helper_cannot_split_is_left_to_the_hooks_decode(splitter, body):
+    assert splitter.split(body) is None
+    assert splitter.running, "a body it cannot split is an answer, not a failure"
+    assert [bytes(r) for r in splitter.split(b'{"data": {"list": [1, 2]}}') or ()] == [b"1", b"2"]
+
+
+def test_a_page_longer_than_asked_for_is_decoded_by_the_hook_which_names_it(splitter):
+    body = envelope_body([{"id": str(i)} for i in range(5)])
+    assert splitter.split(body, 4) is None
+    assert splitter.running, "the helper stops reading at the record after the most, and says it has no page"
+    with pytest.raises(PageTooLongError):
+        decode_page(body, "data.list", (), limit=4, split=splitter.split)
+    split = splitter.split(body, 5)
+    assert split is not None and len(split) == 5
+    assert len(decode_page(body, "data.list", (), limit=5, split=splitter.split)) == 5
+
+
+@pytest.mark.parametrize(
+    "starts, ends",
+    [([5], [2]), ([0, 2], [4, 6]), ([0], [10**9]), ([-1], [3]), ([0, 5], [4]), ([0, 1, 2], [1, 2, 3])],
+    ids=["ends before it starts", "overlaps", "past the end", "before the start", "an end missing", "too many"],
+)
+def test_a_helper_whose_spans_do_not_fit_the_body_is_stopped(splitter, monkeypatch, starts, ends):
+    monkeypatch.setattr(page_check, "_read_split", lambda payload: (starts, ends, None))
+    assert splitter.split(envelope_body([{"id": "1"}, {"id": "2"}]), 2) is None
+    assert not splitter.running
+
+
+def test_a_checker_without_a_records_path_splits_nothing(checker):
+    assert checker.split(envelope_body([{"id": "1"}])) is None
+    assert checker.running
