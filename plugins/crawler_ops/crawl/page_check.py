@@ -48,7 +48,7 @@ KEEP_BYTES = 8 * 1024 * 1024
 #: How long an answer may take: a base, plus the time to check at 20 MB/s (the helper reads 200 MB/s and more).
 ANSWER_BASE_S = 10.0
 ANSWER_BYTES_PER_S = 20 * 1024 * 1024
-#: The helper's answer: UTF-8 or not (one byte), then the size of the fields it wrote.
+#: The helper's answer: UTF-8 or not (one byte), then the size of the payload it wrote after what it read.
 ANSWER_BYTES = 9
 _read_heads = msgspec.msgpack.Decoder(list[tuple]).decode
 _read_split = msgspec.msgpack.Decoder(tuple[list[int], list[int], list[tuple] | None]).decode
