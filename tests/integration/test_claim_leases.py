@@ -197,3 +197,33 @@ def test_a_finished_batch_renews_the_next_claim_only_while_held_and_completes_on
         ledger.close()
         with psycopg.connect(pg_uri, autocommit=True) as conn:
             conn.execute("DELETE FROM crawler_ops.crawl_run WHERE task_id = %s", (unique_id,))
+
+
+def test_a_claim_takes_the_batches_planned_after_it_in_the_same_statement_and_theirs_answer_from_it(
+    pg_uri: str, unique_id: str, batch_rows: BatchRows, workers: list[Worker]
+) -> None:
+    """A fetch thread's claim takes the batches planned after its own in one statement; their fetch threads' claims
+    then answer from what it got, without a statement of their own (a batch another run held stays not ours, even
+    once it is released). A batch asked for again is claimed afresh."""
+    third = Batch(200, 300)
+    with psycopg.connect(pg_uri) as conn, conn.transaction(), conn.cursor() as cur:
+        batch_rows.insert(cur, [third], "planning-run")
+    other = Worker(pg_uri, batch_rows, "run_2", 0)
+    workers.append(other)
+    assert other.claim(third)
+    owner, token = "run_1|0", "run_1|0|1|t"
+    store, claims = CrawlStoreHook("crawler_db", unique_id), CrawlStoreHook("crawler_db", unique_id)
+    ledger = StatusTableLedger(store, "run_1", owner, token, LEASE_S, 3, claims)
+    try:
+        assert ledger.claim(FIRST, [SECOND, third])
+        assert (row(pg_uri, unique_id, SECOND)["status"], row(pg_uri, unique_id, SECOND)["claim_token"]) == (1, token)
+        other.fail(third, "released before this worker's fetch of it")
+        assert row(pg_uri, unique_id, third)["status"] == 0
+
+        assert ledger.claim(SECOND, [third]), "claimed with the first batch"
+        assert not ledger.claim(third), "held by another run when the first batch's claim was made"
+        assert row(pg_uri, unique_id, third)["status"] == 0, "no statement was made for it"
+        assert ledger.claim(third), "asked again: claimed afresh"
+        assert row(pg_uri, unique_id, third)["claim_token"] == token
+    finally:
+        ledger.close()

@@ -260,19 +260,19 @@ class ChunkCrawler:
     def fetches(self, fetch_threads: ThreadPoolExecutor) -> Iterator[Ahead]:
         """Submit the claims and fetches of the batches ahead, ``concurrency`` deep; yield them in plan order."""
         ahead: deque[Ahead] = deque()
-        todo = iter(self.batches)
-        while True:
-            while len(ahead) < self.cfg.source.concurrency and (batch := next(todo, None)) is not None:
-                memory = self.memory.account()
-                ahead.append(Ahead(batch, fetch_threads.submit(self.fetch, batch, memory), memory))
-            if not ahead:
-                return
+        depth = self.cfg.source.concurrency
+        for index, batch in enumerate(self.batches):
+            memory, then = self.memory.account(), self.batches[index + 1 : index + depth]
+            ahead.append(Ahead(batch, fetch_threads.submit(self.fetch, batch, memory, then), memory))
+            if len(ahead) == depth:
+                yield ahead.popleft()
+        while ahead:
             yield ahead.popleft()
 
-    def fetch(self, batch: Batch, memory: PageAccount) -> Fetched:
-        """On a fetch thread: claim ``batch``, then read its page unless it needs no reading (its body counted
-        against ``memory``)."""
-        if not self.ledger.claim(batch):
+    def fetch(self, batch: Batch, memory: PageAccount, then: Sequence[Batch] = ()) -> Fetched:
+        """On a fetch thread: claim ``batch`` (the ledger may claim ``then``, the batches after it, with it), then read
+        its page unless it needs no reading (its body counted against ``memory``)."""
+        if not self.ledger.claim(batch, then):
             return NotClaimed()
         prior = self.publisher.delivered(batch)
         if prior is not None:

@@ -32,9 +32,10 @@ class Ledger(Protocol):
         """Open the connection the batches are finished on, now: the checkpoint thread does, while the chunk's
         first pages are on their way, so that their first renewal does not wait for it."""
 
-    def claim(self, batch: Batch) -> bool:
+    def claim(self, batch: Batch, then: Sequence[Batch] = ()) -> bool:
         """Take ``batch`` for this worker; False when it is done or another worker holds it. Called from the
-        chunk's fetch threads, possibly at once."""
+        chunk's fetch threads, possibly at once. ``then``: the batches planned after it, which a ledger may claim
+        along with it (their own claims then answer from what it got)."""
 
     def renew(self, batch: Batch) -> bool:
         """Whether this worker still holds ``batch`` (asked before publishing it)."""
@@ -62,7 +63,7 @@ class DryRunLedger:
     def connect(self) -> None:
         return None
 
-    def claim(self, batch: Batch) -> bool:
+    def claim(self, batch: Batch, then: Sequence[Batch] = ()) -> bool:
         return True
 
     def renew(self, batch: Batch) -> bool:
@@ -173,13 +174,25 @@ class StatusTableLedger(RunRecordLedger):
         self.owner, self.token, self.lease_s, self.max_attempts = owner, token, lease_s, max_attempts
         self.claims = claims
         self._claiming = threading.Lock()
+        self._asked: set[int] = set()  # batches (start offsets) a claim statement took or tried to take
+        self._ahead: dict[int, bool] = {}  # batches claimed along with an earlier one -> held, until asked for
 
-    def claim(self, batch: Batch) -> bool:
+    def claim(self, batch: Batch, then: Sequence[Batch] = ()) -> bool:
         """Claims come from the fetch threads, one at a time, on their own connection (``claims``), so they do
         not wait for, or interleave with, the finish transactions on the other. A claim is one statement, committed
-        on its own."""
-        with self._claiming, self.claims.single() as cur:
-            return self.claims.batches.claim(cur, batch, self.owner, self.token, self.lease_s)
+        on its own, which takes ``batch`` and the batches of ``then`` no statement tried yet: the claim of one of
+        those answers from it. So a batch's lease may start a few pages before its fetch; the checkpoint renews it
+        before the batch is produced, and a failed chunk's retry (same owner) takes its claims over at once."""
+        with self._claiming:
+            held = self._ahead.pop(batch.lo, None)
+            if held is not None:
+                return held
+            group = [batch, *(b for b in then if b.lo not in self._asked)]
+            self._asked.update(b.lo for b in group)
+            with self.claims.single() as cur:
+                won = self.claims.batches.claim_many(cur, group, self.owner, self.token, self.lease_s)
+            self._ahead.update((b.lo, b.lo in won) for b in group[1:])
+            return batch.lo in won
 
     def renew(self, batch: Batch) -> bool:
         with self.store.transaction() as cur:

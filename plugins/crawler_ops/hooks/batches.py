@@ -80,7 +80,11 @@ class BatchRows:
 
     def claim(self, cur: Cursor, batch: Batch, owner: str, token: str, lease_s: int) -> bool:
         """Claim ``batch`` for worker ``owner`` (run + map index); False when it is done or held by another."""
-        return bool(self.table.claim_ids(cur, self.task_id, [batch.lo], token, owner, lease_s))
+        return bool(self.claim_many(cur, [batch], owner, token, lease_s))
+
+    def claim_many(self, cur: Cursor, batches: Sequence[Batch], owner: str, token: str, lease_s: int) -> set[int]:
+        """Claim ``batches`` in one statement (see :meth:`claim`); the start offsets of those now held."""
+        return set(self.table.claim_ids(cur, self.task_id, [b.lo for b in batches], token, owner, lease_s))
 
     def renew(self, cur: Cursor, batch: Batch, token: str) -> bool:
         """Whether this worker still holds ``batch`` (its lease renewed)."""

@@ -128,13 +128,15 @@ class MemoryLedger:
 
     claimed: set[int] = field(default_factory=set)
     claim_s: float = 0.0
+    then: dict[int, list[int]] = field(default_factory=dict)  # batch -> the batches its claim may take with it
 
     def connect(self) -> None:
         self.events.add("connect", -1)
 
-    def claim(self, batch: Batch) -> bool:
+    def claim(self, batch: Batch, then: Sequence[Batch] = ()) -> bool:
         time.sleep(self.claim_s)
         self.events.add("claim", batch.lo)
+        self.then[batch.lo] = [b.lo for b in then]
         if batch.lo in self.taken:
             return False
         self.claimed.add(batch.lo)
@@ -210,8 +212,8 @@ def test_each_batch_is_claimed_before_its_page_is_requested_and_claims_run_ahead
         """Finishing the first batch waits (a while) for the fourth batch's claim: a loop that claimed a batch
         only once the one before it was finished would never make it."""
 
-        def claim(self, batch: Batch) -> bool:
-            claimed = super().claim(batch)
+        def claim(self, batch: Batch, then: Sequence[Batch] = ()) -> bool:
+            claimed = super().claim(batch, then)
             if batch.lo == fourth:
                 fourth_claimed.set()
             return claimed
@@ -230,6 +232,15 @@ def test_each_batch_is_claimed_before_its_page_is_requested_and_claims_run_ahead
     # The fetch threads claim and read ahead while earlier batches are produced: the fourth batch is claimed
     # before the first one is finished.
     assert log.index(("claim", fourth)) < log.index(("finish", TOTAL - BATCH))
+
+
+def test_each_claim_may_take_the_batches_planned_after_its_own_as_deep_as_the_fetches_go(events):
+    ledger = MemoryLedger(events)
+    make_crawler(
+        Source(events=events), ledger, RecordingPublisher(events), cfg=make_cfg(source={"concurrency": 4})
+    ).crawl()
+    newest_first = list(range(TOTAL - BATCH, -1, -BATCH))
+    assert ledger.then == {lo: newest_first[i + 1 : i + 4] for i, lo in enumerate(newest_first)}
 
 
 def test_kafka_confirming_and_recording_a_batch_overlap_with_filtering_the_next_one(events):
