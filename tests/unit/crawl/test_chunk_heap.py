@@ -23,28 +23,32 @@ from tests.unit.crawl.test_chunk import Events, MemoryLedger, RecordingPublisher
 
 @pytest.fixture
 def thawed() -> Iterator[None]:
-    """A heap nothing froze, and the one found given back afterwards."""
-    before = gc.get_freeze_count()
+    """A heap nothing froze, with Python's default thresholds, and the one found given back afterwards."""
+    before, thresholds = gc.get_freeze_count(), gc.get_threshold()
     gc.unfreeze()
+    gc.set_threshold(700, 10, 10)
     yield
     gc.unfreeze()
+    gc.set_threshold(*thresholds)
     if before:
         gc.freeze()
 
 
 def test_a_crawl_freezes_the_heap_while_it_runs_and_gives_it_back_when_it_ends(thawed):
     events = Events()
-    seen: list[int] = []
+    seen: list[tuple[int, tuple[int, int, int]]] = []
 
     class Watching(RecordingPublisher):
         def send(self, *args: object, **kwargs: object) -> object:
-            seen.append(gc.get_freeze_count())
+            seen.append((gc.get_freeze_count(), gc.get_threshold()))
             return super().send(*args, **kwargs)
 
     make_crawler(Source(), MemoryLedger(events), Watching(events)).crawl()
 
-    assert seen and min(seen) > 0, "the heap was frozen while the chunk ran"
+    assert seen and min(frozen for frozen, _ in seen) > 0, "the heap was frozen while the chunk ran"
+    assert {thresholds for _, thresholds in seen} == {(heap.YOUNG_THRESHOLD, 10, 10)}, "young objects collected later"
     assert gc.get_freeze_count() == 0, "and given back to the collector at the end"
+    assert gc.get_threshold() == (700, 10, 10), "with its thresholds"
 
 
 def test_a_crawl_that_fails_gives_the_heap_back_too(thawed):
@@ -54,6 +58,7 @@ def test_a_crawl_that_fails_gives_the_heap_back_too(thawed):
         make_crawler(Source(), MemoryLedger(events), RecordingPublisher(events, fail_on=800)).crawl()
 
     assert gc.get_freeze_count() == 0
+    assert gc.get_threshold() == (700, 10, 10)
 
 
 def test_chunks_at_once_share_the_freeze_and_the_last_one_undoes_it(thawed):
@@ -61,7 +66,19 @@ def test_chunks_at_once_share_the_freeze_and_the_last_one_undoes_it(thawed):
         with frozen_heap():
             pass
         assert gc.get_freeze_count() > 0, "still frozen for the chunk that runs on"
+        assert gc.get_threshold()[0] == heap.YOUNG_THRESHOLD, "and its young objects still collected later"
     assert gc.get_freeze_count() == 0
+    assert gc.get_threshold() == (700, 10, 10)
+
+
+def test_a_collector_turned_off_stays_off_and_a_higher_threshold_stays_as_set(thawed):
+    gc.set_threshold(0, 10, 10)
+    with frozen_heap():
+        assert gc.get_threshold() == (0, 10, 10)
+    gc.set_threshold(100_000, 5, 5)
+    with frozen_heap():
+        assert gc.get_threshold() == (100_000, 5, 5)
+    assert gc.get_threshold() == (100_000, 5, 5)
 
 
 def test_a_heap_frozen_before_is_left_to_whoever_froze_it(thawed):
