@@ -41,11 +41,13 @@ class RegistryError(CrawlerError):
     :param retriable: True when asking again later may pass (the registry down, a 5xx, a timeout); False for an
         answer that retrying will not change (an incompatible schema, a subject or id that does not exist, a refused
         login).
+    :param status: the registry's HTTP status (None when it did not answer).
     """
 
-    def __init__(self, message: str, *, retriable: bool) -> None:
+    def __init__(self, message: str, *, retriable: bool, status: int | None = None) -> None:
         super().__init__(message)
         self.retriable = retriable
+        self.status = status
 
 
 class StatusTableError(CrawlerError):

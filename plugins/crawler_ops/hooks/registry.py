@@ -94,9 +94,25 @@ class SchemaRegistryHook(BaseHook):
 
     def register(self, subject: str, schema: Mapping[str, Any], schema_type: SchemaType) -> int:
         """The id of ``schema`` under ``subject``, registered as its next version unless it is already one of
-        them; refused (not retriable) when the subject's compatibility level does not allow it."""
+        them; refused (not retriable) when the subject's compatibility level does not allow it.
+
+        A conflict (HTTP 409) is also how Apicurio answers a registration that raced another one under the same
+        subject ("artifact already exists"): the schema is then looked up under the subject, and its id returned when
+        it is one of its versions; otherwise the refusal stands."""
         path = f"/subjects/{quote(subject, safe='')}/versions"
-        return int(self._send(path, f"registering a schema under '{subject}'", schema, schema_type)["id"])
+        try:
+            return int(self._send(path, f"registering a schema under '{subject}'", schema, schema_type)["id"])
+        except RegistryError as refused:
+            found = self.lookup(subject, schema, schema_type) if refused.status == 409 else None
+            if found is None:
+                raise
+            return found
+
+    def lookup(self, subject: str, schema: Mapping[str, Any], schema_type: SchemaType) -> int | None:
+        """The id of ``schema`` when it is one of ``subject``'s versions; None otherwise."""
+        path = f"/subjects/{quote(subject, safe='')}"
+        answer = self._send(path, f"looking up a schema under '{subject}'", schema, schema_type, absent=404)
+        return None if answer is None else int(answer["id"])
 
     def compatible(self, subject: str, schema: Mapping[str, Any], schema_type: SchemaType) -> bool:
         """Whether the subject's compatibility level accepts ``schema`` after its latest version."""
@@ -104,9 +120,11 @@ class SchemaRegistryHook(BaseHook):
         what = f"the compatibility of a schema with '{subject}'"
         return bool(self._send(path, what, schema, schema_type)["is_compatible"])
 
-    def _send(self, path: str, what: str, schema: Mapping[str, Any], schema_type: SchemaType) -> Any:
+    def _send(
+        self, path: str, what: str, schema: Mapping[str, Any], schema_type: SchemaType, absent: int | None = None
+    ) -> Any:
         body = {"schema": json.dumps(schema, separators=(",", ":")), "schemaType": schema_type}
-        return self._call("POST", path, what, body=body)
+        return self._call("POST", path, what, absent, body=body)
 
     def schema(self, schema_id: int) -> dict[str, Any]:
         """The schema registered with ``schema_id``."""
@@ -133,5 +151,6 @@ class SchemaRegistryHook(BaseHook):
             raise RegistryError(
                 f"{where}: {what}: HTTP {response.status_code}: {str(detail)[:500]}",
                 retriable=response.status_code in RETRIABLE_STATUS,
+                status=response.status_code,
             )
         return response.json()
