@@ -58,6 +58,10 @@ class HelperError(Exception):
     """The helper did not answer as it should."""
 
 
+#: What asking a helper that died, hung or answered something that does not fit raises: the helper is then stopped.
+HELPER_FAILURES = (OSError, ValueError, TypeError, HelperError, msgspec.DecodeError)
+
+
 class PageChecker:
     """The helper process of one chunk and the memory file it reads; a context manager that stops it.
 
@@ -129,7 +133,7 @@ class PageChecker:
                 return False, None
             try:
                 return self._ask(records)
-            except (OSError, ValueError, TypeError, HelperError, msgspec.DecodeError) as exc:
+            except HELPER_FAILURES as exc:
                 self._stop(f"{type(exc).__name__}: {exc}")
                 return False, None
 
@@ -145,7 +149,7 @@ class PageChecker:
                 return None
             try:
                 return self._split(body, most or 0)
-            except (OSError, ValueError, TypeError, HelperError, msgspec.DecodeError) as exc:
+            except HELPER_FAILURES as exc:
                 self._stop(f"{type(exc).__name__}: {exc}")
                 return None
 
