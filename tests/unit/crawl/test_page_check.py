@@ -105,6 +105,26 @@ def test_without_memory_files_there_is_no_helper_and_the_log_says_why_once(monke
     assert caplog.text.count("no memory files") == 1
 
 
+def helper_environment(helper: PageChecker) -> dict[str, str]:
+    # Once it answered: until its exec is over, the kernel shows a process's environment empty.
+    assert helper.check(GOOD) == (True, None) and helper._proc is not None
+    with open(f"/proc/{helper._proc.pid}/environ", "rb") as environ:
+        pairs = [item.split(b"=", 1) for item in environ.read().split(b"\0") if item]
+    return {name.decode(): value.decode() for name, value in pairs}
+
+
+def test_the_helper_keeps_its_freed_heap_unless_the_environment_says_otherwise(monkeypatch):
+    monkeypatch.delenv("MALLOC_TOP_PAD_", raising=False)
+    monkeypatch.setenv("CRAWLER_OPS_SEEN_BY_HELPER", "yes")
+    with PageChecker("t1") as helper:
+        seen = helper_environment(helper)
+    assert seen["MALLOC_TOP_PAD_"] == page_check.HELPER_ENVIRONMENT["MALLOC_TOP_PAD_"] == str(32 * 1024 * 1024)
+    assert seen["CRAWLER_OPS_SEEN_BY_HELPER"] == "yes"  # the rest of the parent's environment is passed on
+    monkeypatch.setenv("MALLOC_TOP_PAD_", "4096")
+    with PageChecker("t1") as helper:
+        assert helper_environment(helper)["MALLOC_TOP_PAD_"] == "4096"
+
+
 @pytest.mark.parametrize("iov_max", [1, 2, 1024])
 def test_the_records_are_written_as_one_json_array_from_the_start(monkeypatch, iov_max):
     monkeypatch.setattr(page_check, "IOV_MAX", iov_max)
