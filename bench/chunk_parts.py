@@ -1,5 +1,6 @@
 """Where a chunk's time goes: one first-crawl chunk run in this process (no Airflow task around it), each part
-of its loop timed, and the CPU the chunk, the demo source, Kafka and PostgreSQL spent meanwhile.
+of its loop timed, and the CPU the chunk, its page check's helper, the demo source, Kafka and PostgreSQL spent
+meanwhile.
 
 Examples::
 
@@ -19,6 +20,7 @@ from __future__ import annotations
 import argparse
 import functools
 import logging
+import os
 import secrets
 import subprocess
 import sys
@@ -99,8 +101,8 @@ def cpu_by_pid(procs: list[psutil.Process]) -> dict[int, float]:
 
 @contextmanager
 def cpu_used(into: dict[str, float]) -> Iterator[None]:
-    """CPU seconds this process, each stack service (its processes alive at both ends) and the whole machine
-    used inside the block."""
+    """CPU seconds this process, its children that ended inside the block (the page check's helper), each stack
+    service (its processes alive at both ends) and the whole machine used inside the block."""
     services = stack_processes()
 
     def busy() -> float:
@@ -108,9 +110,14 @@ def cpu_used(into: dict[str, float]) -> Iterator[None]:
         return sum(machine) - machine.idle - getattr(machine, "iowait", 0.0)
 
     before = {name: cpu_by_pid(procs) for name, procs in services.items()}
-    chunk, machine = time.process_time(), busy()
+
+    def children() -> float:
+        times = os.times()
+        return times.children_user + times.children_system
+
+    chunk, helper, machine = time.process_time(), children(), busy()
     yield
-    into.update(chunk=time.process_time() - chunk, machine=busy() - machine)
+    into.update(chunk=time.process_time() - chunk, helper=children() - helper, machine=busy() - machine)
     for name, procs in services.items():
         after = cpu_by_pid(procs)
         into[name] = sum(after[pid] - spent for pid, spent in before[name].items() if pid in after)
@@ -171,18 +178,18 @@ def main(argv: list[str] | None = None) -> int:
     instrument(parts)
     print(f"`{' '.join(sys.argv)}`\n")
     print(
-        "| run | pages | records/s | wall s | " + " | ".join(LABELS) + " | CPU s: chunk | source | Kafka "
-        "| PostgreSQL | whole machine |"
+        "| run | pages | records/s | wall s | " + " | ".join(LABELS) + " | CPU s: chunk | its helper | source "
+        "| Kafka | PostgreSQL | whole machine |"
     )
-    print("|---:" * (5 + len(LABELS) + 4) + "|")
+    print("|---:" * (5 + len(LABELS) + 5) + "|")
     for index in range(args.runs):
         result, cpu = run_chunk(args, admin, parts)
         wall = cpu["wall"]
         print(
             f"| {index + 1} | {result['pages']} | {result['fetched'] / wall:,.0f} | {wall:.2f} | "
             + " | ".join(f"{parts[label]:.2f}" for label in LABELS)
-            + f" | {cpu['chunk']:.2f} | {cpu['source']:.2f} | {cpu['kafka']:.2f} | {cpu['postgres']:.2f} "
-            f"| {cpu['machine']:.2f} |"
+            + f" | {cpu['chunk']:.2f} | {cpu['helper']:.2f} | {cpu['source']:.2f} | {cpu['kafka']:.2f} "
+            f"| {cpu['postgres']:.2f} | {cpu['machine']:.2f} |"
         )
     return 0
 
