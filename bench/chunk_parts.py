@@ -87,7 +87,8 @@ def stack_processes() -> dict[str, list[psutil.Process]]:
 
 
 def cpu_by_pid(procs: list[psutil.Process]) -> dict[int, float]:
-    """CPU seconds so far of each process and its descendants, by pid."""
+    """CPU seconds so far of each process and its descendants, by pid; a process's own include those of its children
+    that ended (PostgreSQL's backends for the chunk's connections start and end inside the block)."""
     seconds: dict[int, float] = {}
     for proc in procs:
         for member in (proc, *proc.children(recursive=True)):
@@ -95,7 +96,7 @@ def cpu_by_pid(procs: list[psutil.Process]) -> dict[int, float]:
                 times = member.cpu_times()
             except psutil.NoSuchProcess:
                 continue
-            seconds[member.pid] = times.user + times.system
+            seconds[member.pid] = times.user + times.system + times.children_user + times.children_system
     return seconds
 
 
