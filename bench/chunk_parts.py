@@ -21,7 +21,6 @@ import argparse
 import functools
 import logging
 import os
-import secrets
 import subprocess
 import sys
 import time
@@ -34,7 +33,7 @@ import psutil
 
 from crawlbench.common import REF, TOLERANCE_S, WINDOW_DAYS
 from crawlbench.environment import devstack, load_stack
-from crawlbench.source import SourceAdmin
+from crawlbench.source import SourceAdmin, dataset_name
 
 PARTS = Counter[str]
 
@@ -132,7 +131,7 @@ def run_chunk(args: argparse.Namespace, admin: SourceAdmin, parts: PARTS) -> tup
     from crawler_ops.crawl.run import RunContext, RunParams
     from crawler_ops.planning import ChunkPlan, chunk_batches, plan_batches
 
-    name = f"bench_{secrets.token_hex(4)}"
+    name = dataset_name()
     ds = admin.create(name, args.total, args.share, 1000)
     admin.set_latency(name, args.latency)
     source: dict[str, Any] = {"task": name, "requests_per_s": None, "max_in_flight": None} | (

@@ -13,11 +13,12 @@ import httpx
 import msgspec
 
 from crawlbench.common import REF, TOLERANCE_S, WINDOW_DAYS, BenchError
+from crawlbench.topics import drop_topics_at_exit
 
 
 def dataset_name() -> str:
-    """A data set name no other run uses; its topics are named after it."""
-    return f"bench_{secrets.token_hex(4)}"
+    """A data set name no other run uses; its topics are named after it, and deleted when the benchmark ends."""
+    return drop_topics_at_exit(f"bench_{secrets.token_hex(4)}")
 
 
 @dataclass(frozen=True)

@@ -34,3 +34,35 @@ def test_the_bench_producer_counts_each_delivered_message_with_the_projects_sett
 
     assert producer.delivered == 50
     assert sorted(int(m.key) for m in read_topic(kafka_bootstrap, topic)) == list(range(50))
+
+
+def test_the_topics_of_a_benchmarks_data_sets_are_deleted_when_it_ends_and_no_others(
+    kafka_bootstrap, unique_id, monkeypatch
+):
+    if str(REPO / "bench") not in sys.path:
+        sys.path.insert(0, str(REPO / "bench"))
+    from confluent_kafka.admin import AdminClient
+
+    from crawlbench import topics
+
+    monkeypatch.setattr(topics, "_datasets", set())
+    monkeypatch.setattr(topics.atexit, "register", lambda _: None)  # called here instead
+    monkeypatch.setenv("CRAWLER_OPS_KAFKA_BOOTSTRAP", kafka_bootstrap)
+    monkeypatch.delenv(topics.KEEP_TOPICS, raising=False)
+    ours, other = f"b{unique_id}", f"b{unique_id}x"
+    names = [ours, f"{ours}.chunk", f"{ours}.old", other, f"{other}.chunk"]
+    for name in names:
+        create_topic(kafka_bootstrap, name)
+    assert topics.drop_topics_at_exit(ours) == ours
+
+    monkeypatch.setenv(topics.KEEP_TOPICS, "1")
+    topics.drop_dataset_topics()
+    admin = AdminClient({"bootstrap.servers": kafka_bootstrap})
+    assert set(names) <= set(admin.list_topics(timeout=10).topics)
+
+    monkeypatch.delenv(topics.KEEP_TOPICS)
+    topics.drop_dataset_topics()
+    left = set(admin.list_topics(timeout=10).topics)
+    assert not left & {ours, f"{ours}.chunk", f"{ours}.old"}
+    assert {other, f"{other}.chunk"} <= left
+    admin.delete_topics([other, f"{other}.chunk"], operation_timeout=30)
