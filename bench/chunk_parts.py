@@ -109,12 +109,11 @@ def cpu_used(into: dict[str, float]) -> Iterator[None]:
         machine = psutil.cpu_times()
         return sum(machine) - machine.idle - getattr(machine, "iowait", 0.0)
 
-    before = {name: cpu_by_pid(procs) for name, procs in services.items()}
-
     def children() -> float:
         times = os.times()
         return times.children_user + times.children_system
 
+    before = {name: cpu_by_pid(procs) for name, procs in services.items()}
     chunk, helper, machine = time.process_time(), children(), busy()
     yield
     into.update(chunk=time.process_time() - chunk, helper=children() - helper, machine=busy() - machine)
