@@ -24,8 +24,9 @@ Examples::
 
 The stack must be up (``.venv/bin/python dev/stack.py up``); its environment is read through
 ``dev/stack.py`` from ``.stack/stack.json`` (or ``$CRAWLER_OPS_STACK_DIR/stack.json``), with this
-checkout's ``dags/`` and ``plugins/``. Topics and data sets are unique per run and never deleted. Results: markdown on
-stdout, JSON in ``bench/results/<timestamp>.json``, each ``dags test`` log in ``bench/results/<timestamp>/``.
+checkout's ``dags/`` and ``plugins/``. Topics and data sets are unique per run; the topics are deleted when the run
+ends (``CRAWLBENCH_KEEP_TOPICS=1`` keeps them), the source's data sets are not. Results: markdown on stdout, JSON in
+``bench/results/<timestamp>.json``, each ``dags test`` log in ``bench/results/<timestamp>/``.
 Exit status 1 when a correctness check fails, 2 when the stack is not usable.
 
 The parts live in ``bench/crawlbench/`` (see its ``__init__``); this file runs them in order.
