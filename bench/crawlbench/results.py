@@ -44,6 +44,14 @@ class Suite:
     def variant(self, prefix: str) -> Variant | None:
         return next((v for v in self.variants if v.name.startswith(prefix)), None)
 
+    def chunk_rate(self) -> float | None:
+        """The chunk tasks of the ``dags test`` run alone: their records fetched over their own elapsed time, without
+        plan, the hand-overs and commit around them (None when a chunk did not report its elapsed time)."""
+        spans = [s for s in self.project.get("timeline", {}).get("spans", []) if s.get("task") == "crawl_chunk"]
+        if not spans or any(s.get("elapsed_s") is None for s in spans):
+            return None
+        return sum(s["fetched"] for s in spans) / sum(s["elapsed_s"] for s in spans)
+
     def limit(self) -> tuple[float, str]:
         """The crawl's limit at this latency, measured: the slowest of the source with the project's pages in
         flight, the source drain (at 0 ms, the source's own bound) and the sink; and which one it is."""
