@@ -7,7 +7,7 @@ import os
 import time
 import urllib.parse
 
-from pg_server import PostgresError
+from pg_server import PostgresError, password_file
 from stack_common import REPO, STACK, Ports, StackError, log, pg_server
 
 PG_DATABASE = "crawler"
@@ -50,8 +50,24 @@ def metadata_db_uri(postgres_uri: str) -> str:
     )
 
 
+def external_postgres() -> str | None:
+    """The server ``CRAWLER_OPS_PG_URI`` names when it is not the stack's own, else None.
+
+    The stack's ``env.sh`` exports its own embedded server's URI under that name, so a shell that sourced it must
+    still start, stop and remove that server: a URI to this host that carries the stack's generated password is the
+    stack's own."""
+    uri = os.environ.get("CRAWLER_OPS_PG_URI")
+    if not uri:
+        return None
+    parts, own = urllib.parse.urlsplit(uri), password_file(STACK)
+    password = urllib.parse.unquote(parts.password or "")
+    if parts.hostname in ("127.0.0.1", "localhost") and own.exists() and password == own.read_text().strip():
+        return None
+    return uri
+
+
 def start_postgres(ports: Ports) -> str:
-    external = os.environ.get("CRAWLER_OPS_PG_URI")
+    external = external_postgres()
     if external:
         import psycopg
 
@@ -59,7 +75,11 @@ def start_postgres(ports: Ports) -> str:
             with psycopg.connect(external, connect_timeout=5):
                 pass
         except psycopg.OperationalError as exc:
-            raise StackError(f"cannot connect to CRAWLER_OPS_PG_URI within 5s: {exc}".strip()) from exc
+            raise StackError(
+                f"cannot connect to CRAWLER_OPS_PG_URI within 5s: {exc}".strip()
+                + "\n(if it came from the env.sh of a stack removed since: `unset CRAWLER_OPS_PG_URI "
+                "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN` and run `up` again)"
+            ) from exc
         log("postgres: using the external server from CRAWLER_OPS_PG_URI")
         if not os.environ.get("AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"):
             ensure_database(external, AIRFLOW_DATABASE)

@@ -15,7 +15,8 @@ files, ``stack.json`` with the ports actually used, the generated PostgreSQL pas
 root, PostgreSQL's data lives with its system user instead (see ``pg_server.py``). Preferred ports come from
 ``CRAWLER_OPS_<SERVICE>_PORT``; when a preferred port is taken by something else, a free one is chosen and
 reported. ``CRAWLER_OPS_PG_URI`` points the stack
-at an external PostgreSQL instead of the embedded one.
+at an external PostgreSQL instead of the embedded one; the embedded server's own URI, which ``env.sh`` exports, is
+recognised by its generated password, so ``down`` and ``up`` work the same from a shell that sourced ``env.sh``.
 """
 
 from __future__ import annotations
@@ -41,7 +42,15 @@ from airflow_stack import (
 from kafka_cluster import start_kafka_cluster, stop_kafka_cluster
 from kafka_server import kafka_ready, start_kafka
 from pg_server import write_private
-from postgres_stack import PG_DATABASE, ensure_database, pg_ready, start_postgres, stop_postgres, with_database
+from postgres_stack import (
+    PG_DATABASE,
+    ensure_database,
+    external_postgres,
+    pg_ready,
+    start_postgres,
+    stop_postgres,
+    with_database,
+)
 from registry_server import registry_ready, start_registry
 from source_server import start_source
 from stack_common import (
@@ -146,7 +155,7 @@ def down() -> None:
         if pid is not None:
             stop_pid(name, pid)
             log(f"{name}: stopped")
-    if not os.environ.get("CRAWLER_OPS_PG_URI"):
+    if external_postgres() is None:
         stop_postgres()
 
 

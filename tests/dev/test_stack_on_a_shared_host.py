@@ -200,3 +200,21 @@ def test_a_server_whose_stack_folder_lost_its_password_is_recreated_by_up(privat
         assert databases.fetchone() == (2,)
     with pytest.raises(psycopg.OperationalError, match="password"):
         psycopg.connect(old_uri, connect_timeout=5).close()
+
+
+def test_down_and_up_work_from_a_shell_that_sourced_the_stacks_env_sh(private_stack):
+    exported = private_stack.state()["env"]
+    server = EmbeddedPostgres(private_stack.folder, 0)
+    sourced = PrivateStack(
+        private_stack.home, private_stack.folder, {**private_stack.env, **exported}, {}, private_stack.first_up
+    )
+
+    down = sourced.run("down")
+    assert down.returncode == 0, down.stdout + down.stderr
+    assert server.listening_port() is None, "down stops the stack's own PostgreSQL whatever the shell exports"
+
+    up = sourced.run("up")
+    assert up.returncode == 0, up.stdout + up.stderr
+    assert "using the external server" not in up.stdout
+    with psycopg.connect(private_stack.state()["env"]["CRAWLER_OPS_PG_URI"], connect_timeout=5) as conn:
+        assert conn.execute("SELECT 1").fetchone() == (1,)

@@ -84,6 +84,32 @@ def test_an_unreachable_external_postgres_fails_fast_with_a_clear_error(monkeypa
     assert timeouts == [5], "every connection attempt is bounded by a connect timeout"
 
 
+def test_the_uri_the_stacks_env_sh_exports_names_its_own_server_not_an_external_one(monkeypatch, tmp_path):
+    # A shell that sourced .stack/env.sh has the stack's own server in CRAWLER_OPS_PG_URI: `down` must still stop that
+    # server (and `clean` must not remove its data while it runs), and `up` must start it again.
+    monkeypatch.setattr(postgres_stack, "STACK", tmp_path)
+    write_private(tmp_path / "postgres.password", "0a1b2c\n")
+
+    def external(uri: str | None) -> str | None:
+        if uri is None:
+            monkeypatch.delenv("CRAWLER_OPS_PG_URI", raising=False)
+        else:
+            monkeypatch.setenv("CRAWLER_OPS_PG_URI", uri)
+        return postgres_stack.external_postgres()
+
+    assert external(None) is None
+    assert external("postgresql://postgres:0a1b2c@127.0.0.1:15432/crawler") is None
+    assert external("postgresql://postgres:0a1b2c@localhost:5433/crawler") is None
+    for other in (
+        "postgresql://postgres:0a1b2c@db.internal:5432/crawler",  # the same password elsewhere is another server
+        "postgresql://postgres:other@127.0.0.1:15432/crawler",
+        "postgresql://postgres@127.0.0.1:5432/crawler",
+    ):
+        assert external(other) == other
+    (tmp_path / "postgres.password").unlink()  # a stack without its own server's password has no own URI
+    assert external("postgresql://postgres:0a1b2c@127.0.0.1:15432/crawler") is not None
+
+
 def test_kafka_cluster_ids_never_start_with_a_dash_and_hold_a_uuid():
     import base64
     import uuid
