@@ -4,13 +4,6 @@ rates."""
 
 from __future__ import annotations
 
-import sys
-
-from tests.support import REPO
-
-if str(REPO / "bench") not in sys.path:
-    sys.path.insert(0, str(REPO / "bench"))
-
 from crawlbench.report import targets_table
 from crawlbench.results import Suite, Variant
 

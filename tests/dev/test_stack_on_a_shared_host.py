@@ -9,7 +9,7 @@ import os
 import stat
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -35,10 +35,11 @@ class PrivateStack:
     modes_before: dict[Path, int]
     first_up: str
 
-    def run(self, *command: str) -> subprocess.CompletedProcess[str]:
+    def run(self, *command: str, exported: Mapping[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+        """``dev/stack.py COMMAND`` in the stack's environment, with ``exported`` over it (a shell's own exports)."""
         return subprocess.run(
             [sys.executable, str(REPO / "dev" / "stack.py"), *command],
-            env=self.env,
+            env={**self.env, **(exported or {})},
             capture_output=True,
             text=True,
             timeout=300,
@@ -205,15 +206,12 @@ def test_a_server_whose_stack_folder_lost_its_password_is_recreated_by_up(privat
 def test_down_and_up_work_from_a_shell_that_sourced_the_stacks_env_sh(private_stack):
     exported = private_stack.state()["env"]
     server = EmbeddedPostgres(private_stack.folder, 0)
-    sourced = PrivateStack(
-        private_stack.home, private_stack.folder, {**private_stack.env, **exported}, {}, private_stack.first_up
-    )
 
-    down = sourced.run("down")
+    down = private_stack.run("down", exported=exported)
     assert down.returncode == 0, down.stdout + down.stderr
     assert server.listening_port() is None, "down stops the stack's own PostgreSQL whatever the shell exports"
 
-    up = sourced.run("up")
+    up = private_stack.run("up", exported=exported)
     assert up.returncode == 0, up.stdout + up.stderr
     assert "using the external server" not in up.stdout
     with psycopg.connect(private_stack.state()["env"]["CRAWLER_OPS_PG_URI"], connect_timeout=5) as conn:

@@ -3,18 +3,14 @@ failed deliveries): a bench that counted success reports printed 0 messages publ
 
 from __future__ import annotations
 
-import sys
-
 import pytest
 
-from tests.support import REPO, create_topic, read_topic
+from tests.support import create_topic, read_topic
 
 pytestmark = pytest.mark.integration
 
 
 def test_the_bench_producer_counts_each_delivered_message_with_the_projects_settings(kafka_bootstrap, unique_id):
-    if str(REPO / "bench") not in sys.path:
-        sys.path.insert(0, str(REPO / "bench"))
     from crawlbench.environment import Stack, producer_settings
     from crawlbench.topics import CountingProducer
 
@@ -39,8 +35,6 @@ def test_the_bench_producer_counts_each_delivered_message_with_the_projects_sett
 def test_the_topics_of_a_benchmarks_data_sets_are_deleted_when_it_ends_and_no_others(
     kafka_bootstrap, unique_id, monkeypatch
 ):
-    if str(REPO / "bench") not in sys.path:
-        sys.path.insert(0, str(REPO / "bench"))
     from confluent_kafka.admin import AdminClient
 
     from crawlbench import topics
