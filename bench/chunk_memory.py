@@ -53,8 +53,8 @@ def run_one(scenario: str, concurrency: int, batches: int) -> dict[str, object]:
     from crawler_ops.crawl.chunk import ChunkCrawler
     from crawler_ops.crawl.ledger import DryRunLedger
     from crawler_ops.crawl.run import RunContext, RunParams
-    from crawler_ops.hooks.producer import DryRunPublisher
-    from crawler_ops.hooks.source import SourceApiHook, http_client
+    from crawler_ops.hooks.kafka.producer import DryRunPublisher
+    from crawler_ops.hooks.source.hook import SourceApiHook, http_client
     from crawler_ops.planning import Batch
     from tests.hostile_source import HostileSource
 

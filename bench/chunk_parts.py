@@ -56,7 +56,7 @@ def timed(parts: PARTS, owner: Any, name: str, label: str) -> None:
 def instrument(parts: PARTS) -> None:
     """Time the parts of ``ChunkCrawler.crawl``'s loop."""
     from crawler_ops.crawl import chunk, ledger
-    from crawler_ops.hooks import producer
+    from crawler_ops.hooks.kafka import producer
 
     timed(parts, ledger.StatusTableLedger, "claim", "claim (PostgreSQL, fetch threads)")
     timed(parts, ledger.StatusTableLedger, "finish", "finish (PostgreSQL, checkpoint thread)")
@@ -128,7 +128,7 @@ def run_chunk(args: argparse.Namespace, admin: SourceAdmin, parts: PARTS) -> tup
     from crawler_ops.crawl.chunk import crawl_chunk
     from crawler_ops.crawl.plan import ensure_topics
     from crawler_ops.crawl.run import RunContext, RunParams
-    from crawler_ops.planning import ChunkPlan, chunk_batches, plan_batches
+    from crawler_ops.planning import ChunkPlan, chunk_batches, iter_plan
 
     name = dataset_name()
     ds = admin.create(name, args.total, args.share, 1000)
@@ -142,7 +142,7 @@ def run_chunk(args: argparse.Namespace, admin: SourceAdmin, parts: PARTS) -> tup
         cfg=CrawlTaskConfig.model_validate(task), run_id=f"chunk_parts_{name}", ref=REF, params=RunParams()
     )
     floor = max(0, ds.total - ds.in_window - 5 * 1000)
-    batches = plan_batches(ds.total, 0, 1000, floor=floor)
+    batches = list(iter_plan(ds.total, 0, 1000, floor=floor))
     store = run.store()
     try:
         with store.transaction() as cur:

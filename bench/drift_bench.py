@@ -1,6 +1,7 @@
 """The cost of field drift profiling (``crawler_ops.drift.profile_values``) next to the page filter's
-(``crawler_ops.records.build_messages``), in one process: 40 demo-source pages of 500 records (every record kept,
-published as sent, key field ``id``), CPU seconds (``time.process_time``), the best of ``--rounds``. Needs no stack.
+(``crawler_ops.message.records.build_messages``), in one process: 40 demo-source pages of 500 records (every record
+kept, published as sent, key field ``id``), CPU seconds (``time.process_time``), the best of ``--rounds``. Needs no
+stack.
 
 Prints the cost of profiling a record (every record profiled), the filter's cost of a record, and what profiling
 adds per published record when it samples ``--sample`` records a page, for pages of 100 (the default batch_size)
@@ -24,7 +25,7 @@ sys.path[:0] = [str(REPO / "plugins"), str(REPO / "dev")]
 
 from crawlbench.demo_pages import demo_pages  # noqa: E402
 from crawler_ops.drift import SAMPLE_PER_PAGE, profile_values  # noqa: E402
-from crawler_ops.records import build_messages  # noqa: E402
+from crawler_ops.message.records import build_messages  # noqa: E402
 
 PAGES, PAGE = 40, 500
 

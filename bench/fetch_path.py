@@ -40,11 +40,11 @@ def main() -> None:
 
     from crawler_ops.config import SourceConfig
     from crawler_ops.crawl.page_check import PageChecker
-    from crawler_ops.hooks.deadline import DeadlineTransport, deadline
-    from crawler_ops.hooks.responses import read_bounded
-    from crawler_ops.hooks.source import SourceApiHook
-    from crawler_ops.hooks.wire import WireTransport
-    from crawler_ops.records import HeadReader
+    from crawler_ops.hooks.http import DeadlineTransport, deadline
+    from crawler_ops.hooks.source.hook import SourceApiHook
+    from crawler_ops.hooks.source.responses import read_bounded
+    from crawler_ops.hooks.source.wire import WireTransport
+    from crawler_ops.message.records import HeadReader
 
     stack = load_stack()
     admin = SourceAdmin(stack.source_url)

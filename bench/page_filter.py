@@ -1,4 +1,4 @@
-"""The page filter (``crawler_ops.records.build_messages``) of a git revision against the work tree's, in one
+"""The page filter (``crawler_ops.message.records.build_messages``) of a git revision against the work tree's, in one
 process: 40 demo-source pages of 500 records (every record kept, published as sent, key field ``id``), the two
 versions interleaved, CPU seconds (``time.process_time``), the best of ``--rounds``. Needs no stack.
 
@@ -47,7 +47,10 @@ def main() -> None:
     parser.add_argument("--as-chunk", action="store_true", help="pages checked for UTF-8, record-date timestamps")
     args = parser.parse_args()
     text = subprocess.run(
-        ["git", "show", f"{args.base}:plugins/crawler_ops/records.py"], cwd=REPO, check=True, capture_output=True
+        ["git", "show", f"{args.base}:plugins/crawler_ops/message/records.py"],
+        cwd=REPO,
+        check=True,
+        capture_output=True,
     ).stdout
     with tempfile.TemporaryDirectory() as folder:
         (Path(folder) / "records_base.py").write_bytes(text)

@@ -33,7 +33,7 @@ from crawlbench.demo_pages import demo_pages  # noqa: E402
 from crawlbench.environment import load_stack  # noqa: E402
 
 PAGE = 1000
-PRODUCER_MODULE = "plugins/crawler_ops/hooks/producer.py"
+PRODUCER_MODULE = "plugins/crawler_ops/hooks/kafka/producer.py"
 
 
 def publisher_at(ref: str) -> Any:
@@ -56,9 +56,9 @@ def main(argv: list[str] | None = None) -> int:
     stack = load_stack()
     from confluent_kafka.admin import AdminClient, NewTopic
 
-    from crawler_ops.hooks.producer import KafkaPublisher, ReportingProducer
+    from crawler_ops.hooks.kafka.producer import KafkaPublisher, ReportingProducer
+    from crawler_ops.message.records import build_messages
     from crawler_ops.planning import Batch
-    from crawler_ops.records import build_messages
     from crawler_ops.results import RunCounts
 
     demo = demo_pages(args.pages, PAGE)

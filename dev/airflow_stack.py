@@ -71,7 +71,7 @@ def stack_env(ports: Ports, postgres_uri: str, bootstrap: str | None = None) -> 
                 "schema": "http",
             }
         ),
-        # the Schema Registry's Confluent-compatible API, whole URL in host (crawler_ops.hooks.registry)
+        # the Schema Registry's Confluent-compatible API, whole URL in host (crawler_ops.hooks.kafka.registry)
         "AIRFLOW_CONN_SCHEMA_REGISTRY": json.dumps({"conn_type": "http", "host": registry_url(ports.registry)}),
         # Every Airflow process must agree on these; local development values, kept in .stack/airflow.
         "AIRFLOW__API_AUTH__JWT_SECRET": secret("jwt_secret"),

@@ -176,10 +176,10 @@ def process_state() -> Iterator[None]:
     for name, value in environ.items():
         if os.environ.get(name) != value:
             os.environ[name] = value
-    ratelimit = sys.modules.get("crawler_ops.hooks.ratelimit")
+    ratelimit = sys.modules.get("crawler_ops.hooks.source.ratelimit")
     if ratelimit is not None:
         ratelimit.reset_limiters()
-    tokens = sys.modules.get("crawler_ops.hooks.tokens")
+    tokens = sys.modules.get("crawler_ops.hooks.source.tokens")
     if tokens is not None:
         tokens.reset_tokens()
     web = sys.modules.get("crawler_ops.ops.web")
@@ -232,7 +232,7 @@ def pg_uri(stack: dict[str, str]) -> str:
     progress before crawling anything must not depend on another test having crawled first)."""
     import psycopg
 
-    from crawler_ops.hooks.db import create_schema
+    from crawler_ops.hooks.store.db import create_schema
 
     with psycopg.connect(stack["CRAWLER_OPS_PG_URI"], autocommit=True) as conn, conn.cursor() as cur:
         create_schema(cur)
@@ -310,7 +310,7 @@ def run_dag(use_config: Callable[[CrawlTaskConfig, str], Path], stack: dict[str,
     """
 
     def run(cfg: CrawlTaskConfig, ref: Any, conf: dict[str, Any] | None = None, run_after: Any = None) -> str:
-        from crawler_ops.factory import build_crawl_dag
+        from crawler_ops.factory.crawl import build_crawl_dag
 
         use_config(cfg, "tasks")
         dag = build_crawl_dag(cfg)

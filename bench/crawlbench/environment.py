@@ -72,7 +72,7 @@ def load_stack() -> Stack:
 
 def producer_settings() -> dict[str, Any]:
     """The settings of the project's producer: its defaults, then the settings its guarantees rest on."""
-    from crawler_ops.hooks.producer import DEFAULT_SETTINGS, REQUIRED_SETTINGS  # imports Airflow: once, untimed
+    from crawler_ops.hooks.kafka.producer import DEFAULT_SETTINGS, REQUIRED_SETTINGS  # imports Airflow: once, untimed
 
     return {**DEFAULT_SETTINGS, **REQUIRED_SETTINGS}
 

@@ -170,11 +170,11 @@ def measure_components(
     reference a full msgspec decode and filter+encode of the fully decoded records (how this was measured before the
     page decode read the fields).
     """
-    from crawler_ops import filtering, records  # plugins/ is on the path (crawlbench.environment)
     from crawler_ops.config import SourceConfig
-    from crawler_ops.hooks.source import SourceApiHook
-    from crawler_ops.schemas import avro_schema, json_schema
-    from crawler_ops.values import ValueCodec
+    from crawler_ops.hooks.source.hook import SourceApiHook
+    from crawler_ops.message import filtering, records  # plugins/ is on the path (crawlbench.environment)
+    from crawler_ops.message.schemas import avro_schema, json_schema
+    from crawler_ops.message.values import ValueCodec
 
     rule = filtering.DateRule()
     window = filtering.Window.since(REF, WINDOW_DAYS, REF, timedelta(seconds=TOLERANCE_S)).in_zone(rule.tz)

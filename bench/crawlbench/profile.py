@@ -14,7 +14,7 @@ from crawlbench.common import BenchError
 
 RATE_HZ = 250
 # Frames of the crawl_chunk step: its loop and its fetch threads.
-CHUNK_FRAMES = ("crawler_ops/crawl/chunk.py", "crawler_ops/hooks/source.py")
+CHUNK_FRAMES = ("crawler_ops/crawl/chunk.py", "crawler_ops/hooks/source/hook.py")
 
 
 def profiled(command: Sequence[str], output: Path) -> list[str]:

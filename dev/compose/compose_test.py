@@ -372,7 +372,7 @@ def incremental_run(compose: Compose, api: Airflow, source: Source, bootstrap: s
 # where airflow-init imported it), one Avro schema registered and read back; prints the id the registry gave.
 REGISTRY_CHECK = """
 import json
-from crawler_ops.hooks.registry import SchemaRegistryHook
+from crawler_ops.hooks.kafka.registry import SchemaRegistryHook
 schema = {"type": "record", "name": "probe", "namespace": "compose_test",
           "fields": [{"name": "aae397", "type": "string"}, {"name": "n", "type": ["null", "long"], "default": None}]}
 hook = SchemaRegistryHook()

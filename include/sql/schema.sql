@@ -1,4 +1,4 @@
--- crawler_ops progress store. Idempotent DDL, applied by create_schema (crawler_ops.hooks.db) when the schema's comment
+-- crawler_ops progress store. Idempotent DDL, applied by create_schema (crawler_ops.hooks.store.db) when the schema's comment
 -- does not name this file's SHA-256 (any edit here is applied by the next plan).
 CREATE SCHEMA IF NOT EXISTS crawler_ops;
 
@@ -103,7 +103,7 @@ CREATE TABLE IF NOT EXISTS crawler_ops.field_baseline (
     updated_at timestamptz NOT NULL DEFAULT now()
 );
 
--- One row per source connection: the request pacing every worker shares (crawler_ops.hooks.ratelimit). Times are
+-- One row per source connection: the request pacing every worker shares (crawler_ops.hooks.source.ratelimit). Times are
 -- epoch seconds on PostgreSQL's clock, so workers' clocks do not matter. Slots are handed out 1/rate apart from
 -- next_slot on; rate is the current shared rate (halved on 429, growing back to ceiling), as of rate_at.
 CREATE TABLE IF NOT EXISTS crawler_ops.source_rate (
@@ -117,7 +117,7 @@ CREATE TABLE IF NOT EXISTS crawler_ops.source_rate (
     updated_at timestamptz NOT NULL DEFAULT now()
 );
 
--- One row per source connection with OAuth2 auth: the access token every worker shares (crawler_ops.hooks.tokens),
+-- One row per source connection with OAuth2 auth: the access token every worker shares (crawler_ops.hooks.source.tokens),
 -- valid until expires_at (PostgreSQL's clock, a margin before the provider's expiry), and the newest refresh token,
 -- seeded from the connection secret whose SHA-256 is seed (a new secret in the connection starts over from it).
 -- Holds secrets, as the connections do: grant access to crawler_ops as to Airflow's metadata database.

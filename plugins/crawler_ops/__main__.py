@@ -164,7 +164,7 @@ def defined(conn_id: str) -> bool:
 
 def postgres_down(users: Sequence[tuple[str, str]]) -> list[str]:
     """Connect once to each crawler database of ``users`` (connection id, the task or executor using it)."""
-    from crawler_ops.hooks.db import CrawlerDbHook
+    from crawler_ops.hooks.store.db import CrawlerDbHook
 
     down = []
     for conn_id, user in sorted(dict(reversed(users)).items()):
@@ -187,7 +187,7 @@ KAFKA_PROBE_TIMEOUT_S = 10.0
 def kafka_down(conn_ids: Sequence[str]) -> list[str]:
     from confluent_kafka import KafkaException
 
-    from crawler_ops.hooks.producer import IdempotentProducerHook
+    from crawler_ops.hooks.kafka.producer import IdempotentProducerHook
 
     down = []
     for conn_id in sorted(set(conn_ids)):
@@ -293,9 +293,9 @@ def run_check(task_id: str, path: Path | None, as_json: bool) -> int:
     """Exit status 0 when the source suits the task, 1 when its data has a problem, 2 when the source or the config
     cannot be read (the report says which)."""
     from crawler_ops.config import get_task
-    from crawler_ops.hooks.auth import redact
+    from crawler_ops.hooks.source.auth import redact
     from crawler_ops.ops.check import CheckFailed, check_task, failed_report
-    from crawler_ops.source_check import render_text as render_check
+    from crawler_ops.ops.source_check import render_text as render_check
 
     cfg = get_task(task_id, path)
     try:
@@ -313,7 +313,7 @@ def skip_batch(task_id: str, offset: int) -> int:
     """Mark the parked batch of ``task_id`` starting at ``offset`` done without its records, recorded as an error;
     the next run's commit moves the watermark past it."""
     from crawler_ops.config import get_task
-    from crawler_ops.hooks.store import CrawlStoreHook
+    from crawler_ops.hooks.store.hook import CrawlStoreHook
 
     cfg = get_task(task_id)
     store = CrawlStoreHook(cfg.postgres_conn_id, cfg.id)

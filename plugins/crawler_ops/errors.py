@@ -56,7 +56,7 @@ class StatusTableError(CrawlerError):
 
 class AnswerTooHeavyError(SourceError):
     """An answer over ``source.max_response_mb``, or not finished within ``source.deadline_s``: a request for fewer
-    records may pass (a page is then read in parts, :mod:`crawler_ops.hooks.parts`)."""
+    records may pass (a page is then read in parts, :mod:`crawler_ops.hooks.source.parts`)."""
 
 
 class TokenExpiredError(SourceError):

@@ -141,19 +141,6 @@ def aligned_cuts(lo: int, hi: int, batch_size: int) -> Iterator[Batch]:
         top = bottom
 
 
-def plan_batches(
-    total: int,
-    watermark: int,
-    batch_size: int,
-    done: Sequence[Batch] = (),
-    pending: Sequence[Batch] = (),
-    floor: int | None = None,
-    aligned: bool = False,
-) -> list[Batch]:
-    """Batches to crawl now, newest first: all of :func:`iter_plan`."""
-    return list(iter_plan(total, watermark, batch_size, done, pending, floor, aligned))
-
-
 def iter_plan(
     total: int,
     watermark: int,

@@ -37,7 +37,7 @@ def test_a_module_below_the_floor_fails_the_run():
     ("verdict", "stale"), [("killed", True), ("survived", False), (None, False), ("timeout", False)]
 )
 def test_only_an_explanation_of_a_mutant_this_run_killed_is_called_stale(capsys, verdict, stale):
-    name = "crawler_ops.records.x_decode__mutmut_4"
+    name = "crawler_ops.message.records.x_decode__mutmut_4"
     codes = {name: verdict} if verdict else {}
 
     mutation.report(codes, {name: "equivalent"})

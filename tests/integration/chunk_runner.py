@@ -21,13 +21,13 @@ from typing import Any
 from crawler_ops.config import CrawlTaskConfig
 from crawler_ops.crawl.chunk import crawl_chunk
 from crawler_ops.crawl.run import RunContext, RunParams
-from crawler_ops.hooks.producer import KafkaPublisher
+from crawler_ops.hooks.kafka.producer import KafkaPublisher
 from crawler_ops.planning import ChunkPlan
 
 
 def arm(point: str, nth: int) -> None:
     """Wrap the publishers' confirm (the transactional one inherits it through ``KafkaPublisher``'s subclass)."""
-    from crawler_ops.hooks.exactly_once import TransactionalPublisher
+    from crawler_ops.hooks.kafka.exactly_once import TransactionalPublisher
 
     seen = {"batches": 0}
 
@@ -52,7 +52,7 @@ def arm(point: str, nth: int) -> None:
 
 def arm_token_saved() -> None:
     """Die once the provider's answer is written into the token row, before the transaction commits."""
-    from crawler_ops.hooks.tokens import SourceTokenStore
+    from crawler_ops.hooks.source.tokens import SourceTokenStore
 
     save = SourceTokenStore.save
 

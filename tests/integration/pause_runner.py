@@ -40,7 +40,7 @@ class TransactionGate:
         self.stopping = False
 
     def install(self) -> None:
-        from crawler_ops.hooks.db import CrawlerDbHook
+        from crawler_ops.hooks.store.db import CrawlerDbHook
 
         transaction = CrawlerDbHook.transaction
         gate = self
@@ -78,9 +78,9 @@ stop_here = GATE.stop
 
 
 def arm_pause(point: str, nth: int) -> None:
-    from crawler_ops.hooks.exactly_once import TransactionalPublisher
-    from crawler_ops.hooks.producer import KafkaPublisher
-    from crawler_ops.hooks.source import SourceApiHook
+    from crawler_ops.hooks.kafka.exactly_once import TransactionalPublisher
+    from crawler_ops.hooks.kafka.producer import KafkaPublisher
+    from crawler_ops.hooks.source.hook import SourceApiHook
 
     seen = {"events": 0}
     lock = threading.Lock()

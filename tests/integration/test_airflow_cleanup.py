@@ -10,7 +10,7 @@ import yaml
 from airflow import settings
 
 from crawler_ops.config import broken_dag_id, load_config
-from crawler_ops.factory import build_crawl_dags
+from crawler_ops.factory.crawl import build_crawl_dags
 from tests.airflow_cleanup import clean_metadata_db, configured_dag_ids, last_run_id, session_dag_ids
 
 pytestmark = pytest.mark.integration

@@ -1,5 +1,5 @@
 """Crawl batch claims and their leases on the real PostgreSQL (``crawler_ops.batch_status`` through
-:class:`crawler_ops.hooks.batches.BatchRows`), each worker on a connection of its own as chunks are.
+:class:`crawler_ops.hooks.store.batches.BatchRows`), each worker on a connection of its own as chunks are.
 
 A claim holds for ``claim_lease_s`` from its start time. Another run may take it over only once that has passed; the
 worker that held it may then neither renew nor complete nor fail it (the claim token fences it). A later try of the
@@ -18,9 +18,9 @@ import psycopg
 import pytest
 
 from crawler_ops.crawl.ledger import StatusTableLedger
-from crawler_ops.hooks.batches import BatchRows
-from crawler_ops.hooks.db import create_schema
-from crawler_ops.hooks.store import CrawlStoreHook
+from crawler_ops.hooks.store.batches import BatchRows
+from crawler_ops.hooks.store.db import create_schema
+from crawler_ops.hooks.store.hook import CrawlStoreHook
 from crawler_ops.planning import Batch
 from crawler_ops.results import BatchOutcome, RunCounts
 

@@ -21,8 +21,8 @@ from crawler_ops.config import CrawlTaskConfig
 from crawler_ops.crawl.commit import commit_run
 from crawler_ops.crawl.plan import plan_run
 from crawler_ops.crawl.run import RunContext, RunParams
+from crawler_ops.message.values import unframed
 from crawler_ops.planning import ChunkPlan
-from crawler_ops.values import unframed
 from tests.support import (
     Delivered,
     make_task,

@@ -13,7 +13,7 @@ import pytest
 from crawler_ops.config import ExecutorTaskConfig, parse_config
 from crawler_ops.errors import ConfigError
 from crawler_ops.executor import run_worker, sync_rows
-from crawler_ops.status_table import StatusTable
+from crawler_ops.hooks.store.status_table import StatusTable
 from tests.integration import executor_functions
 from tests.integration import executor_lease_support as lease_support
 from tests.support import query, runner_result
@@ -284,7 +284,7 @@ def test_the_old_int_epoch_layout_keeps_working(schema, pg_uri, unique_id):
 
 
 def test_executor_dag_runs_sync_workers_and_summary(schema, pg_uri, unique_id, use_config):
-    from crawler_ops.factory import build_executor_dag
+    from crawler_ops.factory.executor import build_executor_dag
 
     add_rows(pg_uri, schema, 1_000, categories=("A", "B"))
     cfg = executor(schema, unique_id, category="A", workers=3, cycle_index=300)

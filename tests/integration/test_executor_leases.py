@@ -15,7 +15,7 @@ import pytest
 
 from crawler_ops.executor import run_worker, summarize, sync_rows
 from crawler_ops.executor.tables import resolve_tables
-from crawler_ops.factory import build_executor_dag
+from crawler_ops.factory.executor import build_executor_dag
 from tests.integration.executor_lease_support import (
     call_counts,
     calls,

@@ -16,10 +16,10 @@ from airflow import settings
 
 from crawler_ops.config import load_config
 from crawler_ops.executor import run_worker, sync_rows
-from crawler_ops.factory import build_gauges_dags
-from crawler_ops.hooks.store import CrawlStoreHook
+from crawler_ops.factory.gauges import build_gauges_dags
+from crawler_ops.hooks.store.hook import CrawlStoreHook
+from crawler_ops.hooks.store.status_table import STATUS_NAMES
 from crawler_ops.planning import Batch
-from crawler_ops.status_table import STATUS_NAMES
 from crawler_ops.telemetry import metrics
 from tests.integration.executor_lease_support import FUNCTIONS, executor, make_source
 from tests.support import StatsdCollector, make_task, query, read_topic

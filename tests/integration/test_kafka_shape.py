@@ -15,8 +15,8 @@ import pytest
 from confluent_kafka import TIMESTAMP_CREATE_TIME
 from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic, ResourceType
 
-from crawler_ops.filtering import DateRule, record_date
-from crawler_ops.shaping import epoch_ms
+from crawler_ops.message.filtering import DateRule, record_date
+from crawler_ops.message.shaping import epoch_ms
 from tests.support import REPO, make_task, read_topic, routed_topics, run_record, watermark
 
 pytestmark = pytest.mark.integration

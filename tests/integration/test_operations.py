@@ -348,7 +348,7 @@ def test_commit_emits_the_topic_asset_with_the_summary_only_when_records_were_pu
 
 
 def test_a_run_row_left_running_without_an_airflow_run_shows_as_abandoned(pg_uri, unique_id, tmp_path, use_config):
-    from crawler_ops.hooks.store import CrawlStoreHook
+    from crawler_ops.hooks.store.hook import CrawlStoreHook
 
     store = CrawlStoreHook("crawler_db", unique_id)
     with store.transaction() as cur:

@@ -11,7 +11,7 @@ import pytest
 
 from crawler_ops.errors import ConfigError
 from crawler_ops.executor import run_worker, sync_rows
-from crawler_ops.status_table import CLAIMED, DONE, PARKED, PENDING
+from crawler_ops.hooks.store.status_table import CLAIMED, DONE, PARKED, PENDING
 from tests.integration.executor_crash_functions import BROKEN_MESSAGE, EXIT_CODE
 from tests.integration.executor_lease_support import calls, executor, make_source
 from tests.support import query

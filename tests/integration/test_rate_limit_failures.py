@@ -1,8 +1,8 @@
 """The rate limiter's PostgreSQL failing under a running crawl chunk (its own process, as an Airflow task runs it):
 its connection terminated mid-crawl, and its pacing row held locked by another session.
 
-The limiter (:mod:`crawler_ops.hooks.ratelimit`) replaces a lost connection within the request, so the crawl goes on
-at the shared rate; a request waits for a locked row up to the lock_timeout, and a row lock held longer fails the
+The limiter (:mod:`crawler_ops.hooks.source.ratelimit`) replaces a lost connection within the request, so the crawl goes
+on at the shared rate; a request waits for a locked row up to the lock_timeout, and a row lock held longer fails the
 request, and with it the chunk, with an error naming the task and the source; the batches in flight go back for the
 next attempt, which finishes the crawl.
 """
@@ -19,7 +19,7 @@ import psutil
 import psycopg
 import pytest
 
-from crawler_ops.sqlfiles import read_sql
+from crawler_ops.hooks.store.sqlfiles import read_sql
 from tests.integration.test_rate_limits import (
     ALLOWED,
     LIMIT,

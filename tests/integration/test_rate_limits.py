@@ -3,7 +3,7 @@ source connection in four worker processes held to its requests_per_s, a 429 sto
 everyone until it recovers, and the source pools Airflow shows.
 
 Requests are counted where the source sees them: the :class:`tests.support.SourceProxy` in front of the demo source
-records when each one arrived. The documented bound (:mod:`crawler_ops.hooks.ratelimit`) is
+records when each one arrived. The documented bound (:mod:`crawler_ops.hooks.source.ratelimit`) is
 ``requests_per_s * (1 + STALE_S) + 1`` requests in any one second of send times; arrival times also carry the
 loopback's and the proxy's jitter, for which :data:`JITTER` more are allowed.
 """
@@ -24,7 +24,7 @@ from hypothesis import strategies as st
 from crawler_ops.config import SourceConfig
 from crawler_ops.crawl.plan import plan_run
 from crawler_ops.crawl.run import RunContext, RunParams
-from crawler_ops.hooks.ratelimit import CUT_EVERY_S, HORIZON_S, STALE_S, SourceRateStore
+from crawler_ops.hooks.source.ratelimit import CUT_EVERY_S, HORIZON_S, STALE_S, SourceRateStore
 from tests.namespace import unique_name
 from tests.support import Forwarded, cli, done_batches, make_task, query, runner_result, spawn_chunk, watermark
 

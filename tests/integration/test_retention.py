@@ -17,8 +17,8 @@ import pytest
 import yaml
 
 from crawler_ops.config import load_config
-from crawler_ops.factory import build_maintenance_dags
-from crawler_ops.hooks.retention import RetentionHook
+from crawler_ops.factory.maintenance import build_maintenance_dags
+from crawler_ops.hooks.store.retention import RetentionHook
 from tests.support import query
 
 pytestmark = pytest.mark.integration

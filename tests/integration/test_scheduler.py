@@ -281,7 +281,7 @@ def test_a_trigger_while_a_run_is_active_waits_for_it(airflow, source_url, task_
 
 def seed_status(pg_uri: str, task: str) -> None:
     """A stored state no run of this session produces: the endpoint must show exactly these values."""
-    from crawler_ops.hooks.store import CrawlStoreHook
+    from crawler_ops.hooks.store.hook import CrawlStoreHook
 
     store = CrawlStoreHook("crawler_db", task)
     with store.transaction() as cur:

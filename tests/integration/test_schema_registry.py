@@ -14,8 +14,8 @@ import httpx
 import pytest
 
 from crawler_ops.errors import RegistryError
-from crawler_ops.hooks.registry import SchemaRegistryHook, framed, subject_of, unframed
-from crawler_ops.schemas import incompatible_fields, json_schema_breaks
+from crawler_ops.hooks.kafka.registry import SchemaRegistryHook, framed, subject_of, unframed
+from crawler_ops.message.schemas import incompatible_fields, json_schema_breaks
 
 CONTENT = {"Content-Type": "application/vnd.schemaregistry.v1+json"}
 

@@ -21,7 +21,7 @@ from crawler_ops.crawl.chunk import crawl_chunk
 from crawler_ops.crawl.commit import commit_run
 from crawler_ops.crawl.plan import plan_run
 from crawler_ops.crawl.run import RunContext, RunParams
-from crawler_ops.hooks.tokens import reset_tokens
+from crawler_ops.hooks.source.tokens import reset_tokens
 from tests.support import (
     DemoSource,
     Receiver,

@@ -21,7 +21,7 @@ from crawler_ops.crawl.commit import commit_run
 from crawler_ops.crawl.plan import plan_run
 from crawler_ops.crawl.run import RunContext, RunParams
 from crawler_ops.errors import SourceError
-from crawler_ops.hooks.source import SourceApiHook
+from crawler_ops.hooks.source.hook import SourceApiHook
 from crawler_ops.ops.status import stored_status
 from tests.support import cli, duplicates, make_task, query, read_topic, run_record, watermark
 

@@ -11,7 +11,7 @@ import psycopg
 import pytest
 
 from crawler_ops.config import LoadedConfig
-from crawler_ops.hooks.store import CrawlStoreHook
+from crawler_ops.hooks.store.hook import CrawlStoreHook
 from crawler_ops.ops import status
 from tests.support import make_task, query
 from tests.waiting import wait_until

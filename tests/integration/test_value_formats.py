@@ -18,10 +18,10 @@ import pytest
 
 from crawler_ops.crawl.batch_filter import BatchFilter
 from crawler_ops.crawl.run import RunContext, RunParams
-from crawler_ops.hooks.registry import SchemaRegistryHook, subject_of
+from crawler_ops.hooks.kafka.registry import SchemaRegistryHook, subject_of
+from crawler_ops.message.schemas import avro_schema
+from crawler_ops.message.values import json_name, unframed
 from crawler_ops.planning import Batch
-from crawler_ops.schemas import avro_schema
-from crawler_ops.values import json_name, unframed
 from tests.support import REPO, make_task, read_topic, run_record, watermark
 
 pytestmark = pytest.mark.integration

@@ -1,6 +1,8 @@
 """The package's layering: imports only go down, and no module imports itself in a circle.
 
-Layers, bottom to top: the pure core (the modules at the package root and ``config``), ``hooks``, ``telemetry``,
+Layers, bottom to top: the pure core (the modules at the package root, ``config`` and ``message``), ``hooks`` (in
+three sub-layers: ``hooks.store`` and the shared ``hooks.http``; ``hooks.kafka``; ``hooks.source``, whose rate limits
+and shared tokens live in the crawler database), ``telemetry``,
 ``crawl`` and ``executor`` (side by side, neither importing the other), ``ops``, ``migration``, ``operators`` (the
 steps as operators a DAG uses), ``factory`` and the CLI (``__main__``). Every import counts, the ones inside
 functions too: a lazy import is still a dependency. The graph is read from the source with :mod:`ast`, so the test
@@ -16,8 +18,12 @@ import pytest
 
 PACKAGE = Path(__file__).resolve().parents[2] / "plugins" / "crawler_ops"
 
-# Subpackage -> rank; modules at the root (and the config package) are rank 0. Equal ranks may not import each other.
+# Subpackage -> rank; modules at the root (and the config and message packages) are rank 0. Equal ranks in different
+# groups may not import each other.
 RANKS = {"hooks": 1, "telemetry": 2, "crawl": 3, "executor": 3, "ops": 4, "migration": 5, "operators": 6, "factory": 7}
+# The folders of ``hooks``, one per system, ranked within it; the modules at its root (``hooks.http``) share the
+# lowest sub-layer with the store.
+HOOK_RANKS = {"store": 1.0, "kafka": 1.2, "source": 1.4}
 CLI_RANK = 8
 # A deprecated alias at its old root path re-exports the moved module.
 ALIASES = {"crawler_ops.webhook": "crawler_ops.telemetry.webhook"}
@@ -37,6 +43,8 @@ def rank(module: str) -> tuple[int, str]:
         return rank(ALIASES[module])
     if len(parts) > 1 and parts[1] == "__main__":
         return CLI_RANK, "cli"
+    if len(parts) > 3 and parts[1] == "hooks" and parts[2] in HOOK_RANKS:
+        return HOOK_RANKS[parts[2]], f"hooks.{parts[2]}"
     if len(parts) > 2 and parts[1] in RANKS:
         return RANKS[parts[1]], parts[1]
     if len(parts) > 1 and parts[1] in RANKS:  # the subpackage's own __init__
@@ -145,11 +153,23 @@ def test_the_core_does_not_import_airflow_at_module_level() -> None:
     [
         ({"crawler_ops.planning": {"crawler_ops.crawl.plan"}}, True),
         ({"crawler_ops.crawl.chunk": {"crawler_ops.executor.worker"}}, True),
-        ({"crawler_ops.hooks.store": {"crawler_ops.ops.status"}}, True),
-        ({"crawler_ops.crawl.chunk": {"crawler_ops.crawl.ledger", "crawler_ops.hooks.store"}}, False),
+        ({"crawler_ops.hooks.store.hook": {"crawler_ops.ops.status"}}, True),
+        ({"crawler_ops.crawl.chunk": {"crawler_ops.crawl.ledger", "crawler_ops.hooks.store.hook"}}, False),
         ({"crawler_ops.factory.crawl": {"crawler_ops.crawl.plan"}}, False),
+        ({"crawler_ops.hooks.store.db": {"crawler_ops.hooks.source.auth"}}, True),
+        ({"crawler_ops.hooks.kafka.registry": {"crawler_ops.hooks.source.hook"}}, True),
+        ({"crawler_ops.hooks.source.tokens": {"crawler_ops.hooks.store.db", "crawler_ops.hooks.http"}}, False),
     ],
-    ids=["core-imports-crawl", "crawl-imports-executor", "hooks-import-ops", "down-and-within", "factory-down"],
+    ids=[
+        "core-imports-crawl",
+        "crawl-imports-executor",
+        "hooks-import-ops",
+        "down-and-within",
+        "factory-down",
+        "store-imports-source",
+        "kafka-imports-source",
+        "source-down-to-store",
+    ],
 )
 def test_the_layer_check_sees_an_upward_import(graph: dict[str, set[str]], expected: bool) -> None:
     assert bool(upward_imports(graph)) is expected

@@ -23,7 +23,6 @@ from crawler_ops.planning import (
     iter_gaps,
     iter_plan,
     merge,
-    plan_batches,
 )
 from tests.waiting import python_calls
 
@@ -149,18 +148,18 @@ def test_merge_returns_sorted_disjoint_non_touching_intervals(
     assert merge(intervals) == expected
 
 
-# --- plan_batches and fill_gaps: examples ---------------------------------------------------------------
+# --- iter_plan and fill_gaps: examples ---------------------------------------------------------------
 
 
 def test_first_crawl_covers_the_oldest_partial_batch() -> None:
-    plan = plan_batches(total=1050, watermark=0, batch_size=100)
+    plan = list(iter_plan(total=1050, watermark=0, batch_size=100))
     assert plan[0] == Batch(950, 1050)
     assert plan[-1] == Batch(0, 50)
     assert len(plan) == 11
 
 
 def test_incremental_run_does_not_recrawl_the_page_at_the_watermark() -> None:
-    plan = plan_batches(total=1250, watermark=1000, batch_size=100)
+    plan = list(iter_plan(total=1250, watermark=1000, batch_size=100))
     assert plan == [Batch(1150, 1250), Batch(1050, 1150), Batch(1000, 1050)]
 
 
@@ -170,12 +169,12 @@ def test_incremental_run_does_not_recrawl_the_page_at_the_watermark() -> None:
     ids=["nothing-new", "source-shrank", "empty-source"],
 )
 def test_nothing_is_planned_when_the_source_has_nothing_above_the_watermark(total: int, watermark: int) -> None:
-    assert plan_batches(total=total, watermark=watermark, batch_size=100) == []
+    assert list(iter_plan(total=total, watermark=watermark, batch_size=100)) == []
 
 
 def test_done_batches_are_not_planned_again_and_the_gaps_around_them_are() -> None:
     done = [Batch(900, 1000), Batch(500, 600)]
-    plan = plan_batches(total=1000, watermark=400, batch_size=100, done=done)
+    plan = list(iter_plan(total=1000, watermark=400, batch_size=100, done=done))
     assert plan == [Batch(800, 900), Batch(700, 800), Batch(600, 700), Batch(400, 500)]
 
 
@@ -183,17 +182,17 @@ def test_pending_rows_keep_their_boundaries_after_the_total_grew() -> None:
     # Planned earlier with total=1000 and batch 100; [900, 1000) failed, the source has grown since.
     pending = [Batch(900, 1000)]
     done = [Batch(v, v + 100) for v in range(0, 900, 100)]
-    plan = plan_batches(total=1234, watermark=0, batch_size=100, done=done, pending=pending)
+    plan = list(iter_plan(total=1234, watermark=0, batch_size=100, done=done, pending=pending))
     assert plan == [Batch(1134, 1234), Batch(1034, 1134), Batch(1000, 1034), Batch(900, 1000)]
 
 
 def test_pending_rows_at_or_above_a_shrunken_total_are_not_planned() -> None:
-    plan = plan_batches(total=1000, watermark=800, batch_size=100, pending=[Batch(1000, 1100), Batch(800, 900)])
+    plan = list(iter_plan(total=1000, watermark=800, batch_size=100, pending=[Batch(1000, 1100), Batch(800, 900)]))
     assert plan == [Batch(900, 1000), Batch(800, 900)]
 
 
 def test_a_pending_row_straddling_a_shrunken_total_is_planned_up_to_the_total() -> None:
-    plan = plan_batches(total=950, watermark=800, batch_size=100, pending=[Batch(900, 1000)])
+    plan = list(iter_plan(total=950, watermark=800, batch_size=100, pending=[Batch(900, 1000)]))
     assert plan == [Batch(900, 950), Batch(800, 900)]
 
 
@@ -204,7 +203,7 @@ def test_after_the_source_shrinks_the_plan_still_covers_every_offset_once_and_st
 ) -> None:
     old_total, watermark, batch_size, done, pending = case
     total = max(watermark, old_total - lost)  # shrank, not below the watermark (that is on_shrink's business)
-    plan = plan_batches(total, watermark, batch_size, done=done, pending=pending)
+    plan = list(iter_plan(total, watermark, batch_size, done=done, pending=pending))
 
     assert all(b.hi <= total for b in plan), "no batch reaches past the total: its page would be short"
     done_below = [(b.lo, min(b.hi, total)) for b in done if b.lo < total]
@@ -213,12 +212,12 @@ def test_after_the_source_shrinks_the_plan_still_covers_every_offset_once_and_st
 
 
 def test_floor_stops_new_batches_but_keeps_pending_rows_below_it() -> None:
-    plan = plan_batches(total=1000, watermark=0, batch_size=100, pending=[Batch(100, 200)], floor=750)
+    plan = list(iter_plan(total=1000, watermark=0, batch_size=100, pending=[Batch(100, 200)], floor=750))
     assert plan == [Batch(900, 1000), Batch(800, 900), Batch(750, 800), Batch(100, 200)]
 
 
 def test_floor_below_the_watermark_changes_nothing() -> None:
-    assert plan_batches(1000, 500, 100, floor=200) == plan_batches(1000, 500, 100)
+    assert list(iter_plan(1000, 500, 100, floor=200)) == list(iter_plan(1000, 500, 100))
 
 
 def test_fill_gaps_cuts_each_gap_from_its_top() -> None:
@@ -229,10 +228,10 @@ def test_fill_gaps_cuts_each_gap_from_its_top() -> None:
 @pytest.mark.parametrize("batch_size", [0, -5], ids=["zero", "negative"])
 def test_a_batch_size_below_one_is_rejected(batch_size: int) -> None:
     with pytest.raises(ValueError, match=r"batch_size must be >= 1"):
-        plan_batches(total=100, watermark=0, batch_size=batch_size)
+        list(iter_plan(total=100, watermark=0, batch_size=batch_size))
 
 
-# --- plan_batches: properties ---------------------------------------------------------------------------
+# --- iter_plan: properties ---------------------------------------------------------------------------
 
 
 @PROPERTY
@@ -245,7 +244,7 @@ def test_plan_and_done_rows_cover_every_offset_above_the_watermark_exactly_once(
     case: tuple[int, int, int, list[Batch], list[Batch]],
 ) -> None:
     total, watermark, batch_size, done, pending = case
-    plan = plan_batches(total, watermark, batch_size, done=done, pending=pending)
+    plan = list(iter_plan(total, watermark, batch_size, done=done, pending=pending))
 
     if watermark >= total:
         assert plan == []
@@ -267,7 +266,7 @@ def test_an_aligned_plan_covers_every_offset_once_and_no_new_batch_straddles_a_p
     case: tuple[int, int, int, list[Batch], list[Batch]],
 ) -> None:
     total, watermark, batch_size, done, pending = case
-    plan = plan_batches(total, watermark, batch_size, done=done, pending=pending, aligned=True)
+    plan = list(iter_plan(total, watermark, batch_size, done=done, pending=pending, aligned=True))
 
     if watermark >= total:
         assert plan == []
@@ -286,7 +285,7 @@ def test_floor_limits_new_batches_while_pending_rows_below_it_are_still_planned(
     case: tuple[int, int, int, list[Batch], list[Batch]], floor: int
 ) -> None:
     total, watermark, batch_size, done, pending = case
-    plan = plan_batches(total, watermark, batch_size, done=done, pending=pending, floor=floor)
+    plan = list(iter_plan(total, watermark, batch_size, done=done, pending=pending, floor=floor))
 
     if watermark >= total:
         assert plan == []
@@ -323,7 +322,7 @@ def test_the_lazy_plan_yields_the_newest_batches_first_in_the_order_of_the_whole
     whole = _eager_plan(total, watermark, batch_size, done, pending, floor)
 
     assert list(itertools.islice(iter_plan(total, watermark, batch_size, done, pending, floor), taken)) == whole[:taken]
-    assert plan_batches(total, watermark, batch_size, done, pending, floor) == whole
+    assert list(iter_plan(total, watermark, batch_size, done, pending, floor)) == whole
 
 
 @PROPERTY
@@ -423,7 +422,7 @@ def test_chunks_hold_every_batch_once_in_plan_order_with_near_equal_sizes(
 )
 def test_a_million_records_map_to_far_fewer_instances_than_max_map_length(max_chunks: int) -> None:
     min_batches = CrawlTaskConfig.model_fields["min_batches_per_chunk"].default
-    plan = plan_batches(total=10**6, watermark=0, batch_size=100)
+    plan = list(iter_plan(total=10**6, watermark=0, batch_size=100))
     chunks = chunk_batches(plan, max_chunks=max_chunks, min_batches_per_chunk=min_batches)
 
     assert len(plan) == 10_000
@@ -435,7 +434,7 @@ def test_a_million_records_map_to_far_fewer_instances_than_max_map_length(max_ch
 
 
 def test_few_batches_make_a_single_chunk() -> None:
-    batches = plan_batches(total=500, watermark=0, batch_size=100)
+    batches = list(iter_plan(total=500, watermark=0, batch_size=100))
     assert chunk_batches(batches, max_chunks=16, min_batches_per_chunk=20) == [Chunk(tuple(batches))]
 
 

@@ -8,8 +8,8 @@ from datetime import UTC, datetime, timedelta
 
 import msgspec
 
-from crawler_ops.filtering import DateRule, Window
-from crawler_ops.records import build_messages
+from crawler_ops.message.filtering import DateRule, Window
+from crawler_ops.message.records import build_messages
 from crawler_ops.transforms import OLD_JOB_FIELDS, bind_task_id, job_posting, old_job_data
 
 RAW = {

@@ -18,10 +18,10 @@ from crawler_ops.config.source_auth import SourceAuth
 from crawler_ops.config.source_paging import PaginatorConfig, RequestConfig, check_request, default_query
 from crawler_ops.config.source_responses import ResponseRule, check_rules
 from crawler_ops.config.source_window import WindowFilterConfig, check_window_filter
-from crawler_ops.filtering import DateRule
 from crawler_ops.lineage import env_bootstrap_servers, kafka_server
-from crawler_ops.shaping import FIXED_HEADERS, MessageShape, Template
-from crawler_ops.values import check_value_schema
+from crawler_ops.message.filtering import DateRule
+from crawler_ops.message.shaping import FIXED_HEADERS, MessageShape, Template
+from crawler_ops.message.values import check_value_schema
 
 if TYPE_CHECKING:
     from airflow.sdk import Asset
@@ -176,7 +176,7 @@ class SourceConfig(SourceShape):
     concurrency: int = Field(
         8, ge=1, le=64, description="pages fetched concurrently within one chunk (also the window search's width)"
     )
-    # Per-connection limits shared by every task, run and worker on it (crawler_ops.hooks.ratelimit). The
+    # Per-connection limits shared by every task, run and worker on it (crawler_ops.hooks.source.ratelimit). The
     # defaults suit a public API; a source you own can take more, and null turns a limit off (benchmarks).
     requests_per_s: float | None = Field(
         10.0,

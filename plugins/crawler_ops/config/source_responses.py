@@ -4,7 +4,7 @@ throttling, an expired token or an error in the body of an HTTP 200 (pure: no I/
 A rule's ``when`` reads one value of the envelope at a dotted path (the style of ``records_path``) and compares it
 (``equals``, ``in``, ``exists``); ``status`` makes a rule read the body of an answer with that HTTP status instead of
 a 200. The first rule that matches decides; an answer no rule matches is read as a page (or a count) as without
-rules. Matching is :mod:`crawler_ops.hooks.rules`.
+rules. Matching is :mod:`crawler_ops.hooks.source.rules`.
 """
 
 from __future__ import annotations

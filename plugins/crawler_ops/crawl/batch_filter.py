@@ -1,8 +1,8 @@
 """Filtering a fetched page into the messages of its batch, within a crawl chunk; and a first crawl's early stop.
 
 A page's records are kept when their date (``aae397``, else ``Collect_time``, as configured) falls in the run's
-window, keyed and encoded (:func:`crawler_ops.records.build_messages`); records too large for Kafka and records that
-are not valid become dead letters, sent to the dead-letter topic when one is configured. Nothing here produces.
+window, keyed and encoded (:func:`crawler_ops.message.records.build_messages`); records too large for Kafka and records
+that are not valid become dead letters, sent to the dead-letter topic when one is configured. Nothing here produces.
 """
 
 from __future__ import annotations
@@ -18,9 +18,9 @@ from crawler_ops.config import CrawlTaskConfig
 from crawler_ops.crawl.contract import decoded_records, evolve_codec, value_codec
 from crawler_ops.crawl.run import RunContext
 from crawler_ops.errors import ConfigError, SourceError
-from crawler_ops.filtering import Window
+from crawler_ops.message.filtering import Window
+from crawler_ops.message.records import Message, PageResult, Transform, build_messages, dead_letter_messages, too_large
 from crawler_ops.planning import Batch
-from crawler_ops.records import Message, PageResult, Transform, build_messages, dead_letter_messages, too_large
 from crawler_ops.results import BatchOutcome, DeadLetter, RunCounts
 from crawler_ops.transforms import bind_task_id
 

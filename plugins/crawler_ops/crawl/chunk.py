@@ -45,11 +45,17 @@ from crawler_ops.crawl.page_check import PageChecker
 from crawler_ops.crawl.run import RunContext
 from crawler_ops.drift import FieldProfile, profile_values
 from crawler_ops.errors import PageSkippedError, StatusTableError
-from crawler_ops.hooks.budget import ByteBudget, PageAccount
-from crawler_ops.hooks.exactly_once import MarkerLog, TransactionalPublisher, transactional_id
-from crawler_ops.hooks.paging import check_view_page
-from crawler_ops.hooks.producer import DryRunPublisher, IdempotentProducerHook, KafkaPublisher, Publisher, task_settings
-from crawler_ops.hooks.source import SourceApiHook
+from crawler_ops.hooks.kafka.exactly_once import MarkerLog, TransactionalPublisher, transactional_id
+from crawler_ops.hooks.kafka.producer import (
+    DryRunPublisher,
+    IdempotentProducerHook,
+    KafkaPublisher,
+    Publisher,
+    task_settings,
+)
+from crawler_ops.hooks.source.budget import ByteBudget, PageAccount
+from crawler_ops.hooks.source.hook import SourceApiHook
+from crawler_ops.hooks.source.paging import check_view_page
 from crawler_ops.planning import Batch, ChunkPlan
 from crawler_ops.results import BatchOutcome, ChunkResult, RunCounts
 

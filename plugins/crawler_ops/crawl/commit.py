@@ -17,7 +17,7 @@ from crawler_ops.crawl.run import RunContext
 from crawler_ops.crawl.window import window_failure
 from crawler_ops.drift import Drift, FieldProfile, compare
 from crawler_ops.errors import CrawlerError
-from crawler_ops.hooks.store import CrawlStoreHook, Cursor
+from crawler_ops.hooks.store.hook import CrawlStoreHook, Cursor
 from crawler_ops.planning import Batch, ChunkPlan, advance_watermark
 from crawler_ops.results import RunCounts, RunRecord, RunStatus, RunSummary
 from crawler_ops.telemetry.notify import notify_run

@@ -8,8 +8,8 @@ In plan, under the subject ``<topic>-value``:
   plan, naming the fields that break;
 - without it, the subject's latest version is used; a new subject gets a closed schema inferred from the newest page.
 
-Then the newest page's kept records are checked against the schema (:class:`~crawler_ops.values.ValueCodec`). When
-some do not fit, ``kafka.contract`` decides: ``freeze`` fails the plan naming each field and how many records;
+Then the newest page's kept records are checked against the schema (:class:`~crawler_ops.message.values.ValueCodec`).
+When some do not fit, ``kafka.contract`` decides: ``freeze`` fails the plan naming each field and how many records;
 ``evolve`` registers a widened schema (the old one merged with what the records show); ``discard_row`` keeps the
 schema, and the chunks dead-letter each record that does not fit, naming the field.
 
@@ -34,8 +34,8 @@ import msgspec
 from crawler_ops.config import CrawlTaskConfig
 from crawler_ops.config.loading import config_path
 from crawler_ops.errors import ConfigError, RegistryError, SourceError
-from crawler_ops.hooks.registry import SchemaRegistryHook, SchemaType, subject_of
-from crawler_ops.schemas import (
+from crawler_ops.hooks.kafka.registry import SchemaRegistryHook, SchemaType, subject_of
+from crawler_ops.message.schemas import (
     avro_schema,
     incompatible_fields,
     json_schema,
@@ -43,7 +43,7 @@ from crawler_ops.schemas import (
     widen_avro_schema,
     widen_json_schema,
 )
-from crawler_ops.values import Misfit, ValueCodec
+from crawler_ops.message.values import Misfit, ValueCodec
 
 log = logging.getLogger(__name__)
 

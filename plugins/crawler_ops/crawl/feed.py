@@ -27,17 +27,17 @@ from crawler_ops.crawl.ledger import DryRunLedger, Ledger, RunRecordLedger, Stat
 from crawler_ops.crawl.run import RunContext
 from crawler_ops.drift import profile_values
 from crawler_ops.errors import ConfigError, SourceError, StatusTableError
-from crawler_ops.filtering import DateRule, record_date
-from crawler_ops.hooks.exactly_once import TransactionalPublisher
-from crawler_ops.hooks.feed import FeedPage, feed_reader, feed_send
-from crawler_ops.hooks.feed_rows import FeedRows, Mark, PageRow
-from crawler_ops.hooks.producer import Publisher
-from crawler_ops.hooks.source import SourceApiHook
-from crawler_ops.hooks.store import CrawlStoreHook, Cursor
+from crawler_ops.hooks.kafka.exactly_once import TransactionalPublisher
+from crawler_ops.hooks.kafka.producer import Publisher
+from crawler_ops.hooks.source.feed import FeedPage, feed_reader, feed_send
+from crawler_ops.hooks.source.hook import SourceApiHook
+from crawler_ops.hooks.store.feed_rows import FeedRows, Mark, PageRow
+from crawler_ops.hooks.store.hook import CrawlStoreHook, Cursor
+from crawler_ops.hooks.store.status_table import DONE
+from crawler_ops.message.filtering import DateRule, record_date
+from crawler_ops.message.records import record_head
 from crawler_ops.planning import Batch, ChunkPlan
-from crawler_ops.records import record_head
 from crawler_ops.results import BatchOutcome, ChunkResult, RunCounts, RunRecord
-from crawler_ops.status_table import DONE
 
 log = logging.getLogger(__name__)
 

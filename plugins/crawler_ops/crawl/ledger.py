@@ -19,7 +19,7 @@ from typing import Protocol
 
 from crawler_ops.crawl.run import RunContext
 from crawler_ops.errors import CrawlerError
-from crawler_ops.hooks.store import CrawlStoreHook, Cursor, finish_batch
+from crawler_ops.hooks.store.hook import CrawlStoreHook, Cursor, finish_batch
 from crawler_ops.planning import Batch
 from crawler_ops.results import METRIC_COUNTERS, BatchOutcome
 from crawler_ops.telemetry import metrics
@@ -199,8 +199,8 @@ class StatusTableLedger(RunRecordLedger):
             return self.store.batches.renew(cur, batch, self.token)
 
     def finish(self, outcome: BatchOutcome, next_batch: Batch | None = None) -> tuple[int, bool]:
-        """One statement, which commits on its own (:func:`~crawler_ops.hooks.store.finish_batch`); in a transaction
-        with the batch's dead letters when it has some."""
+        """One statement, which commits on its own (:func:`~crawler_ops.hooks.store.hook.finish_batch`); in a
+        transaction with the batch's dead letters when it has some."""
         store, run_id = self.store, self.run_id
         with store.transaction() if outcome.dead_letters else store.single() as cur:
             store.add_dead_letters(cur, run_id, outcome.dead_letters)  # none: no statement

@@ -63,7 +63,8 @@ def import_msgspec(msgspec_dir: str) -> Any:
 
 def envelope(msgspec: Any, records_path: str, node: Any) -> Any:
     """The type of a page's body down to ``records_path``, its records list of ``node``: as the parent's
-    ``crawler_ops.hooks.responses.envelope_decoder`` builds it (other keys skipped, each level's value in ``v``)."""
+    ``crawler_ops.hooks.source.responses.envelope_decoder`` builds it (other keys skipped, each level's value in
+    ``v``)."""
     for depth, step in enumerate(reversed(records_path.split("."))):
         node = msgspec.defstruct(f"PageLevel{depth}", [("v", node)], rename={"v": step})
     return node
@@ -78,8 +79,8 @@ def unwrap(document: Any, records_path: str) -> Any:
 class Reader:
     """Answers requests: the fields of each record (none without ``fields``) and, for a body, where each record lies.
 
-    A record's fields are read as :func:`crawler_ops.records.head_struct` reads them (absent ones None), which the
-    tests compare."""
+    A record's fields are read as :func:`crawler_ops.message.records.head_struct` reads them (absent ones None),
+    which the tests compare."""
 
     def __init__(self, msgspec: Any, fields: list[str], records_path: str) -> None:
         self.msgspec, self.records_path = msgspec, records_path
@@ -94,7 +95,8 @@ class Reader:
 
     def records(self, data: bytes, most: int) -> list[Any]:
         """The records of a body as raw JSON; more than ``most`` (unless 0) raise as soon as the one after is read, as
-        ``crawler_ops.hooks.responses.counted_page_decoder`` does: an array-like struct of ``most`` optional fields."""
+        ``crawler_ops.hooks.source.responses.counted_page_decoder`` does: an array-like struct of ``most`` optional
+        fields."""
         msgspec = self.msgspec
         if most not in self.records_of_body:
             node: Any = list[msgspec.Raw]  # type: ignore[name-defined]  # msgspec is imported at run time

@@ -20,11 +20,13 @@ from crawler_ops.crawl.ledger import parked_message
 from crawler_ops.crawl.run import RunContext
 from crawler_ops.crawl.window import counted_window_start
 from crawler_ops.errors import CrawlerError, SourceError
-from crawler_ops.filtering import DateRule, record_date
-from crawler_ops.hooks.exactly_once import MARKER_TOPIC_CONFIG
-from crawler_ops.hooks.producer import IdempotentProducerHook, ensure_topic
-from crawler_ops.hooks.source import SourceApiHook
-from crawler_ops.hooks.store import CrawlStoreHook, Cursor
+from crawler_ops.hooks.kafka.exactly_once import MARKER_TOPIC_CONFIG
+from crawler_ops.hooks.kafka.producer import IdempotentProducerHook, ensure_topic
+from crawler_ops.hooks.source.hook import SourceApiHook
+from crawler_ops.hooks.store.hook import CrawlStoreHook, Cursor
+from crawler_ops.hooks.store.status_table import DONE, PARKED
+from crawler_ops.message.filtering import DateRule, record_date
+from crawler_ops.message.records import record_head
 from crawler_ops.planning import (
     Batch,
     ChunkPlan,
@@ -35,9 +37,7 @@ from crawler_ops.planning import (
     iter_plan,
     search_bracket,
 )
-from crawler_ops.records import record_head
 from crawler_ops.results import RunMode
-from crawler_ops.status_table import DONE, PARKED
 from crawler_ops.telemetry.notify import notify_run
 
 log = logging.getLogger(__name__)

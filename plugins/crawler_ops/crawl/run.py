@@ -12,15 +12,15 @@ from airflow.sdk.exceptions import AirflowFailException
 
 from crawler_ops.config import CrawlTaskConfig
 from crawler_ops.errors import ConfigError
-from crawler_ops.filtering import Window
-from crawler_ops.records import head_fields
+from crawler_ops.message.filtering import Window
+from crawler_ops.message.records import head_fields
 
 if TYPE_CHECKING:
     from confluent_kafka.admin import AdminClient
 
-    from crawler_ops.hooks.source import SourceApiHook
-    from crawler_ops.hooks.store import CrawlStoreHook
-    from crawler_ops.hooks.topics import TaskTopics
+    from crawler_ops.hooks.kafka.topics import TaskTopics
+    from crawler_ops.hooks.source.hook import SourceApiHook
+    from crawler_ops.hooks.store.hook import CrawlStoreHook
 
 
 # The JSON-schema dialect of the crawl DAGs' Params (:meth:`RunParams.airflow_params`).
@@ -206,10 +206,10 @@ class RunContext:
         """The source hook, paced by this process's limiter of the source connection, which shares the rate through
         the task's crawler database; ``filtered``: its count and pages are the window's filtered view (default:
         :attr:`reads_filtered_view`)."""
-        from crawler_ops.hooks.paging import Paging
-        from crawler_ops.hooks.ratelimit import limiter_for
-        from crawler_ops.hooks.source import SourceApiHook
-        from crawler_ops.hooks.tokens import token_for
+        from crawler_ops.hooks.source.hook import SourceApiHook
+        from crawler_ops.hooks.source.paging import Paging
+        from crawler_ops.hooks.source.ratelimit import limiter_for
+        from crawler_ops.hooks.source.tokens import token_for
 
         fields = head_fields(self.cfg.filter.date_fields, self.cfg.kafka.shape)
         limiter = limiter_for(self.cfg.source, self.cfg.postgres_conn_id)
@@ -223,12 +223,12 @@ class RunContext:
 
     def topics(self, admin: Callable[[], AdminClient]) -> TaskTopics:
         """Makes the topics this run sends records to ready (``admin`` gives the admin client when first needed)."""
-        from crawler_ops.hooks.topics import TaskTopics
+        from crawler_ops.hooks.kafka.topics import TaskTopics
 
         return TaskTopics(admin, self.cfg.kafka, self.cfg.id, self.cfg.filter.days, self.window.start)
 
     def store(self) -> CrawlStoreHook:
-        from crawler_ops.hooks.store import CrawlStoreHook
+        from crawler_ops.hooks.store.hook import CrawlStoreHook
 
         return CrawlStoreHook(self.cfg.postgres_conn_id, self.cfg.id)
 

@@ -22,7 +22,7 @@ from crawler_ops.errors import ConfigError
 from crawler_ops.executor import udf
 from crawler_ops.executor.leases import LeaseBook
 from crawler_ops.executor.udf_child import read_frame, write_frame
-from crawler_ops.status_table import ClaimedRow
+from crawler_ops.hooks.store.status_table import ClaimedRow
 
 log = logging.getLogger(__name__)
 STOP_WAIT_S = 2.0

@@ -21,7 +21,7 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from crawler_ops.status_table import ClaimedRow
+from crawler_ops.hooks.store.status_table import ClaimedRow
 
 TIMED_OUT = "timed out after {:g}s"
 

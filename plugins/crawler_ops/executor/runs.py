@@ -11,7 +11,7 @@ from typing import Any
 from crawler_ops.config import ExecutorTaskConfig
 from crawler_ops.executor.tables import executor_hook, resolve_tables
 from crawler_ops.executor.worker import WorkerCounts
-from crawler_ops.status_table import STATUS_NAMES
+from crawler_ops.hooks.store.status_table import STATUS_NAMES
 
 log = logging.getLogger(__name__)
 PARKED_SHOWN = 20

@@ -15,9 +15,9 @@ from psycopg import sql
 
 from crawler_ops.config import ExecutorTaskConfig
 from crawler_ops.errors import ConfigError, StatusTableError
-from crawler_ops.hooks import db
-from crawler_ops.hooks.db import CrawlerDbHook
-from crawler_ops.status_table import ExecutorRows, SourceParts, StatusTable, ensure_runs_table
+from crawler_ops.hooks.store import db
+from crawler_ops.hooks.store.db import CrawlerDbHook
+from crawler_ops.hooks.store.status_table import ExecutorRows, SourceParts, StatusTable, ensure_runs_table
 
 log = logging.getLogger(__name__)
 

@@ -26,8 +26,8 @@ from crawler_ops.executor.calls import Caller, ProcessCaller, ThreadCaller, load
 from crawler_ops.executor.leases import LeaseBook, LeaseTimes, Outcomes
 from crawler_ops.executor.tables import Tables, executor_hook, resolve_tables
 from crawler_ops.executor.udf import FunctionLoadError
-from crawler_ops.hooks.db import CrawlerDbHook
-from crawler_ops.status_table import PARKED, ClaimedRow
+from crawler_ops.hooks.store.db import CrawlerDbHook
+from crawler_ops.hooks.store.status_table import PARKED, ClaimedRow
 
 log = logging.getLogger(__name__)
 PROGRESS_EVERY_S = 5.0

@@ -13,9 +13,6 @@ from airflow.sdk.exceptions import AirflowFailException
 
 from crawler_ops.config import SPECIAL_SCHEDULES, CrawlTaskConfig, DagSettings, ExecutorTaskConfig, broken_dag_id
 
-# The steps' failure policy, also that of the executor DAG's tasks (and ``crawler_ops.factory``'s name for it).
-from crawler_ops.operators.failures import no_retry_for_permanent_errors as no_retry_for_permanent_errors
-
 log = logging.getLogger(__name__)
 TAGS = ("crawler_ops", "crawl")
 

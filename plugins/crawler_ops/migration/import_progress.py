@@ -19,10 +19,10 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from crawler_ops.config import CrawlTaskConfig, LoadedConfig, config_path
-from crawler_ops.hooks.db import CrawlerDbHook, Cursor
-from crawler_ops.hooks.progress_import import RUN_MODE, ProgressImportHook
+from crawler_ops.hooks.store.db import CrawlerDbHook, Cursor
+from crawler_ops.hooks.store.progress_import import RUN_MODE, ProgressImportHook
+from crawler_ops.hooks.store.status_table import STATUS_NAMES
 from crawler_ops.migration.old_status import CurrentProgress, ImportStep, OldProgress, plan_import, read_old_status
-from crawler_ops.status_table import STATUS_NAMES
 
 log = logging.getLogger(__name__)
 

@@ -39,7 +39,8 @@ class CrawlLineage:
 
     def source(self) -> DatasetName:
         """The source data set: the connection's base URL and the path of its page requests."""
-        from crawler_ops.hooks.source import SourceApiHook, base_url
+        from crawler_ops.hooks.http import base_url
+        from crawler_ops.hooks.source.hook import SourceApiHook
 
         cfg = self.cfg
         hook = SourceApiHook(cfg.source, cfg.id, cfg.source_task)
@@ -47,7 +48,7 @@ class CrawlLineage:
 
     def topic(self) -> DatasetName:
         """The topic, named by the Kafka connection's first bootstrap server."""
-        from crawler_ops.hooks.producer import IdempotentProducerHook
+        from crawler_ops.hooks.kafka.producer import IdempotentProducerHook
 
         servers = IdempotentProducerHook(self.cfg.kafka.conn_id).client_config()["bootstrap.servers"]
         return kafka_dataset(str(servers), self.cfg.kafka.topic)

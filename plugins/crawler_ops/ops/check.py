@@ -1,5 +1,5 @@
 """``crawler-ops check``: one total, the newest page and the oldest record of a task's source, through the task's own
-auth, rate limit and deadline, judged by :mod:`crawler_ops.source_check`.
+auth, rate limit and deadline, judged by :mod:`crawler_ops.ops.source_check`.
 
 At most three requests when the source has a count endpoint (without one the total is probed: about ``2 log2(total /
 batch_size)`` more): the count, the newest page (offsets ``[total - batch_size, total)``, or the newest page of a page
@@ -21,14 +21,13 @@ from crawler_ops.crawl.batch_filter import BatchFilter, load_transform
 from crawler_ops.crawl.contract import decoded_records, registry_report
 from crawler_ops.crawl.run import RunContext, RunParams
 from crawler_ops.errors import CrawlerError, SourceError
-from crawler_ops.hooks.auth import redact
-from crawler_ops.hooks.deadline import deadline
-from crawler_ops.hooks.feed import feed_send, read_feed
-from crawler_ops.hooks.source import SourceApiHook
-from crawler_ops.planning import Batch
-from crawler_ops.records import Message, Page, full_record, record_head
-from crawler_ops.schemas import avro_schema, json_schema
-from crawler_ops.source_check import (
+from crawler_ops.hooks.http import deadline
+from crawler_ops.hooks.source.auth import redact
+from crawler_ops.hooks.source.feed import feed_send, read_feed
+from crawler_ops.hooks.source.hook import SourceApiHook
+from crawler_ops.message.records import Message, Page, full_record, record_head
+from crawler_ops.message.schemas import avro_schema, json_schema
+from crawler_ops.ops.source_check import (
     Dated,
     Rate,
     date_report,
@@ -41,6 +40,7 @@ from crawler_ops.source_check import (
     records_at,
     window_records,
 )
+from crawler_ops.planning import Batch
 
 #: The run id in the headers of a check's sample message (a crawl's own run id there).
 CHECK_RUN_ID = "check"
@@ -56,7 +56,7 @@ class CheckFailed(CrawlerError):
 
 
 def check_task(cfg: CrawlTaskConfig, now: datetime | None = None, transform: bool = True) -> dict[str, Any]:
-    """The check report of ``cfg``'s source (see :func:`crawler_ops.source_check.problems` for its verdict);
+    """The check report of ``cfg``'s source (see :func:`crawler_ops.ops.source_check.problems` for its verdict);
     ``transform``: whether the sample message runs the task's transform.
 
     :raises CheckFailed: the source did not answer, or its count cannot be read.

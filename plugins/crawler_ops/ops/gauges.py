@@ -22,7 +22,7 @@ from typing import Any
 from crawler_ops.config import CrawlTaskConfig, ExecutorTaskConfig, LoadedConfig
 from crawler_ops.executor import executor_hook
 from crawler_ops.executor.tables import resolve_tables
-from crawler_ops.hooks.reports import CrawlReportHook
+from crawler_ops.hooks.store.reports import CrawlReportHook
 from crawler_ops.ops.status import kafka_status, source_total
 from crawler_ops.telemetry import metrics
 

@@ -22,9 +22,9 @@ from psycopg import sql
 from crawler_ops.config import ExecutorTaskConfig, MaintenanceConfig
 from crawler_ops.errors import StatusTableError
 from crawler_ops.executor import executor_hook, find_table
-from crawler_ops.hooks.db import CrawlerDbHook, Cursor, table_columns
-from crawler_ops.hooks.retention import PrunedTable, RetentionHook
-from crawler_ops.status_table import StatusTable
+from crawler_ops.hooks.store.db import CrawlerDbHook, Cursor, table_columns
+from crawler_ops.hooks.store.retention import PrunedTable, RetentionHook
+from crawler_ops.hooks.store.status_table import StatusTable
 
 log = logging.getLogger(__name__)
 DAY_S = 86_400

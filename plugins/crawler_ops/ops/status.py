@@ -20,21 +20,21 @@ from confluent_kafka.admin import AdminClient, OffsetSpec
 
 from crawler_ops.config import CrawlTaskConfig, LoadedConfig
 from crawler_ops.executor import executor_status
-from crawler_ops.hooks.bounded import (
+from crawler_ops.hooks.http import deadline
+from crawler_ops.hooks.kafka.producer import IdempotentProducerHook
+from crawler_ops.hooks.source.hook import SourceApiHook
+from crawler_ops.hooks.source.paging import Paging
+from crawler_ops.hooks.source.tokens import token_for
+from crawler_ops.hooks.store.bounded import (
     CONNECT_TIMEOUT_S,
     LOCK_TIMEOUT_MS,
     STATEMENT_TIMEOUT_MS,
     BoundedSessions,
     bounded,
 )
-from crawler_ops.hooks.deadline import deadline
-from crawler_ops.hooks.paging import Paging
-from crawler_ops.hooks.producer import IdempotentProducerHook
-from crawler_ops.hooks.reports import CrawlReportHook
-from crawler_ops.hooks.source import SourceApiHook
-from crawler_ops.hooks.tokens import token_for
+from crawler_ops.hooks.store.reports import CrawlReportHook
+from crawler_ops.hooks.store.status_table import STATUS_NAMES
 from crawler_ops.results import RECORD_COUNTERS
-from crawler_ops.status_table import STATUS_NAMES
 
 log = logging.getLogger(__name__)
 

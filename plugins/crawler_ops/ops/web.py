@@ -37,8 +37,8 @@ from crawler_ops.config import LoadedConfig, broken_dag_id, load_config
 from crawler_ops.errors import ConfigError
 from crawler_ops.ops.charts import run_charts
 from crawler_ops.ops.check import check_within
+from crawler_ops.ops.source_check import render_text as render_check
 from crawler_ops.ops.status import STATUS_DEADLINE_S, collect
-from crawler_ops.source_check import render_text as render_check
 
 log = logging.getLogger(__name__)
 

@@ -22,8 +22,8 @@ import re
 
 from airflow.sdk.observability import stats
 
+from crawler_ops.hooks.store.status_table import STATUS_NAMES
 from crawler_ops.results import METRIC_COUNTERS
-from crawler_ops.status_table import STATUS_NAMES
 
 log = logging.getLogger(__name__)
 

@@ -58,7 +58,7 @@ def crawler_schema(pg: psycopg.Connection[Any]) -> None:
     """The crawler_ops schema exists (created once by any crawl; idempotent)."""
     # Imported here, not with the module: Airflow reads its settings when first imported, and pytest loads this
     # conftest before the stack's environment when the folder is named on the command line.
-    from crawler_ops.hooks.db import create_schema
+    from crawler_ops.hooks.store.db import create_schema
 
     with pg.transaction(), pg.cursor() as cur:
         create_schema(cur)

@@ -1,5 +1,5 @@
 """A run's field drift profile in PostgreSQL (crawl_run.drift_profile, added by each finished batch in its
-transaction; crawler_ops.hooks.store.DriftRows): profiles add up field by field and type by type, also when workers
+transaction; crawler_ops.hooks.store.hook.DriftRows): profiles add up field by field and type by type, also when workers
 finish batches at the same time."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from datetime import UTC, datetime
 import pytest
 
 from crawler_ops.drift import FieldProfile
-from crawler_ops.hooks.store import CrawlStoreHook
+from crawler_ops.hooks.store.hook import CrawlStoreHook
 from crawler_ops.planning import Batch
 from crawler_ops.results import BatchOutcome, RunCounts, RunRecord
 from tests.integration.logic.conftest import DB_CONN

@@ -1,5 +1,5 @@
-"""An executor's rows of its status table (crawler_ops.status_table.ExecutorRows) on PostgreSQL: sync, the claim
-order taking turns by category, the run's quota, the claim token's fence, giving back, parking and un-parking."""
+"""An executor's rows of its status table (crawler_ops.hooks.store.status_table.ExecutorRows) on PostgreSQL: sync, the
+claim order taking turns by category, the run's quota, the claim token's fence, giving back, parking and un-parking."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import pytest
 from psycopg import sql
 
 from crawler_ops.executor.tables import Tables
-from crawler_ops.status_table import (
+from crawler_ops.hooks.store.status_table import (
     CLAIMED,
     DONE,
     PARKED,

@@ -13,11 +13,11 @@ import psycopg
 import pytest
 
 from crawler_ops.config import LoadedConfig
-from crawler_ops.hooks.store import CrawlStoreHook
+from crawler_ops.hooks.store.hook import CrawlStoreHook
+from crawler_ops.hooks.store.status_table import DONE
 from crawler_ops.migration import import_progress as importing
 from crawler_ops.migration.import_progress import ImportReport, import_progress, render
 from crawler_ops.planning import Batch
-from crawler_ops.status_table import DONE
 from tests.integration.logic.conftest import DB_CONN
 from tests.support import make_task
 

@@ -1,6 +1,6 @@
-"""Kafka delivery on the stack's broker: topics made as configured (crawler_ops.hooks.producer), batches produced
-in transactions with their markers, and the markers read back (crawler_ops.hooks.exactly_once): a marker counts only
-for the batch row it was written for, so a reset publishes again."""
+"""Kafka delivery on the stack's broker: topics made as configured (crawler_ops.hooks.kafka.producer), batches produced
+in transactions with their markers, and the markers read back (crawler_ops.hooks.kafka.exactly_once): a marker counts
+only for the batch row it was written for, so a reset publishes again."""
 
 from __future__ import annotations
 
@@ -15,17 +15,22 @@ from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, ConfigResource, ResourceType
 
 from crawler_ops.errors import DeliveryError
-from crawler_ops.hooks import producer as producer_module
-from crawler_ops.hooks.exactly_once import MARKER_TOPIC_CONFIG, MarkerLog, TransactionalPublisher, transactional_id
-from crawler_ops.hooks.producer import (
+from crawler_ops.hooks.kafka import producer as producer_module
+from crawler_ops.hooks.kafka.exactly_once import (
+    MARKER_TOPIC_CONFIG,
+    MarkerLog,
+    TransactionalPublisher,
+    transactional_id,
+)
+from crawler_ops.hooks.kafka.producer import (
     IdempotentProducerHook,
     KafkaPublisher,
     ReportingProducer,
     create_topic,
     ensure_topic,
 )
+from crawler_ops.message.records import Message
 from crawler_ops.planning import Batch
-from crawler_ops.records import Message
 from crawler_ops.results import RunCounts
 from tests.integration.logic.conftest import KAFKA_CONN, stack_value
 

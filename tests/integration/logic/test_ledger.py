@@ -1,4 +1,4 @@
-"""A chunk's ledger (crawler_ops.crawl.ledger) and the batch rows under it (crawler_ops.hooks.batches) on
+"""A chunk's ledger (crawler_ops.crawl.ledger) and the batch rows under it (crawler_ops.hooks.store.batches) on
 PostgreSQL: claims per worker, the claim token's fence on finishing, giving back and parking, run counts."""
 
 from __future__ import annotations
@@ -13,12 +13,12 @@ import pytest
 from crawler_ops.crawl import ledger as ledger_module
 from crawler_ops.crawl.ledger import DryRunLedger, RunRecordLedger, StatusTableLedger, ledger_for, parked_message
 from crawler_ops.crawl.run import RunContext, RunParams
-from crawler_ops.hooks.batches import BatchRows, ParkedBatch, StatusRow
-from crawler_ops.hooks.store import CrawlStoreHook
+from crawler_ops.hooks.store.batches import BatchRows, ParkedBatch, StatusRow
+from crawler_ops.hooks.store.hook import CrawlStoreHook
+from crawler_ops.hooks.store.status_table import CLAIMED, DONE, PARKED, PENDING
+from crawler_ops.message.records import DeadLetter
 from crawler_ops.planning import Batch
-from crawler_ops.records import DeadLetter
 from crawler_ops.results import BatchOutcome, RunCounts
-from crawler_ops.status_table import CLAIMED, DONE, PARKED, PENDING
 from tests.integration.logic.conftest import DB_CONN
 from tests.support import make_task
 

@@ -1,4 +1,4 @@
-"""The shared pacing row of a source connection (crawler_ops.hooks.ratelimit.SourceRateStore) on PostgreSQL: what
+"""The shared pacing row of a source connection (crawler_ops.hooks.source.ratelimit.SourceRateStore) on PostgreSQL: what
 one round trip hands out, the 429 halving, the statement parameters it binds, and its connection's recovery."""
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ import pytest
 
 from crawler_ops.config import SourceConfig
 from crawler_ops.errors import StatusTableError
-from crawler_ops.hooks import ratelimit
-from crawler_ops.hooks.ratelimit import SourceLimiter, SourceRateStore, limiter_for, reset_limiters
+from crawler_ops.hooks.source import ratelimit
+from crawler_ops.hooks.source.ratelimit import SourceLimiter, SourceRateStore, limiter_for, reset_limiters
 from tests.integration.logic.conftest import DB_CONN
 
 pytestmark = pytest.mark.integration

@@ -8,7 +8,7 @@ from typing import Any
 import psycopg
 import pytest
 
-from crawler_ops.hooks.db import create_schema, schema_stamp
+from crawler_ops.hooks.store.db import create_schema, schema_stamp
 
 
 def stamp_of(pg: psycopg.Connection[Any]) -> str | None:

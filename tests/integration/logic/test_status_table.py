@@ -1,5 +1,5 @@
-"""The status-table protocol (crawler_ops.status_table) on PostgreSQL: claims, leases, the claim token's fence,
-the owner match of a retry, failures and parking, for timestamptz and INT epoch time columns."""
+"""The status-table protocol (crawler_ops.hooks.store.status_table) on PostgreSQL: claims, leases, the claim token's
+fence, the owner match of a retry, failures and parking, for timestamptz and INT epoch time columns."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import pytest
 from psycopg import sql
 
 from crawler_ops.errors import StatusTableError
-from crawler_ops.status_table import CLAIMED, DONE, PARKED, PENDING, StatusTable, like_prefix
+from crawler_ops.hooks.store.status_table import CLAIMED, DONE, PARKED, PENDING, StatusTable, like_prefix
 
 pytestmark = pytest.mark.integration
 

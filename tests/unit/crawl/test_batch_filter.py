@@ -18,10 +18,10 @@ from crawler_ops.config import CrawlTaskConfig
 from crawler_ops.crawl.batch_filter import BatchFilter, FilteredBatch
 from crawler_ops.crawl.run import RunContext, RunParams
 from crawler_ops.errors import SourceError
+from crawler_ops.message.schemas import json_schema
+from crawler_ops.message.values import ValueCodec
 from crawler_ops.planning import Batch
 from crawler_ops.results import DeadLetter, RunCounts
-from crawler_ops.schemas import json_schema
-from crawler_ops.values import ValueCodec
 
 REF = datetime(2026, 11, 1, tzinfo=UTC)
 KEPT = (REF - timedelta(hours=1)).isoformat()

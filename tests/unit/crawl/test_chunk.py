@@ -25,10 +25,10 @@ from crawler_ops.crawl.chunk import ChunkCrawler
 from crawler_ops.crawl.ledger import DryRunLedger
 from crawler_ops.crawl.run import RunContext, RunParams
 from crawler_ops.errors import DeliveryError, SourceError, StatusTableError
-from crawler_ops.hooks.producer import DryRunPublisher
-from crawler_ops.hooks.source import SourceApiHook
+from crawler_ops.hooks.kafka.producer import DryRunPublisher
+from crawler_ops.hooks.source.hook import SourceApiHook
+from crawler_ops.message.records import Message
 from crawler_ops.planning import Batch
-from crawler_ops.records import Message
 from crawler_ops.results import BatchOutcome, RunCounts
 
 REF = datetime(2026, 11, 1, tzinfo=UTC)

@@ -18,8 +18,8 @@ from crawler_ops.crawl.chunk import ChunkCrawler
 from crawler_ops.crawl.ledger import DryRunLedger
 from crawler_ops.crawl.run import RunContext, RunParams
 from crawler_ops.errors import SourceError
-from crawler_ops.hooks.producer import DryRunPublisher
-from crawler_ops.hooks.source import SourceApiHook, http_client
+from crawler_ops.hooks.kafka.producer import DryRunPublisher
+from crawler_ops.hooks.source.hook import SourceApiHook, http_client
 from crawler_ops.planning import Batch
 from tests.hostile_source import HostileSource
 

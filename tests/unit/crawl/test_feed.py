@@ -10,10 +10,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from crawler_ops.crawl.feed import newest, stop_at
-from crawler_ops.filtering import DateRule
-from crawler_ops.hooks.feed import FeedPage
-from crawler_ops.hooks.feed_rows import Mark
-from crawler_ops.records import Page
+from crawler_ops.hooks.source.feed import FeedPage
+from crawler_ops.hooks.store.feed_rows import Mark
+from crawler_ops.message.filtering import DateRule
+from crawler_ops.message.records import Page
 
 PROPERTY = settings(max_examples=300, deadline=None)
 RULE = DateRule(("aae397",), "UTC")

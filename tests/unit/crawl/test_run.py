@@ -14,7 +14,7 @@ import pytest
 from crawler_ops.config import CrawlTaskConfig
 from crawler_ops.crawl.run import DIALECT, RunContext, RunParams
 from crawler_ops.errors import ConfigError
-from crawler_ops.filtering import Verdict
+from crawler_ops.message.filtering import Verdict
 
 CFG = CrawlTaskConfig.model_validate({"id": "unit", "kafka": {"topic": "unit"}, "filter": {"days": 7}})
 START = datetime(2026, 11, 19, tzinfo=UTC)
@@ -56,7 +56,7 @@ def test_a_run_that_moves_the_watermark_keeps_records_newer_than_its_reference(r
 
 
 def test_the_run_hands_its_source_hook_the_process_limiter_of_the_source_connection() -> None:
-    from crawler_ops.hooks import ratelimit
+    from crawler_ops.hooks.source import ratelimit
 
     run = RunContext.from_airflow(CFG, context("scheduled"))
     first, second = run.source(), run.source()

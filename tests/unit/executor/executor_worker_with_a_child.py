@@ -8,7 +8,7 @@ from __future__ import annotations
 import sys
 
 from crawler_ops.executor.calls import ProcessCaller
-from crawler_ops.status_table import ClaimedRow
+from crawler_ops.hooks.store.status_table import ClaimedRow
 
 if __name__ == "__main__":
     function, path = sys.argv[1:]

@@ -14,7 +14,7 @@ from crawler_ops.executor import load_function
 from crawler_ops.executor.calls import ThreadCaller, run_calls
 from crawler_ops.executor.leases import LeaseBook, LeaseTimes
 from crawler_ops.executor.udf import judge
-from crawler_ops.status_table import ClaimedRow
+from crawler_ops.hooks.store.status_table import ClaimedRow
 from tests.waiting import wait_until
 
 RELEASE = threading.Event()

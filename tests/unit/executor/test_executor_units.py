@@ -10,7 +10,7 @@ import pytest
 from crawler_ops.config import parse_config
 from crawler_ops.executor.leases import LeaseBook, LeaseTimes
 from crawler_ops.executor.udf import argument, call, judge
-from crawler_ops.status_table import ClaimedRow
+from crawler_ops.hooks.store.status_table import ClaimedRow
 
 # --------------------------------------------------------------------------- the function contract
 

@@ -14,7 +14,7 @@ import pytest
 
 from crawler_ops.config import ExecutorTaskConfig
 from crawler_ops.executor.calls import ProcessCaller
-from crawler_ops.status_table import ClaimedRow
+from crawler_ops.hooks.store.status_table import ClaimedRow
 from tests.waiting import wait_until
 
 FUNCTIONS = "tests.unit.executor.child_functions"

@@ -1,0 +1,1 @@
+"""Kafka: the idempotent producer and its publishers, exactly-once delivery, topic checks and the schema registry."""

@@ -1,0 +1,291 @@
+"""How requests to a source authenticate (``source.auth``), as ``httpx.Auth`` objects the source client applies.
+
+Secrets come from the Airflow connection only: ``basic`` (login / password), ``bearer`` (password, or the extra's
+``token``), ``api_key`` (password, as a header or query parameter), ``oauth2_client_credentials`` (client id = login,
+client secret = password) and ``oauth2_refresh_token`` (first refresh token = password; client id = login and client
+secret = the extra's ``client_secret`` when given). An OAuth2 token is shared by every worker through PostgreSQL
+(:mod:`crawler_ops.hooks.source.tokens`); a 401 with it leads to one renewal and one retry of the request.
+
+No secret reaches a log line or an error message: every secret an auth object uses is registered with
+:func:`redact`, which errors about the source pass their text through, and a filter on httpx's logger (which logs
+each request's URL, an API key in the query included) masks them in its lines.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Generator
+from typing import TYPE_CHECKING, Any
+
+import httpx
+
+from crawler_ops.config import SourceConfig
+from crawler_ops.errors import SourceError, StatusTableError
+from crawler_ops.hooks.http import DeadlineTransport, deadline, environment_proxy
+from crawler_ops.hooks.source.responses import read_bounded, retry_after_seconds, retry_delay
+from crawler_ops.hooks.source.tokens import DEFAULT_LIFETIME_S, Grant, Issued, SharedToken, seed_of
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable
+
+#: Extra keys that are secrets of an auth type, never sent as headers.
+SECRET_EXTRA = ("token", "client_secret")
+TOKEN_BODY_BYTES = 64 * 1024
+RETRIABLE_STATUS = frozenset({408, 425, 429, 500, 502, 503, 504})
+MASK = "***"
+_OAUTH_ERROR = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
+
+_secrets: deque[str] = deque(maxlen=1000)
+_secrets_lock = threading.Lock()
+
+
+def remember(*secrets: str | None) -> None:
+    """Secrets :func:`redact` masks from now on (only those of 4 characters or more: shorter ones are no secret and
+    would mask ordinary text)."""
+    with _secrets_lock:
+        for secret in secrets:
+            if secret and len(secret) >= 4 and secret not in _secrets:
+                _secrets.append(secret)
+
+
+def redact(text: str) -> str:
+    """``text`` with every secret an auth object of this process used replaced by ``***``."""
+    with _secrets_lock:
+        secrets = sorted(_secrets, key=len, reverse=True)
+    for secret in secrets:
+        if secret in text:
+            text = text.replace(secret, MASK)
+    return text
+
+
+class RedactingFilter(logging.Filter):
+    """Masks the secrets in the lines of a logger (httpx logs each request's URL)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if _secrets:
+            message = record.getMessage()
+            masked = redact(message)
+            if masked != message:
+                record.msg, record.args = masked, None
+        return True
+
+
+_filter = RedactingFilter()
+for _name in ("httpx", "httpcore"):
+    if _filter not in logging.getLogger(_name).filters:
+        logging.getLogger(_name).addFilter(_filter)
+
+
+class HeaderAuth(httpx.Auth):
+    """A fixed header on every request (``Authorization: Bearer <token>``, an API key header)."""
+
+    def __init__(self, name: str, value: str) -> None:
+        self.name, self.value = name, value
+
+    def auth_flow(self, request: httpx.Request) -> Generator[httpx.Request, httpx.Response, None]:
+        request.headers[self.name] = self.value
+        yield request
+
+
+class QueryAuth(httpx.Auth):
+    """A fixed query parameter on every request (an API key in the URL)."""
+
+    def __init__(self, name: str, value: str) -> None:
+        self.name, self.value = name, value
+
+    def auth_flow(self, request: httpx.Request) -> Generator[httpx.Request, httpx.Response, None]:
+        request.url = request.url.copy_set_param(self.name, self.value)
+        yield request
+
+
+class OAuth2Auth(httpx.Auth):
+    """``Authorization: Bearer`` with the connection's shared OAuth2 token; a 401 renews it (unless another worker
+    already did) and retries the request once.
+
+    :param grant: how a token is asked for.
+    :param token: this process's shared token of the connection.
+    """
+
+    def __init__(self, grant: Grant, token: SharedToken) -> None:
+        self.grant, self.token = grant, token
+
+    def auth_flow(self, request: httpx.Request) -> Generator[httpx.Request, httpx.Response, None]:
+        token = self.shared(self.token.current, self.grant)
+        request.headers["Authorization"] = f"Bearer {token}"
+        response = yield request
+        if response.status_code != 401:
+            return
+        token = self.shared(self.token.renew, self.grant, token)
+        request.headers["Authorization"] = f"Bearer {token}"
+        yield request
+
+    def renew(self, authorization: str | None) -> None:
+        """A rule of ``source.responses`` found the token of a request (its ``Authorization`` header) expired: renew
+        the shared token, unless another worker already did."""
+        failed = (authorization or "").removeprefix("Bearer ")
+        self.shared(self.token.renew, self.grant, failed)
+
+    def shared(self, step: Callable[..., str], *args: Any) -> str:
+        """The token from the shared row; PostgreSQL failing there fails the request, retriable, naming the task."""
+        try:
+            token = step(*args)
+        except StatusTableError as exc:
+            raise SourceError(f"task {self.grant.label}: {exc}", retriable=True) from exc
+        remember(token)
+        return token
+
+
+class TokenGrant:
+    """A token request to the provider (RFC 6749 §4.4 client credentials, §6 refresh token), bounded by the source's
+    deadline and retried like a page request.
+
+    :param conn: the source's Airflow connection (client id, secret, first refresh token).
+    :param source: the source config (auth, deadline, retries).
+    :param base: the source's base URL, for a token_url that is a path.
+    :param label: names the task in errors.
+    """
+
+    def __init__(self, conn: Any, source: SourceConfig, base: str, label: str) -> None:
+        self.source, self.auth, self.label = source, source.auth, label
+        token_url = self.auth.token_url or ""
+        self.url = token_url if "://" in token_url else base.rstrip("/") + token_url
+        self.client_id = conn.login or None
+        extra = conn.extra_dejson or {}
+        if self.auth.type == "oauth2_client_credentials":
+            self.client_secret, first = conn.password or None, None
+            if not (self.client_id and self.client_secret):
+                raise self.error("needs the client id as the connection's login and the client secret as its password")
+        else:
+            self.client_secret, first = extra.get("client_secret") or None, conn.password or None
+            if not first:
+                raise self.error("needs the first refresh token as the connection's password")
+        self.first_refresh = first
+        self.seed = seed_of(first) if first else None
+        remember(self.client_secret, first)
+
+    def error(self, why: str, retriable: bool = False) -> SourceError:
+        return SourceError(
+            f"task {self.label}: auth {self.auth.type} of source connection '{self.source.conn_id}' {why}",
+            retriable=retriable,
+        )
+
+    def request(self, refresh_token: str | None) -> Issued:
+        form = {"grant_type": "client_credentials"}
+        if self.auth.type == "oauth2_refresh_token":
+            form = {"grant_type": "refresh_token", "refresh_token": refresh_token or self.first_refresh or ""}
+        if self.auth.scope:
+            form["scope"] = self.auth.scope
+        basic = None
+        if self.client_id and self.auth.client_auth == "basic":
+            basic = httpx.BasicAuth(self.client_id, self.client_secret or "")
+        elif self.client_id:
+            form["client_id"] = self.client_id
+            if self.client_secret:
+                form["client_secret"] = self.client_secret
+        attempt = 0
+        while True:
+            try:
+                return self.post(form, basic)
+            except SourceError as exc:
+                if not exc.retriable or attempt >= self.source.max_retries:
+                    raise
+                time.sleep(retry_delay(self.source, exc, attempt))
+                attempt += 1
+
+    def post(self, form: dict[str, str], basic: httpx.Auth | None) -> Issued:
+        limits = httpx.Limits(max_connections=1, max_keepalive_connections=0)
+        transport = DeadlineTransport(self.url.lower().startswith("https://"), limits, environment_proxy(self.url))
+        what = f"token request to {self.url}"
+        with (
+            deadline(self.source.deadline_s),
+            httpx.Client(transport=transport, timeout=httpx.Timeout(self.source.timeout_s)) as client,
+        ):
+            try:
+                with client.stream("POST", self.url, data=form, auth=basic) as response:
+                    body = read_bounded(response, TOKEN_BODY_BYTES, what, "answer", "64 KiB")
+                    status = response.status_code
+                    retry_after = retry_after_seconds(
+                        response.headers.get("retry-after"), self.source.max_retry_after_s
+                    )
+            except httpx.TimeoutException as exc:
+                raise self.error(f"{what} timed out", retriable=True) from exc
+            except httpx.TransportError as exc:
+                raise self.error(f"{what} failed: {redact(repr(exc))}", retriable=True) from exc
+        document = parse_json(body)
+        if status != 200:
+            code = document.get("error") if isinstance(document, dict) else None
+            shown = f" ({code})" if isinstance(code, str) and _OAUTH_ERROR.match(code) else ""
+            failure = self.error(f"{what} answered HTTP {status}{shown}", status in RETRIABLE_STATUS)
+            failure.retry_after = retry_after
+            raise failure
+        return self.issued(document, what)
+
+    def issued(self, document: Any, what: str) -> Issued:
+        token = document.get("access_token") if isinstance(document, dict) else None
+        if not isinstance(token, str) or not token:
+            raise self.error(f"{what}: the answer holds no access_token", retriable=True)
+        expires_in = document.get("expires_in", DEFAULT_LIFETIME_S)
+        if isinstance(expires_in, str) and expires_in.isdigit():
+            expires_in = int(expires_in)
+        if not isinstance(expires_in, int | float) or isinstance(expires_in, bool) or not expires_in > 0:
+            expires_in = DEFAULT_LIFETIME_S
+        refresh = document.get("refresh_token")
+        refresh = refresh if isinstance(refresh, str) and refresh else None
+        remember(token, refresh)
+        return Issued(token, float(expires_in), refresh)
+
+
+def parse_json(body: bytes) -> Any:
+    import json
+
+    try:
+        return json.loads(body)
+    except ValueError:
+        return None
+
+
+def extra_headers(conn: Any, source: SourceConfig) -> dict[str, str]:
+    """The connection's extra as HTTP headers: its text values, but the secrets of the auth type."""
+    skip: Iterable[str] = SECRET_EXTRA if source.auth.type != "basic" else ()
+    extra = conn.extra_dejson or {}
+    return {str(k): str(v) for k, v in extra.items() if not isinstance(v, (dict, list)) and k not in skip}
+
+
+def source_auth(conn: Any, source: SourceConfig, base: str, label: str, token: SharedToken | None) -> httpx.Auth | None:
+    """The auth of ``source.auth`` with the connection's secrets; ``token`` is the connection's shared OAuth2 token
+    (:func:`crawler_ops.hooks.source.tokens.shared_token`), which the OAuth2 types need."""
+    auth, secret = source.auth, conn.password or None
+    missing = SourceError(
+        f"task {label}: auth {auth.type} of source connection '{source.conn_id}' needs the secret as the "
+        "connection's password",
+        retriable=False,
+    )
+    if auth.type == "none":
+        return None
+    if auth.type == "basic":
+        remember(secret)
+        return httpx.BasicAuth(conn.login, secret or "") if conn.login else None
+    if auth.type == "bearer":
+        secret = secret or (conn.extra_dejson or {}).get("token") or None
+        if not secret:
+            raise missing
+        remember(secret)
+        return HeaderAuth("Authorization", f"Bearer {secret}")
+    if auth.type == "api_key":
+        if not secret:
+            raise missing
+        remember(secret)
+        assert auth.name is not None
+        return QueryAuth(auth.name, secret) if auth.location == "query" else HeaderAuth(auth.name, secret)
+    grant = TokenGrant(conn, source, base, label)
+    if token is None:
+        raise SourceError(
+            f"task {label}: auth {auth.type} of source connection '{source.conn_id}' shares its token through the "
+            "crawler database; this caller has none",
+            retriable=False,
+        )
+    return OAuth2Auth(grant, token)
