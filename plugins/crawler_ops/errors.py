@@ -42,12 +42,16 @@ class RegistryError(CrawlerError):
         answer that retrying will not change (an incompatible schema, a subject or id that does not exist, a refused
         login).
     :param status: the registry's HTTP status (None when it did not answer).
+    :param retry_after: seconds the registry asked us to wait (its Retry-After), if any.
     """
 
-    def __init__(self, message: str, *, retriable: bool, status: int | None = None) -> None:
+    def __init__(
+        self, message: str, *, retriable: bool, status: int | None = None, retry_after: float | None = None
+    ) -> None:
         super().__init__(message)
         self.retriable = retriable
         self.status = status
+        self.retry_after = retry_after
 
 
 class StatusTableError(CrawlerError):

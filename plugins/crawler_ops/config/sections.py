@@ -22,6 +22,7 @@ from crawler_ops.lineage import env_bootstrap_servers, kafka_server
 from crawler_ops.message.filtering import DateRule
 from crawler_ops.message.shaping import FIXED_HEADERS, MessageShape, Template
 from crawler_ops.message.values import check_value_schema
+from crawler_ops.retry import RetryPolicy
 
 if TYPE_CHECKING:
     from airflow.sdk import Asset
@@ -146,10 +147,13 @@ class SourceConfig(SourceShape):
     backoff_s: float = Field(
         0.5,
         ge=0,
-        description="seconds before a request's first retry, doubled at each further one up to max_backoff_s; a "
-        "Retry-After sent by the source wins",
+        description="seconds: the longest wait before a request's first retry, doubled at each further one up to "
+        "max_backoff_s; each wait is drawn at random below it (full jitter), so workers that failed together do not "
+        "retry together; a Retry-After sent by the source wins",
     )
-    max_backoff_s: float = Field(30.0, ge=0, description="seconds: the longest wait between two tries of a request")
+    max_backoff_s: float = Field(
+        30.0, ge=0, description="seconds: the ceiling of any backoff wait between two tries of a request"
+    )
     max_retry_after_s: float = Field(
         600.0,
         gt=0,
@@ -223,6 +227,11 @@ class SourceConfig(SourceShape):
         """The pool of a step that calls this source and the slots it takes there: as many as it keeps requests in
         flight in the connection's pool, so the pool bounds them over every worker; else one of ``default_pool``."""
         return ("default_pool", 1) if self.pool is None else (self.pool, self.in_flight)
+
+    @property
+    def retry(self) -> RetryPolicy:
+        """How a request to the source (a page, a count, a token) is tried again after a retriable failure."""
+        return RetryPolicy(self.max_retries, self.backoff_s, self.max_backoff_s, self.max_retry_after_s)
 
 
 class FilterConfig(StrictModel):

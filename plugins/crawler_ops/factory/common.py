@@ -12,6 +12,7 @@ from airflow.sdk import DAG, CronDataIntervalTimetable, get_parsing_context, tas
 from airflow.sdk.exceptions import AirflowFailException
 
 from crawler_ops.config import SPECIAL_SCHEDULES, CrawlTaskConfig, DagSettings, ExecutorTaskConfig, broken_dag_id
+from crawler_ops.retry import TASK_MAX_RETRY_DELAY_S, TASK_RETRY_BACKOFF
 
 log = logging.getLogger(__name__)
 TAGS = ("crawler_ops", "crawl")
@@ -36,8 +37,8 @@ def default_args_for(cfg: DagSettings) -> dict[str, Any]:
         "owner": "crawler_ops",
         "retries": cfg.retries,
         "retry_delay": timedelta(seconds=cfg.retry_delay_s),
-        "retry_exponential_backoff": 2.0,
-        "max_retry_delay": timedelta(minutes=30),
+        "retry_exponential_backoff": TASK_RETRY_BACKOFF,
+        "max_retry_delay": timedelta(seconds=TASK_MAX_RETRY_DELAY_S),
         "execution_timeout": timedelta(minutes=cfg.execution_timeout_min),
     }
 

@@ -1,5 +1,5 @@
 """What every HTTP client of the package shares (the source's, the schema registry's, the webhook's): the base URL
-of a connection, the statuses worth a retry, and wall-clock deadlines for calls made through httpx.
+of a connection and wall-clock deadlines for calls made through httpx.
 
 httpx's timeouts bound each socket operation, not a call: a source that sends one byte every few seconds never
 trips a read timeout and can hold a call for minutes. Inside :func:`deadline`, every connect, write and read of a
@@ -18,9 +18,6 @@ from typing import Any
 
 import httpcore
 import httpx
-
-#: Answers that may succeed when asked again: timeouts, too early, too many requests, server errors.
-RETRIABLE_STATUS = frozenset({408, 425, 429, 500, 502, 503, 504})
 
 
 def base_url(conn: Any) -> str:

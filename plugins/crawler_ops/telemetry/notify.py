@@ -12,7 +12,6 @@ import logging
 import time
 import uuid
 from collections.abc import Mapping
-from email.utils import parsedate_to_datetime
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -22,14 +21,15 @@ from airflow.sdk import BaseHook
 from crawler_ops.config import NotifyConfig
 from crawler_ops.hooks.http import DeadlineTransport, deadline, environment_proxy
 from crawler_ops.hooks.source.responses import error_excerpt
+from crawler_ops.retry import GaveUp, RetryPolicy, retry_after_seconds
 from crawler_ops.telemetry.webhook import DELIVERY_HEADER, EVENT_HEADER, SIGNATURE_HEADER, TIMESTAMP_HEADER, sign
 
 log = logging.getLogger(__name__)
 
 ATTEMPTS = 3
-# A Retry-After is at most this long (an HTTP date is 29 characters) and asks for at most this many seconds; any
-# ask longer than max_wait_s gives the delivery up anyway.
-RETRY_AFTER_CHARS = 64
+#: The ceiling of the first retry's wait when the receiver asks for none (doubled for the second).
+BACKOFF_S = 0.5
+# A Retry-After asks for at most this many seconds; any ask longer than max_wait_s gives the delivery up anyway.
 RETRY_AFTER_MAX_S = 86400.0
 
 
@@ -80,63 +80,68 @@ def delivery_limit_s(cfg: NotifyConfig) -> float:
     return ATTEMPTS * cfg.timeout_s + cfg.max_wait_s
 
 
+class Undelivered(Exception):
+    """One try of a delivery that did not get a 2xx: what was wrong, whether another try may pass, and the wait the
+    receiver asked for."""
+
+    def __init__(self, problem: str, retriable: bool, retry_after: float | None) -> None:
+        super().__init__(problem)
+        self.problem, self.retriable, self.retry_after = problem, retriable, retry_after
+
+
 def post_signed(
     url: str, body: bytes, secret: str, event: str, timeout_s: float, task_id: str, max_wait_s: float
 ) -> bool:
     """One delivery: up to ``ATTEMPTS`` tries (connection errors, 429 and 5xx) under one delivery id, each
     signed with a fresh timestamp, all within ``ATTEMPTS * timeout_s + max_wait_s`` of wall-clock time.
 
-    Between tries it waits what the receiver's ``Retry-After`` asks, else a short backoff, but never more than
-    ``max_wait_s`` in all nor past the delivery's limit: a receiver asking for longer is given up on at once, so the
-    commit never stalls on it. An answer's body is read only when it is an error, and then only its start, for the
-    log.
+    Between tries it waits what the receiver's ``Retry-After`` asks, else a short backoff (:class:`RetryPolicy`), but
+    never more than ``max_wait_s`` in all nor past the delivery's limit: a receiver asking for longer is given up on
+    at once, so the commit never stalls on it. An answer's body is read only when it is an error, and then only its
+    start, for the log.
     """
     where = safe_target(url)
     delivery_id = uuid.uuid4().hex
-    waited = 0.0
-    with deadline(ATTEMPTS * timeout_s + max_wait_s) as end, open_client(url, timeout_s) as client:
-        for attempt in range(1, ATTEMPTS + 1):
-            timestamp = str(int(time.time()))
-            headers = {
-                "Content-Type": "application/json",
-                EVENT_HEADER: event,
-                DELIVERY_HEADER: delivery_id,
-                TIMESTAMP_HEADER: timestamp,
-                SIGNATURE_HEADER: sign(secret, delivery_id, timestamp, body),
-            }
-            status, problem, asked = send(client, url, body, headers)
-            if status is not None and 200 <= status < 300:
-                log.info(
-                    "task %s: webhook %s delivery %s delivered to %s (HTTP %d)",
-                    task_id,
-                    event,
-                    delivery_id,
-                    where,
-                    status,
-                )
-                return True
-            if status is not None and status < 500 and status != 429:
-                break
-            if attempt == ATTEMPTS:
-                break
-            pause = 0.5 * attempt if asked is None else asked
-            left = end - time.monotonic()
-            if waited + pause > max_wait_s or pause >= left:
-                allowed = min(max_wait_s - waited, left)
-                problem += f"; it asked to wait {pause:.0f}s, more than the {allowed:.0f}s left of max_wait_s"
-                break
-            time.sleep(pause)
-            waited += pause
-    log.error(
-        "task %s: webhook %s delivery %s to %s not delivered after %d attempt(s): %s",
-        task_id,
-        event,
-        delivery_id,
-        where,
-        attempt,
-        problem,
-    )
-    return False
+    policy = RetryPolicy(ATTEMPTS - 1, BACKOFF_S, BACKOFF_S * 2**ATTEMPTS, RETRY_AFTER_MAX_S, max_wait_s)
+    tries = 0
+
+    def attempt(client: httpx.Client) -> int:
+        nonlocal tries
+        tries += 1
+        timestamp = str(int(time.time()))
+        headers = {
+            "Content-Type": "application/json",
+            EVENT_HEADER: event,
+            DELIVERY_HEADER: delivery_id,
+            TIMESTAMP_HEADER: timestamp,
+            SIGNATURE_HEADER: sign(secret, delivery_id, timestamp, body),
+        }
+        status, problem, asked = send(client, url, body, headers)
+        if status is not None and 200 <= status < 300:
+            return status
+        raise Undelivered(problem, status is None or status >= 500 or status == 429, asked)
+
+    def gave_up(failure: Undelivered, _tries: int, why: GaveUp | None) -> Undelivered:
+        return Undelivered(f"{failure.problem}; {why}" if why else failure.problem, False, None)
+
+    try:
+        with deadline(ATTEMPTS * timeout_s + max_wait_s) as end, open_client(url, timeout_s) as client:
+            status = policy.run(
+                lambda: attempt(client), Undelivered, give_up=gave_up, sleep=time.sleep, until=end, clock=time.monotonic
+            )
+    except Undelivered as failure:
+        log.error(
+            "task %s: webhook %s delivery %s to %s not delivered after %d attempt(s): %s",
+            task_id,
+            event,
+            delivery_id,
+            where,
+            tries,
+            failure.problem,
+        )
+        return False
+    log.info("task %s: webhook %s delivery %s delivered to %s (HTTP %d)", task_id, event, delivery_id, where, status)
+    return True
 
 
 def open_client(url: str, timeout_s: float) -> httpx.Client:
@@ -162,25 +167,10 @@ def send(
                 excerpt = repr(error_excerpt(response))
             except httpx.HTTPError as exc:
                 excerpt = f"({type(exc).__name__} reading the answer)"
-            asked = retry_after_s(response.headers.get("Retry-After"))
+            asked = retry_after_seconds(response.headers.get("Retry-After"), RETRY_AFTER_MAX_S)
             return response.status_code, f"HTTP {response.status_code}: {excerpt}", asked
     except httpx.HTTPError as exc:
         return None, f"{type(exc).__name__}: {exc}", None
-
-
-def retry_after_s(value: str | None) -> float | None:
-    """Seconds a ``Retry-After`` header asks to wait (delay-seconds or an HTTP date), at most ``RETRY_AFTER_MAX_S``;
-    None when absent, unreadable or longer than any valid value."""
-    if not value or len(value) > RETRY_AFTER_CHARS:
-        return None
-    value = value.strip()
-    if value.isascii() and value.isdigit():
-        return min(float(value), RETRY_AFTER_MAX_S)
-    try:
-        when = parsedate_to_datetime(value)
-    except (TypeError, ValueError, OverflowError):
-        return None
-    return min(max(0.0, when.timestamp() - time.time()), RETRY_AFTER_MAX_S)
 
 
 def safe_target(url: str) -> str:

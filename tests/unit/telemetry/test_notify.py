@@ -13,9 +13,10 @@ from typing import Any
 import httpx
 import pytest
 
+from crawler_ops import retry
 from crawler_ops.config import NotifyConfig
 from crawler_ops.telemetry import notify
-from crawler_ops.telemetry.notify import notify_run, retry_after_s, webhook_url
+from crawler_ops.telemetry.notify import RETRY_AFTER_MAX_S, notify_run, webhook_url
 from crawler_ops.telemetry.webhook import verify
 
 
@@ -83,6 +84,7 @@ def sleeps(monkeypatch: pytest.MonkeyPatch) -> list[float]:
     waited: list[float] = []
     clock = SimpleNamespace(time=lambda: 1_790_000_000.5, sleep=waited.append, monotonic=time.monotonic)
     monkeypatch.setattr(notify, "time", clock)
+    monkeypatch.setattr(retry, "full_jitter", lambda ceiling: ceiling)  # each wait at its ceiling, not below it
     return waited
 
 
@@ -200,10 +202,15 @@ def test_waiting_on_retry_after_is_capped_per_delivery(
     assert sleeps == waits and sum(sleeps) <= max_wait_s
 
 
+def retry_after_s(value: str | None) -> float | None:
+    """A receiver's Retry-After as a delivery reads it."""
+    return retry.retry_after_seconds(value, RETRY_AFTER_MAX_S)
+
+
 def test_retry_after_may_be_an_http_date(monkeypatch):
-    monkeypatch.setattr(notify, "time", SimpleNamespace(time=lambda: 1_445_412_470.0))
+    monkeypatch.setattr(retry, "time", SimpleNamespace(time=lambda: 1_445_412_470.0))
 
     assert retry_after_s("Wed, 21 Oct 2015 07:28:00 GMT") == 10.0
     assert retry_after_s("Wed, 21 Oct 2015 07:27:00 GMT") == 0.0, "a date in the past: no wait"
     assert retry_after_s(" 7 ") == 7.0
-    assert retry_after_s(None) is None and retry_after_s("-3") is None
+    assert retry_after_s(None) is None and retry_after_s("-3") == 0.0, "a negative ask: no wait"

@@ -20,6 +20,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from crawler_ops import retry
 from crawler_ops.config import NotifyConfig
 from crawler_ops.telemetry import notify
 from crawler_ops.telemetry.notify import notify_run
@@ -234,6 +235,7 @@ def pauses(monkeypatch: pytest.MonkeyPatch) -> list[float]:
     slept: list[float] = []
     clock = SimpleNamespace(time=time.time, monotonic=time.monotonic, sleep=slept.append)
     monkeypatch.setattr(notify, "time", clock)
+    monkeypatch.setattr(retry, "full_jitter", lambda ceiling: ceiling)  # each wait at its ceiling, not below it
     return slept
 
 

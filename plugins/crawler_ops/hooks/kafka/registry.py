@@ -10,6 +10,7 @@ secret on Confluent Cloud).
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -19,13 +20,16 @@ import httpx
 from airflow.sdk import BaseHook
 
 from crawler_ops.errors import RegistryError
-from crawler_ops.hooks.http import RETRIABLE_STATUS, base_url
+from crawler_ops.hooks.http import base_url
 from crawler_ops.message.values import framed, unframed
+from crawler_ops.retry import RETRIABLE_STATUS, RetryPolicy, retry_after_seconds
 
 __all__ = ["Registered", "SchemaRegistryHook", "framed", "subject_of", "unframed"]
 
 CONTENT_TYPE = "application/vnd.schemaregistry.v1+json"
 SchemaType = Literal["AVRO", "JSON"]
+#: A registry that did not answer, or answered 5xx / 429, is asked again: three more times within 10 s of waiting.
+REGISTRY_RETRY = RetryPolicy(retries=3, backoff_s=0.5, max_backoff_s=4.0, max_retry_after_s=10.0, max_wait_s=10.0)
 
 
 def subject_of(topic: str) -> str:
@@ -137,10 +141,15 @@ class SchemaRegistryHook(BaseHook):
         """The JSON answer of one request; None for the status ``absent``; a :class:`RegistryError` naming the
         connection, ``what`` was asked and the registry's own message otherwise."""
         where = f"schema registry (connection '{self.registry_conn_id}')"
+        return REGISTRY_RETRY.run(
+            lambda: self._call_once(method, path, f"{where}: {what}", absent, body), RegistryError, sleep=time.sleep
+        )
+
+    def _call_once(self, method: str, path: str, what: str, absent: int | None, body: Mapping[str, Any] | None) -> Any:
         try:
             response = self.client.request(method, path, json=body)
         except httpx.HTTPError as exc:
-            raise RegistryError(f"{where}: {what}: {exc!r}", retriable=True) from exc
+            raise RegistryError(f"{what}: {exc!r}", retriable=True) from exc
         if response.status_code == absent:
             return None
         if response.status_code != 200:
@@ -149,8 +158,9 @@ class SchemaRegistryHook(BaseHook):
             except ValueError:
                 detail = response.text
             raise RegistryError(
-                f"{where}: {what}: HTTP {response.status_code}: {str(detail)[:500]}",
+                f"{what}: HTTP {response.status_code}: {str(detail)[:500]}",
                 retriable=response.status_code in RETRIABLE_STATUS,
                 status=response.status_code,
+                retry_after=retry_after_seconds(response.headers.get("retry-after"), REGISTRY_RETRY.max_retry_after_s),
             )
         return response.json()

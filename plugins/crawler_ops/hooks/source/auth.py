@@ -26,8 +26,9 @@ import httpx
 from crawler_ops.config import SourceConfig
 from crawler_ops.errors import SourceError, StatusTableError
 from crawler_ops.hooks.http import DeadlineTransport, deadline, environment_proxy
-from crawler_ops.hooks.source.responses import read_bounded, retry_after_seconds, retry_delay
+from crawler_ops.hooks.source.responses import read_bounded
 from crawler_ops.hooks.source.tokens import DEFAULT_LIFETIME_S, Grant, Issued, SharedToken, seed_of
+from crawler_ops.retry import RETRIABLE_STATUS, retry_after_seconds
 
 if TYPE_CHECKING:
     from collections.abc import Iterable
@@ -35,7 +36,6 @@ if TYPE_CHECKING:
 #: Extra keys that are secrets of an auth type, never sent as headers.
 SECRET_EXTRA = ("token", "client_secret")
 TOKEN_BODY_BYTES = 64 * 1024
-RETRIABLE_STATUS = frozenset({408, 425, 429, 500, 502, 503, 504})
 MASK = "***"
 _OAUTH_ERROR = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
 
@@ -186,15 +186,7 @@ class TokenGrant:
             form["client_id"] = self.client_id
             if self.client_secret:
                 form["client_secret"] = self.client_secret
-        attempt = 0
-        while True:
-            try:
-                return self.post(form, basic)
-            except SourceError as exc:
-                if not exc.retriable or attempt >= self.source.max_retries:
-                    raise
-                time.sleep(retry_delay(self.source, exc, attempt))
-                attempt += 1
+        return self.source.retry.run(lambda: self.post(form, basic), SourceError, sleep=time.sleep)
 
     def post(self, form: dict[str, str], basic: httpx.Auth | None) -> Issued:
         limits = httpx.Limits(max_connections=1, max_keepalive_connections=0)

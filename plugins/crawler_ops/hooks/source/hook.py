@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from contextlib import nullcontext
-from functools import cached_property
+from functools import cached_property, partial
 from typing import TYPE_CHECKING, Any, NoReturn
 
 import httpx
@@ -13,7 +13,7 @@ from airflow.sdk import BaseHook
 
 from crawler_ops.config import SourceConfig
 from crawler_ops.errors import AnswerTooHeavyError, SourceError, SourcePausedError, StatusTableError, TokenExpiredError
-from crawler_ops.hooks.http import RETRIABLE_STATUS, DeadlineTransport, base_url, deadline, environment_proxy
+from crawler_ops.hooks.http import DeadlineTransport, base_url, deadline, environment_proxy
 from crawler_ops.hooks.source.auth import extra_headers, redact, source_auth
 from crawler_ops.hooks.source.feed import LinkedBody
 from crawler_ops.hooks.source.paging import DEFAULT_BATCH_SIZE, PageCall, Paging, Send, join_pages, probe_total
@@ -28,13 +28,12 @@ from crawler_ops.hooks.source.responses import (
     error_excerpt,
     read_bounded,
     read_start,
-    retry_after_seconds,
-    retry_delay,
 )
 from crawler_ops.hooks.source.rule_actions import check_answer, renew_token
 from crawler_ops.hooks.source.rules import wanted_statuses
 from crawler_ops.hooks.source.wire import WireTransport
 from crawler_ops.message.records import Page
+from crawler_ops.retry import RETRIABLE_STATUS, retry_after_seconds
 
 if TYPE_CHECKING:
     from crawler_ops.hooks.source.ratelimit import SourceLimiter
@@ -164,26 +163,24 @@ class SourceApiHook(BaseHook):
         With a typed ``decode``, a body of the wrong shape fails at once (retrying will not fix it). ``max_bytes``:
         a smaller cap than ``source.max_response_mb`` for the body (a count answer's). ``has_parts``: a too large or
         too slow answer fails at once, to be read in parts."""
-        attempt, renewed = 0, False
-        while True:
-            try:
-                return self._get_once(request, what, decode, max_bytes)
-            except TokenExpiredError as exc:  # one renewal of the shared token and one retry, as after a 401
-                renew_token(self.client.auth, exc, renewed)
-                renewed = True
-            except SourceError as exc:
-                if has_parts and isinstance(exc, AnswerTooHeavyError):
-                    raise
-                # A paused source fails the request at once: waiting here would outlive its deadline as well.
-                if not exc.retriable or attempt >= self.source.max_retries or isinstance(exc, SourcePausedError):
-                    if exc.retriable and not isinstance(exc, SourcePausedError):
-                        raise SourceError(f"{exc} (gave up after {attempt + 1} attempts)", retriable=True) from exc
-                    raise
-                delay = retry_delay(self.source, exc, attempt)
-                retries = self.source.max_retries
-                self.log.warning("task %s: %s; retry %d/%d in %.2fs", self.task_label, exc, attempt + 1, retries, delay)
-                time.sleep(delay)
-                attempt += 1
+        renewed = False
+
+        def once() -> Any:
+            nonlocal renewed
+            while True:
+                try:
+                    return self._get_once(request, what, decode, max_bytes)
+                except TokenExpiredError as exc:  # one renewal of the shared token and one retry, as after a 401
+                    renew_token(self.client.auth, exc, renewed)
+                    renewed = True
+
+        retry_on = partial(worth_retrying, has_parts=has_parts)
+        log, policy = self.log_retry, self.source.retry
+        return policy.run(once, SourceError, retry_on=retry_on, give_up=gave_up, on_retry=log, sleep=time.sleep)
+
+    def log_retry(self, exc: SourceError, retry: int, delay: float) -> None:
+        retries = self.source.max_retries
+        self.log.warning("task %s: %s; retry %d/%d in %.2fs", self.task_label, exc, retry, retries, delay)
 
     def _get_once(self, request: Send, what: str, decode: Decode, max_bytes: int | None) -> Any:
         label = f"task {self.task_label}: {request.method} {request.path} {what}"
@@ -218,6 +215,18 @@ class SourceApiHook(BaseHook):
                 raise timed_out(label, self.source, end - started, past_deadline=time.monotonic() >= end) from exc
             except httpx.TransportError as exc:
                 raise SourceError(f"{label} failed: {exc!r}", retriable=True) from exc
+
+
+def worth_retrying(exc: SourceError, has_parts: bool) -> bool:
+    """Whether to send a failed request again: when its failure is retriable, but not when the source is paused
+    (waiting here would outlive the request's deadline as well), nor when an answer too heavy is read in parts."""
+    too_heavy = has_parts and isinstance(exc, AnswerTooHeavyError)
+    return exc.retriable and not too_heavy and not isinstance(exc, SourcePausedError)
+
+
+def gave_up(exc: SourceError, tries: int, _why: object) -> SourceError:
+    """A retriable failure that outlasted the request's retries: still retriable, by Airflow, later."""
+    return SourceError(f"{exc} (gave up after {tries} attempts)", retriable=True)
 
 
 def timed_out(label: str, source: SourceConfig, allowed_s: float, past_deadline: bool) -> SourceError:

@@ -1,14 +1,11 @@
 """What the source hook does with a response's bytes: read a body within its size cap, quote the start of an error
-body, read Retry-After, decode a page envelope in one pass, and map decoding problems to :class:`SourceError`."""
+body, decode a page envelope in one pass, and map decoding problems to :class:`SourceError`."""
 
 from __future__ import annotations
 
-import email.utils
 import functools
-import math
 import zlib
 from collections.abc import Callable, Iterator, Mapping
-from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 import httpx
@@ -19,7 +16,7 @@ from crawler_ops.hooks.source.budget import current_account
 from crawler_ops.message.records import Page, head_struct
 
 if TYPE_CHECKING:
-    from crawler_ops.config import SourceConfig
+    pass
 
 # Of an error response, this much of the body is read (and inflated, if compressed); this much is quoted.
 ERROR_BODY_BYTES = 1024
@@ -38,41 +35,6 @@ def json_path(document: Any, path: str) -> Any:
             raise KeyError(step)
         node = node[step]
     return node
-
-
-def retry_after_seconds(value: str | None, cap: float) -> float | None:
-    """Seconds to wait from a Retry-After header (delta-seconds or an HTTP date), within ``[0, cap]``: a longer wait,
-    ``inf`` or a far date is ``cap``, a negative one or a past date 0; None for no header, NaN or an unreadable
-    value (the caller's own backoff applies)."""
-    if not value:
-        return None
-    seconds: float | None
-    try:
-        seconds = float(value)
-    except ValueError:
-        seconds = http_date_seconds(value)
-    if seconds is None or math.isnan(seconds):
-        return None
-    return min(max(0.0, seconds), cap)
-
-
-def retry_delay(source: SourceConfig, exc: SourceError, attempt: int) -> float:
-    """Seconds before retry ``attempt + 1``: the source's own Retry-After (validated and capped where it was read)
-    wins over the exponential backoff."""
-    if exc.retry_after is not None:
-        return min(exc.retry_after, source.max_retry_after_s)
-    return min(source.backoff_s * 2**attempt, source.max_backoff_s)
-
-
-def http_date_seconds(value: str) -> float | None:
-    """Seconds from now to an HTTP date (a date without a zone read as UTC); None when it is no date."""
-    try:
-        when = email.utils.parsedate_to_datetime(value)
-    except (TypeError, ValueError, OverflowError):
-        return None
-    if when.tzinfo is None:
-        when = when.replace(tzinfo=UTC)
-    return (when - datetime.now(UTC)).total_seconds()
 
 
 @functools.cache

@@ -52,3 +52,18 @@ def test_a_conflict_whose_schema_is_not_under_the_subject_stays_refused() -> Non
     assert (refused.value.status, refused.value.retriable) == (409, False)
     assert "connection 'registry_under_test'" in str(refused.value)
     assert asked == ["POST /subjects/s-value/versions", "POST /subjects/s-value"]
+
+
+def test_a_registry_answering_503_is_asked_again_and_its_answer_used(monkeypatch: pytest.MonkeyPatch) -> None:
+    asked: list[float] = []
+    answers = [httpx.Response(503, headers={"Retry-After": "0"}), httpx.Response(200, json={"id": 4})]
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        asked.append(1)
+        return answers[len(asked) - 1]
+
+    hook = SchemaRegistryHook("registry_under_test")
+    hook._client = httpx.Client(base_url="http://registry", transport=httpx.MockTransport(answer))
+
+    assert hook.register("s-value", SCHEMA, "JSON") == 4
+    assert len(asked) == 2

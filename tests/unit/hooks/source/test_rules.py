@@ -14,6 +14,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from crawler_ops import retry
 from crawler_ops.config import SourceConfig
 from crawler_ops.config.loading import load_config
 from crawler_ops.config.source_responses import ResponseRule
@@ -198,6 +199,7 @@ def served(monkeypatch: pytest.MonkeyPatch, airflow_connection: Callable[..., No
     airflow_connection("src", conn_type="http", host="source.test", schema="http")
     clock = {"sleep": staticmethod(answers.sleeps.append), "monotonic": staticmethod(time.monotonic)}
     monkeypatch.setattr(source_module, "time", type("Clock", (), clock))
+    monkeypatch.setattr(retry, "full_jitter", lambda ceiling: ceiling)  # each wait at its ceiling, not below it
     return answers
 
 

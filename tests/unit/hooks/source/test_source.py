@@ -20,6 +20,7 @@ import httpx
 import msgspec
 import pytest
 
+from crawler_ops import retry
 from crawler_ops.config import SourceConfig
 from crawler_ops.errors import SourceError
 from crawler_ops.hooks.source import hook as source_module
@@ -59,6 +60,7 @@ def sleeps(monkeypatch: pytest.MonkeyPatch) -> list[float]:
     waited: list[float] = []
     clock = {"sleep": staticmethod(waited.append), "monotonic": staticmethod(time.monotonic)}
     monkeypatch.setattr(source_module, "time", type("Clock", (), clock))
+    monkeypatch.setattr(retry, "full_jitter", lambda ceiling: ceiling)  # each wait at its ceiling, not below it
     return waited
 
 
@@ -425,7 +427,7 @@ def test_a_404_is_no_reason_to_slow_down_and_fails_as_before(fake, connection, s
     ],
 )
 def test_retry_after_is_validated_and_capped_whatever_the_source_sends(header, expected):
-    from crawler_ops.hooks.source.responses import retry_after_seconds
+    from crawler_ops.retry import retry_after_seconds
 
     assert retry_after_seconds(header, 300.0) == expected
 
