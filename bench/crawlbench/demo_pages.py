@@ -12,7 +12,7 @@ import msgspec
 from crawler_ops.config import SourceConfig
 from crawler_ops.hooks.source.hook import SourceApiHook
 from crawler_ops.message.filtering import DateRule, Window
-from crawler_ops.message.records import head_fields
+from crawler_ops.message.pages import head_fields
 from demo_source.data import TaskConfig, make_page
 
 

@@ -35,7 +35,7 @@ from crawler_ops.hooks.store.feed_rows import FeedRows, Mark, PageRow
 from crawler_ops.hooks.store.hook import CrawlStoreHook, Cursor
 from crawler_ops.hooks.store.status_table import DONE
 from crawler_ops.message.filtering import DateRule, record_date
-from crawler_ops.message.records import record_head
+from crawler_ops.message.pages import record_head
 from crawler_ops.planning import Batch, ChunkPlan
 from crawler_ops.results import BatchOutcome, ChunkResult, RunCounts, RunRecord
 

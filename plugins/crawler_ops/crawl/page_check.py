@@ -12,7 +12,7 @@ msgpack, which costs a sixth of reading them from the JSON. A page the helper co
 at the path, more records than asked for) is decoded by the source hook, which names what is wrong; a page made of
 several answers is written to the helper as one JSON array of its records, for the check and the fields only.
 
-A page found UTF-8 is marked (:attr:`~crawler_ops.message.records.Page.utf8_checked`) and its records are not checked
+A page found UTF-8 is marked (:attr:`~crawler_ops.message.pages.Page.utf8_checked`) and its records are not checked
 again while it is filtered. Any other page is checked record by record, as without a helper, which names the record and
 the field: one with an invalid byte, one whose fields the helper could not read (a record not an object, say), and
 one the helper could not check (it did not start, died, or did not answer in time; then it is stopped and the chunk
@@ -36,7 +36,7 @@ from typing import Any
 
 import msgspec
 
-from crawler_ops.message.records import Page
+from crawler_ops.message.pages import Page
 
 log = logging.getLogger(__name__)
 
@@ -73,7 +73,7 @@ class PageChecker:
     Thread-safe: the chunk's fetch threads take turns (one page in the memory file at a time).
 
     :param task_label: the crawl task id, for the log.
-    :param fields: the fields of each record the helper reads (:func:`crawler_ops.message.records.head_fields`); none:
+    :param fields: the fields of each record the helper reads (:func:`crawler_ops.message.pages.head_fields`); none:
         it only checks UTF-8.
     :param records_path: where a page's body holds its records (``source.records_path``); none: the helper is given
         records only, not bodies (:meth:`split`).

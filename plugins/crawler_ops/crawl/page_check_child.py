@@ -79,7 +79,7 @@ def unwrap(document: Any, records_path: str) -> Any:
 class Reader:
     """Answers requests: the fields of each record (none without ``fields``) and, for a body, where each record lies.
 
-    A record's fields are read as :func:`crawler_ops.message.records.head_struct` reads them (absent ones None),
+    A record's fields are read as :func:`crawler_ops.message.pages.head_struct` reads them (absent ones None),
     which the tests compare."""
 
     def __init__(self, msgspec: Any, fields: list[str], records_path: str) -> None:

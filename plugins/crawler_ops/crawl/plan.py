@@ -26,7 +26,7 @@ from crawler_ops.hooks.source.hook import SourceApiHook
 from crawler_ops.hooks.store.hook import CrawlStoreHook, Cursor
 from crawler_ops.hooks.store.status_table import DONE, PARKED
 from crawler_ops.message.filtering import DateRule, record_date
-from crawler_ops.message.records import record_head
+from crawler_ops.message.pages import record_head
 from crawler_ops.planning import (
     Batch,
     ChunkPlan,

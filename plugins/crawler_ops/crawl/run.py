@@ -13,7 +13,7 @@ from airflow.sdk.exceptions import AirflowFailException
 from crawler_ops.config import CrawlTaskConfig
 from crawler_ops.errors import ConfigError
 from crawler_ops.message.filtering import Window
-from crawler_ops.message.records import head_fields
+from crawler_ops.message.pages import head_fields
 
 if TYPE_CHECKING:
     from confluent_kafka.admin import AdminClient

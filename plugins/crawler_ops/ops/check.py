@@ -25,7 +25,8 @@ from crawler_ops.hooks.http import deadline
 from crawler_ops.hooks.source.auth import redact
 from crawler_ops.hooks.source.feed import feed_send, read_feed
 from crawler_ops.hooks.source.hook import SourceApiHook
-from crawler_ops.message.records import Message, Page, full_record, record_head
+from crawler_ops.message.pages import Page, record_head
+from crawler_ops.message.records import Message, full_record
 from crawler_ops.message.schemas import avro_schema, json_schema
 from crawler_ops.ops.source_check import (
     Dated,

@@ -13,7 +13,7 @@ from crawler_ops.crawl.feed import newest, stop_at
 from crawler_ops.hooks.source.feed import FeedPage
 from crawler_ops.hooks.store.feed_rows import Mark
 from crawler_ops.message.filtering import DateRule
-from crawler_ops.message.records import Page
+from crawler_ops.message.pages import Page
 
 PROPERTY = settings(max_examples=300, deadline=None)
 RULE = DateRule(("aae397",), "UTC")

@@ -17,7 +17,8 @@ from crawler_ops.crawl import page_check
 from crawler_ops.crawl.page_check import PageChecker, write_array
 from crawler_ops.hooks.source.responses import PageTooLongError, decode_page
 from crawler_ops.message.filtering import DateRule, Window
-from crawler_ops.message.records import HeadReader, Page, build_messages
+from crawler_ops.message.pages import Page
+from crawler_ops.message.records import HeadReader, build_messages
 
 REF = datetime(2026, 11, 1, tzinfo=UTC)
 GOOD = [msgspec.Raw(f'{{"id": "{i}", "title": "高级工程师 {i}"}}'.encode()) for i in range(50)]

@@ -14,7 +14,8 @@ from hypothesis import strategies as st
 from crawler_ops.config import SourceConfig
 from crawler_ops.hooks.source.hook import SourceApiHook
 from crawler_ops.message.filtering import DateRule, Window, WindowTest, classify
-from crawler_ops.message.records import Page, build_messages, head_fields
+from crawler_ops.message.pages import Page, head_fields
+from crawler_ops.message.records import build_messages
 
 RULE = DateRule(("aae397", "Collect_time"), "Asia/Shanghai")
 REF = datetime(2026, 11, 20, 12, tzinfo=UTC)

@@ -20,14 +20,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from crawler_ops.message.filtering import DateRule, Window
+from crawler_ops.message.pages import Page, head_fields
 from crawler_ops.message.records import (
     DEAD_LETTER_MAX_BYTES,
     Message,
-    Page,
     build_messages,
     cap_record,
     dead_letter_messages,
-    head_fields,
     record_key,
     too_large,
 )
@@ -640,7 +639,7 @@ def test_a_capped_record_of_quotes_shrinks_its_text_in_proportion_until_it_fits(
 
 
 def test_record_head_reads_the_given_fields_of_a_raw_or_decoded_record():
-    from crawler_ops.message.records import record_head
+    from crawler_ops.message.pages import record_head
 
     raw = msgspec.Raw(b'{"a": 1, "b": "x", "c": [3]}')
     assert record_head(raw, ("b", "c", "z")) == {"b": "x", "c": [3], "z": None}

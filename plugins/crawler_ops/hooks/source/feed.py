@@ -20,8 +20,8 @@ import msgspec
 from crawler_ops.config import SourceConfig
 from crawler_ops.errors import SourceError
 from crawler_ops.hooks.source.paging import Paging, Send, render, render_json
-from crawler_ops.hooks.source.responses import decode_page, json_path
-from crawler_ops.message.records import Page
+from crawler_ops.hooks.source.responses import decode_page
+from crawler_ops.message.pages import Page, json_path
 
 # One link-value of a Link header: <uri-reference> then its parameters up to the next top-level comma.
 _LINK = re.compile(r'\s*<([^>]*)>((?:\s*;\s*[^;,="\s]+\s*(?:=\s*(?:"(?:[^"\\]|\\.)*"|[^;,"\s]*))?)*)\s*(?:,|$)')

@@ -32,7 +32,7 @@ from crawler_ops.hooks.source.responses import (
 from crawler_ops.hooks.source.rule_actions import check_answer, renew_token
 from crawler_ops.hooks.source.rules import wanted_statuses
 from crawler_ops.hooks.source.wire import WireTransport
-from crawler_ops.message.records import Page
+from crawler_ops.message.pages import Page
 from crawler_ops.retry import RETRIABLE_STATUS, retry_after_seconds
 
 if TYPE_CHECKING:
@@ -76,7 +76,7 @@ class SourceApiHook(BaseHook):
     :param task_label: the crawl task id, used in error messages.
     :param source_task: the source's own id of the data set.
     :param fields: record fields each page's decode also reads for the filter
-        (:func:`crawler_ops.message.records.head_fields`).
+        (:func:`crawler_ops.message.pages.head_fields`).
     :param limiter: this process's limiter of the source connection
         (:func:`crawler_ops.hooks.source.ratelimit.limiter_for`), used until :meth:`close` (none: requests are not
         limited), and ``token`` its shared OAuth2 token (:func:`crawler_ops.hooks.source.tokens.token_for`): the

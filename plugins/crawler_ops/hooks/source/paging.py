@@ -17,7 +17,7 @@ from zoneinfo import ZoneInfo
 from crawler_ops.config import CrawlTaskConfig, SourceConfig
 from crawler_ops.errors import SourceError
 from crawler_ops.hooks.source.responses import PageTooLongError, Split, decode_page
-from crawler_ops.message.records import Page
+from crawler_ops.message.pages import Page
 
 #: The batch size of a crawl task that does not say (the page size of a page paginator).
 DEFAULT_BATCH_SIZE = 100

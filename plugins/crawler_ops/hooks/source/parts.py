@@ -9,7 +9,7 @@ from collections.abc import Callable
 
 from crawler_ops.errors import AnswerTooHeavyError, SourceError
 from crawler_ops.hooks.source.paging import PageCall, Paging, join_pages
-from crawler_ops.message.records import Page
+from crawler_ops.message.pages import Page
 
 log = logging.getLogger(__name__)
 

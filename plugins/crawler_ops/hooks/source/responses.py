@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import functools
 import zlib
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
 import httpx
@@ -13,7 +13,7 @@ import msgspec
 
 from crawler_ops.errors import AnswerTooHeavyError, SourceError
 from crawler_ops.hooks.source.budget import current_account
-from crawler_ops.message.records import Page, head_struct
+from crawler_ops.message.pages import Page, head_struct, json_path
 
 if TYPE_CHECKING:
     pass
@@ -25,16 +25,6 @@ ERROR_EXCERPT_CHARS = 200
 COUNT_BODY_BYTES = 64 * 1024
 #: A compressed body is inflated at most this much at a time, so the size cap is checked before a bomb goes off.
 INFLATE_PIECE = 64 * 1024
-
-
-def json_path(document: Any, path: str) -> Any:
-    """Follow a dotted path (``data.data``) through nested mappings; KeyError names the missing step."""
-    node = document
-    for step in path.split("."):
-        if not isinstance(node, Mapping) or step not in node:
-            raise KeyError(step)
-        node = node[step]
-    return node
 
 
 @functools.cache

@@ -21,9 +21,9 @@ from crawler_ops.config.source_responses import ResponseRule
 from crawler_ops.errors import PageSkippedError, SourceError, TokenExpiredError
 from crawler_ops.hooks.source import hook as source_module
 from crawler_ops.hooks.source.hook import SourceApiHook
-from crawler_ops.hooks.source.responses import json_path
 from crawler_ops.hooks.source.rule_actions import renew_token
 from crawler_ops.hooks.source.rules import first_match, same, wait_seconds
+from crawler_ops.message.pages import json_path
 from tests.unit.hooks.mock_http import route_clients
 
 PROPERTY = settings(max_examples=300, deadline=None)
