@@ -125,9 +125,9 @@ def cpu_used(into: dict[str, float]) -> Iterator[None]:
 def run_chunk(args: argparse.Namespace, admin: SourceAdmin, parts: PARTS) -> tuple[dict[str, Any], dict[str, float]]:
     """A fresh data set, its first crawl planned into one chunk, the chunk crawled; its result and CPU."""
     from crawler_ops.config import CrawlTaskConfig
-    from crawler_ops.crawl.chunk import crawl_chunk
-    from crawler_ops.crawl.plan import ensure_topics
+    from crawler_ops.crawl.preflight import ensure_topics
     from crawler_ops.crawl.run import RunContext, RunParams
+    from crawler_ops.crawl.steps import crawl_chunk
     from crawler_ops.planning import ChunkPlan, chunk_batches, iter_plan
 
     name = dataset_name()

@@ -32,10 +32,8 @@ MODES = ("at_least_once", "exactly_once")
 def crawl_once(name: str, mode: str, batch: int, bootstrap: str, truth: frozenset[str]) -> dict[str, Any]:
     """One first crawl of data set ``name`` in one chunk; returns its figures (raises when the topic is wrong)."""
     from crawler_ops.config import CrawlTaskConfig
-    from crawler_ops.crawl.chunk import crawl_chunk
-    from crawler_ops.crawl.commit import commit_run
-    from crawler_ops.crawl.plan import plan_run
     from crawler_ops.crawl.run import RunContext, RunParams
+    from crawler_ops.crawl.steps import commit_run, crawl_chunk, plan_run
 
     task_id = f"{name}_{mode}"
     cfg = CrawlTaskConfig.model_validate(

@@ -46,10 +46,8 @@ def backfill(admin: SourceAdmin, name: str, args: argparse.Namespace, filtered: 
     """One dry-run backfill of ``[REF - 1 d - days, REF - 1 d)``: the requests the source answered, the records kept,
     the seconds it took."""
     from crawler_ops.config import CrawlTaskConfig
-    from crawler_ops.crawl.chunk import crawl_chunk
-    from crawler_ops.crawl.commit import commit_run
-    from crawler_ops.crawl.plan import plan_run
     from crawler_ops.crawl.run import RunContext, RunParams
+    from crawler_ops.crawl.steps import commit_run, crawl_chunk, plan_run
 
     source = {"task": name, "concurrency": args.concurrency, "requests_per_s": None, "max_in_flight": None}
     cfg = CrawlTaskConfig.model_validate(

@@ -19,8 +19,8 @@ from datetime import datetime
 from typing import Any
 
 from crawler_ops.config import CrawlTaskConfig
-from crawler_ops.crawl.chunk import crawl_chunk
 from crawler_ops.crawl.run import RunContext, RunParams
+from crawler_ops.crawl.steps import crawl_chunk
 from crawler_ops.hooks.kafka.producer import KafkaPublisher
 from crawler_ops.planning import ChunkPlan
 

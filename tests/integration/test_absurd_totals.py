@@ -11,8 +11,8 @@ from datetime import UTC, datetime
 
 import pytest
 
-from crawler_ops.crawl.plan import plan_run
 from crawler_ops.crawl.run import RunContext, RunParams
+from crawler_ops.crawl.steps import plan_run
 from crawler_ops.errors import SourceError
 from tests.support import make_task, query, watermark
 

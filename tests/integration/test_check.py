@@ -191,7 +191,7 @@ def test_each_paging_mode_is_checked_through_its_own_requests(mode, source, uniq
     probed = not paging.get("count", True)
     assert report["total"]["value"] == 2_050
     assert report["total"]["how"] == ("probed: no count endpoint" if probed else "count endpoint")
-    aligned = cfg.source.paginator.pages
+    aligned = cfg.source.paginator.aligned
     assert report["page"]["offsets"] == ([2_000, 2_050] if aligned else [1_950, 2_050])
     assert report["page"]["records"] == (50 if aligned else 100)
     assert report["order"]["verdict"] == "yes"

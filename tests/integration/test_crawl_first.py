@@ -8,10 +8,8 @@ from datetime import UTC, datetime
 import pytest
 
 from crawler_ops.crawl import plan as plan_module
-from crawler_ops.crawl.chunk import crawl_chunk
-from crawler_ops.crawl.commit import commit_run
-from crawler_ops.crawl.plan import plan_run
 from crawler_ops.crawl.run import RunContext, RunParams
+from crawler_ops.crawl.steps import commit_run, crawl_chunk, plan_run
 from tests.support import duplicates, make_task, query, read_topic, run_record, watermark
 
 pytestmark = pytest.mark.integration

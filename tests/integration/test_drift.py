@@ -70,8 +70,8 @@ def test_a_run_reports_new_missing_and_retyped_fields_in_its_record_the_status_v
 
 
 def test_a_repeated_commit_reports_the_same_drift_and_adds_to_the_baseline_once(source, pg_uri, unique_id, run_dag):
-    from crawler_ops.crawl.commit import commit_run
     from crawler_ops.crawl.run import RunContext, RunParams
+    from crawler_ops.crawl.steps import commit_run
 
     source.create(unique_id, total=200, ref=REF, in_window_share=1.0)
     cfg = make_task(unique_id)

@@ -18,10 +18,8 @@ from typing import Any
 import pytest
 
 from crawler_ops.config import CrawlTaskConfig
-from crawler_ops.crawl.chunk import crawl_chunk
-from crawler_ops.crawl.commit import commit_run
-from crawler_ops.crawl.plan import plan_run
 from crawler_ops.crawl.run import RunContext, RunParams
+from crawler_ops.crawl.steps import commit_run, crawl_chunk, plan_run
 from crawler_ops.errors import DeliveryError
 from crawler_ops.planning import ChunkPlan
 from tests.support import (

@@ -118,8 +118,8 @@ def test_a_failed_dag_test_run_left_running_is_closed_by_the_listener_before_its
 ):
     """`airflow dags test` exits as soon as its run failed: the listener's close must not be left to a thread the
     exit kills. A run whose commit never closed its record (planned, then the run failed) is the case."""
-    from crawler_ops.crawl.plan import plan_run
     from crawler_ops.crawl.run import RunContext, RunParams
+    from crawler_ops.crawl.steps import plan_run
 
     source.create(unique_id, total=300, ref=REF, in_window_share=1.0)
     cfg = make_task(unique_id)

@@ -19,9 +19,8 @@ from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient
 
 from crawler_ops.config import CrawlTaskConfig
-from crawler_ops.crawl.commit import commit_run
-from crawler_ops.crawl.plan import plan_run
 from crawler_ops.crawl.run import RunContext, RunParams
+from crawler_ops.crawl.steps import commit_run, plan_run
 from kafka_cluster import KafkaCluster
 from tests.support import make_task, query, read_topic, runner_result, spawn_chunk
 from tests.waiting import wait_until

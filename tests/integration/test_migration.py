@@ -181,8 +181,8 @@ def test_an_import_is_refused_while_a_run_of_the_task_is_between_its_plan_and_it
 def test_a_run_record_left_open_by_a_run_airflow_no_longer_runs_does_not_block_the_import(
     source, pg_uri, unique_id, tmp_path, use_config
 ):
-    from crawler_ops.crawl.plan import plan_run
     from crawler_ops.crawl.run import RunContext, RunParams
+    from crawler_ops.crawl.steps import plan_run
 
     source.create(unique_id, total=1_000, ref=REF, in_window_share=1.0)
     cfg = make_task(unique_id)

@@ -286,8 +286,8 @@ def test_a_webhook_that_fails_or_must_not_be_sent_does_not_fail_the_run(
 def test_the_listener_closes_a_run_left_running_and_reports_each_run_once(
     source, receiver, pg_uri, unique_id, run_dag, use_config
 ):
-    from crawler_ops.crawl.plan import plan_run
     from crawler_ops.crawl.run import RunContext, RunParams
+    from crawler_ops.crawl.steps import plan_run
     from crawler_ops.ops.listener import close_run
 
     source.create(unique_id, total=300, ref=REF, in_window_share=1.0)
@@ -411,8 +411,8 @@ def test_a_dead_letter_kafka_refuses_keeps_its_batch_not_done_until_it_is_delive
 
 
 def test_a_retried_commit_does_not_count_the_run_twice(source, pg_uri, unique_id, run_dag):
-    from crawler_ops.crawl.commit import commit_run
     from crawler_ops.crawl.run import RunContext, RunParams
+    from crawler_ops.crawl.steps import commit_run
 
     source.create(unique_id, total=300, ref=REF, in_window_share=1.0)
     cfg = make_task(unique_id)
@@ -484,8 +484,8 @@ def test_closing_a_run_while_its_worker_finishes_a_batch_survives_the_deadlock_a
     then the run record. PostgreSQL breaks the deadlock by rolling one back: here, the listener's (it waits on a
     5 s deadlock timeout, the worker on 60 s), which must then close the run on a second try."""
     from crawler_ops.crawl.ledger import ledger_for
-    from crawler_ops.crawl.plan import plan_run
     from crawler_ops.crawl.run import RunContext, RunParams
+    from crawler_ops.crawl.steps import plan_run
     from crawler_ops.ops.listener import close_run
     from crawler_ops.planning import Batch
     from crawler_ops.results import BatchOutcome, RunCounts

@@ -116,10 +116,8 @@ def test_a_manual_run_dated_between_two_scheduled_runs_loses_nothing(
 
 
 def test_reset_then_backfill_then_incremental_loses_nothing(source, kafka_bootstrap, pg_uri, unique_id, start, run_dag):
-    from crawler_ops.crawl.chunk import crawl_chunk
-    from crawler_ops.crawl.commit import commit_run
-    from crawler_ops.crawl.plan import plan_run
     from crawler_ops.crawl.run import RunContext, RunParams
+    from crawler_ops.crawl.steps import commit_run, crawl_chunk, plan_run
 
     cfg = make_task(unique_id)
     assert run_dag(cfg, start) == "success"
@@ -149,9 +147,8 @@ def test_reset_then_backfill_then_incremental_loses_nothing(source, kafka_bootst
 def test_a_cancelled_run_then_a_rerun_of_an_older_run_loses_nothing(
     source, kafka_bootstrap, pg_uri, unique_id, start, run_dag, use_config: Callable[..., Any]
 ):
-    from crawler_ops.crawl.chunk import crawl_chunk
-    from crawler_ops.crawl.plan import plan_run
     from crawler_ops.crawl.run import RunContext, RunParams
+    from crawler_ops.crawl.steps import crawl_chunk, plan_run
     from crawler_ops.ops.listener import close_run
 
     cfg = make_task(unique_id, batch_size=10, min_batches_per_chunk=1, max_chunks=5)

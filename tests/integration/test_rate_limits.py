@@ -22,8 +22,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from crawler_ops.config import SourceConfig
-from crawler_ops.crawl.plan import plan_run
 from crawler_ops.crawl.run import RunContext, RunParams
+from crawler_ops.crawl.steps import plan_run
 from crawler_ops.hooks.source.ratelimit import CUT_EVERY_S, HORIZON_S, STALE_S, SourceRateStore
 from tests.namespace import unique_name
 from tests.support import Forwarded, cli, done_batches, make_task, query, runner_result, spawn_chunk, watermark

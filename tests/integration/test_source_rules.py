@@ -13,10 +13,8 @@ import httpx
 import pytest
 
 from crawler_ops.config import CrawlTaskConfig
-from crawler_ops.crawl.chunk import crawl_chunk
-from crawler_ops.crawl.commit import commit_run
-from crawler_ops.crawl.plan import plan_run
 from crawler_ops.crawl.run import RunContext, RunParams
+from crawler_ops.crawl.steps import commit_run, crawl_chunk, plan_run
 from tests.support import DemoSource, duplicates, make_task, query, read_topic, run_record, watermark
 from tests.waiting import wait_until
 

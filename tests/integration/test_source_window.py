@@ -16,10 +16,8 @@ import pytest
 import yaml
 
 from crawler_ops.config import CrawlTaskConfig
-from crawler_ops.crawl.chunk import crawl_chunk
-from crawler_ops.crawl.commit import commit_run
-from crawler_ops.crawl.plan import plan_run
 from crawler_ops.crawl.run import RunContext, RunParams
+from crawler_ops.crawl.steps import commit_run, crawl_chunk, plan_run
 from crawler_ops.errors import SourceError
 from crawler_ops.hooks.source.hook import SourceApiHook
 from crawler_ops.ops.status import stored_status

@@ -19,6 +19,7 @@ from pydantic import BaseModel, ValidationError
 
 from crawler_ops.config.checks import missing_modules
 from crawler_ops.config.models import CrawlTaskConfig, DagSettings, ExecutorTaskConfig, LoadedConfig, MaintenanceConfig
+from crawler_ops.config.paginators import KINDS
 from crawler_ops.errors import ConfigError
 
 CONFIG_ENV = "CRAWLER_OPS_CONFIG"
@@ -76,11 +77,20 @@ def deep_merge(base: Mapping[str, Any], override: Mapping[str, Any]) -> dict[str
 
 
 def describe(exc: ValidationError) -> str:
-    return describe_problems([(tuple(err["loc"]), err["msg"]) for err in exc.errors()])
+    return describe_problems([(located(err), err["msg"]) for err in exc.errors()])
 
 
 def describe_problems(problems: Sequence[Problem]) -> str:
     return "; ".join(f"field '{field_name(loc) or '(task)'}': {msg}" for loc, msg in problems)
+
+
+def located(err: Any) -> tuple[Any, ...]:
+    """Where a validation error sits, as the YAML says it: a kind chosen by its ``type`` (a paginator's) is no step
+    of the path, and an unknown kind is the ``type`` key's problem."""
+    loc = tuple(err["loc"])
+    if err["type"] in ("union_tag_invalid", "union_tag_not_found"):
+        return (*loc, "type")
+    return tuple(part for i, part in enumerate(loc) if not (i and loc[i - 1] == "paginator" and part in KINDS))
 
 
 def field_name(loc: Sequence[Any]) -> str:
@@ -96,7 +106,7 @@ def validate_entry(model: type[D], data: Mapping[str, Any], check_imports: bool)
         entry: D | None = model.model_validate(data)
         problems: list[Problem] = []
     except ValidationError as exc:
-        entry, problems = None, [(tuple(err["loc"]), err["msg"]) for err in exc.errors()]
+        entry, problems = None, [(located(err), err["msg"]) for err in exc.errors()]
     if not check_imports:
         return entry, problems
     failed = {loc[0] for loc, _ in problems if loc}

@@ -24,7 +24,6 @@ from crawler_ops.config.checks import (
     known_timezone,
 )
 from crawler_ops.config.sections import FilterConfig, KafkaConfig, NotifyConfig, SourceConfig, StrictModel
-from crawler_ops.config.source_feed import check_feed_task
 
 ALL_CATEGORIES = "*"
 DAG_SCHEDULE = (
@@ -182,12 +181,7 @@ class CrawlTaskConfig(DagSettings):
 
     @model_validator(mode="after")
     def _feed_has_key(self) -> CrawlTaskConfig:
-        check_feed_task(self.source.paginator.type, self.kafka.unique_key_field)
-        if self.source.paginator.sequential and self.kafka.value_format != "json":
-            raise ValueError(
-                f"kafka.value_format {self.kafka.value_format} is for offset-paged sources; a feed "
-                f"({self.source.paginator.type}) publishes JSON (value_format json)"
-            )
+        self.source.paginator.check_task(self.kafka.unique_key_field, self.kafka.value_format)
         return self
 
     @property

@@ -19,9 +19,10 @@ from pydantic.fields import FieldInfo
 
 from crawler_ops.config.loading import CONFIG_ENV, DEFAULT_CONFIG, EXECUTOR_DEFAULTS, SHARED_DEFAULTS, TOP_LEVEL
 from crawler_ops.config.models import CrawlTaskConfig, DagSettings, ExecutorTaskConfig, MaintenanceConfig
+from crawler_ops.config.paginators import KINDS
 from crawler_ops.config.sections import FilterConfig, KafkaConfig, NotifyConfig, SourceConfig
 from crawler_ops.config.source_auth import SourceAuth
-from crawler_ops.config.source_paging import PaginatorConfig, RequestConfig
+from crawler_ops.config.source_paging import RequestConfig
 from crawler_ops.config.source_responses import ResponseRule, ResponseWhen
 from crawler_ops.config.source_window import WindowFilterConfig
 
@@ -54,11 +55,14 @@ SECTIONS = (
         "An entry of `tasks`; each key may also come from `defaults`. It takes the [DAG settings](#dag-settings) too.",
     ),
     Section("Source", "source", SourceConfig, "`source:` of a crawl task (or of `defaults`)."),
-    Section(
-        "Source paginator",
-        "source-paginator",
-        PaginatorConfig,
-        "`source.paginator:`: how the source numbers its pages (see [docs/sources.md](sources.md)).",
+    *(
+        Section(
+            f"Source paginator: {name}",
+            f"source-paginator-{name.replace('_', '-')}",
+            kind,
+            f"`source.paginator:` with `type: {name}` (see [docs/sources.md](sources.md)).",
+        )
+        for name, kind in KINDS.items()
     ),
     Section(
         "Source request",

@@ -14,8 +14,9 @@ from typing import TYPE_CHECKING, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, JsonValue, field_validator, model_validator
 
 from crawler_ops.config.checks import known_timezone
+from crawler_ops.config.paginators import OffsetPaginator, PaginatorConfig, with_type
 from crawler_ops.config.source_auth import SourceAuth
-from crawler_ops.config.source_paging import PaginatorConfig, RequestConfig, check_request, default_query
+from crawler_ops.config.source_paging import RequestConfig, check_request
 from crawler_ops.config.source_responses import ResponseRule, check_rules
 from crawler_ops.config.source_window import WindowFilterConfig, check_window_filter
 from crawler_ops.lineage import env_bootstrap_servers, kafka_server
@@ -69,7 +70,9 @@ class SourceShape(StrictModel):
         "limit", description="query parameter carrying a page's size in records (offset paginator)"
     )
     paginator: PaginatorConfig = Field(
-        PaginatorConfig(), description="how the source numbers its pages: by offset (the default) or by page number"
+        OffsetPaginator(),
+        description="how the source numbers its pages, by `type`: by offset (the default) or by page number, or a "
+        "feed whose pages name the next",
     )
     request: RequestConfig = Field(
         RequestConfig(),
@@ -89,10 +92,15 @@ class SourceShape(StrictModel):
         "expired token or an error the source reports in the body (see docs/sources.md); none: every 200 is a page",
     )
 
+    @field_validator("paginator", mode="before")
+    @classmethod
+    def _offset_by_default(cls, value: Any) -> Any:
+        return with_type(value)
+
     @model_validator(mode="after")
     def _sendable_request(self) -> SourceShape:
         check_request(self.paginator, self.request, self.page_query)
-        feed = self.paginator.type if self.paginator.sequential else None
+        feed = self.paginator.feed
         if self.window_filter is not None:
             if feed is not None:
                 raise ValueError(
@@ -112,7 +120,7 @@ class SourceShape(StrictModel):
             return dict(self.request.query)
         if self.request.body is not None:
             return {}
-        return default_query(self.paginator, self.offset_param, self.limit_param)
+        return self.paginator.default_query(self.offset_param, self.limit_param)
 
     @property
     def request_path(self) -> str:

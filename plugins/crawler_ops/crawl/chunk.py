@@ -21,7 +21,7 @@ again). A batch is produced only while this worker still holds its claim, so a r
 worker whose lease was taken over, stops instead of publishing. The counters the threads share (counts of batches
 done, batches skipped, the run's expiry cutoff) sit behind one lock in :class:`SharedCounts`.
 
-The watermark moves later, in :func:`crawler_ops.crawl.commit.commit_run`.
+The watermark moves later, in the commit (:func:`crawler_ops.crawl.steps.commit_run`).
 """
 
 from __future__ import annotations
@@ -38,21 +38,14 @@ from typing import Any
 
 from crawler_ops.config import CrawlTaskConfig
 from crawler_ops.crawl.batch_filter import BatchFilter, FilteredBatch
-from crawler_ops.crawl.feed import crawl_feed
 from crawler_ops.crawl.heap import chunk_heap
 from crawler_ops.crawl.ledger import Ledger, ledger_for
 from crawler_ops.crawl.page_check import PageChecker
+from crawler_ops.crawl.publishers import publisher_for
 from crawler_ops.crawl.run import RunContext
 from crawler_ops.drift import FieldProfile, profile_values
 from crawler_ops.errors import PageSkippedError, StatusTableError
-from crawler_ops.hooks.kafka.exactly_once import MarkerLog, TransactionalPublisher, transactional_id
-from crawler_ops.hooks.kafka.producer import (
-    DryRunPublisher,
-    IdempotentProducerHook,
-    KafkaPublisher,
-    Publisher,
-    task_settings,
-)
+from crawler_ops.hooks.kafka.producer import Publisher
 from crawler_ops.hooks.source.budget import ByteBudget, PageAccount
 from crawler_ops.hooks.source.hook import SourceApiHook
 from crawler_ops.hooks.source.paging import check_view_page
@@ -411,11 +404,9 @@ def log_progress(crawler: ChunkCrawler, offset: int, elapsed_s: float) -> None:
     )
 
 
-def crawl_chunk(run: RunContext, payload: ChunkPlan) -> dict[str, Any]:
-    """Crawl one planned chunk (``payload``: its label, batches and whether it is a first crawl); returns
+def crawl_offsets(run: RunContext, payload: ChunkPlan) -> dict[str, Any]:
+    """Crawl one planned chunk of batches (``payload``: its label, batches and whether it is a first crawl); returns
     the chunk's result for XCom. The run's kind picks the ledger and the publisher, here and nowhere else."""
-    if run.cfg.source.paginator.sequential:
-        return crawl_feed(run, payload, publisher_for)
     owner = f"{run.run_id}|{run.map_index}"
     token = f"{owner}|{run.try_number}|{uuid.uuid4().hex[:12]}"
     batches = list(payload.batches)
@@ -436,21 +427,3 @@ def crawl_chunk(run: RunContext, payload: ChunkPlan) -> dict[str, Any]:
     # The last batch is recorded done after the loop's last progress line: the line of the chunk done.
     log_progress(crawler, min((b.lo for b in batches), default=0), result.elapsed_s)
     return result.to_dict()
-
-
-def publisher_for(run: RunContext, batches: Sequence[Batch], ledger: Ledger) -> Publisher:
-    """Nothing for a dry run; the idempotent producer; or, for exactly-once delivery, Kafka transactions with the
-    batches' markers (a replay's or backfill's own: it publishes its range once, however often it is retried)."""
-    cfg = run.cfg
-    if run.params.dry_run:
-        return DryRunPublisher()
-    hook = IdempotentProducerHook(cfg.kafka.conn_id, task_settings(cfg.kafka))
-    routes = run.topics(hook.admin) if cfg.kafka.topic_template is not None else None
-    if cfg.kafka.delivery == "at_least_once":
-        return KafkaPublisher(hook.get_producer(), cfg.kafka.topic, cfg.id, prepare=routes)
-    generations = ledger.generations(batches)  # none for replays and backfills: their markers are their run's
-    per_run = not run.uses_status_table
-    markers = MarkerLog(hook.client_config(), cfg.marker_topic, cfg.id, run.run_id, generations, per_run=per_run)
-    tid = transactional_id(cfg.id, batches, None if run.uses_status_table else run.run_id)
-    producer = hook.transactional_producer(tid)
-    return TransactionalPublisher(producer, cfg.kafka.topic, cfg.id, markers, holds=ledger.renew, prepare=routes)

@@ -5,14 +5,13 @@ without their commit (a failed plan, a run abandoned in the UI or whose commit c
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
 import psycopg
 
 from crawler_ops.config import CrawlTaskConfig
-from crawler_ops.crawl.feed import advance_feed
 from crawler_ops.crawl.run import RunContext
 from crawler_ops.crawl.window import window_failure
 from crawler_ops.drift import Drift, FieldProfile, compare
@@ -24,9 +23,16 @@ from crawler_ops.telemetry.notify import notify_run
 
 log = logging.getLogger(__name__)
 
+#: How a run's strategy moves the watermark: (store, cursor, run, its record, planned batches, old watermark) ->
+#: (new watermark, planned batches left undone).
+Advance = Callable[
+    [CrawlStoreHook, Cursor, RunContext, RunRecord | None, Sequence[Batch], int | None], tuple[int | None, list[Batch]]
+]
 
-def commit_run(run: RunContext, chunks: Sequence[ChunkPlan], results: Sequence[Any]) -> RunSummary:
-    """Move the watermark up to the oldest batch not done, tidy the status table, store the run summary.
+
+def commit(run: RunContext, chunks: Sequence[ChunkPlan], results: Sequence[Any], advance: Advance) -> RunSummary:
+    """Move the watermark up to the oldest batch not done (``advance``: as the run's strategy does), tidy the status
+    table, store the run summary.
 
     Runs after every chunk finished or failed (``results``: the chunks that succeeded). The run failed when
     batches of this plan are left undone.
@@ -88,7 +94,7 @@ def record_drift(
     return drift
 
 
-def advance(
+def advance_offsets(
     store: CrawlStoreHook,
     cur: Cursor,
     run: RunContext,
@@ -98,8 +104,6 @@ def advance(
 ) -> tuple[int | None, list[Batch]]:
     """Raise the watermark over the done batches, save progress, prune the rows it covers, give back the
     run's claims. Returns the new watermark and the planned batches left undone."""
-    if run.cfg.source.paginator.sequential:
-        return advance_feed(store, cur, run, record)
     done = store.batches.done(cur, above=0)
     if old is None and not done:
         # Nothing is done yet (an empty source, or every batch failed): without a watermark the next run is

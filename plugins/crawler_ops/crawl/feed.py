@@ -17,13 +17,15 @@ from __future__ import annotations
 import logging
 import time
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import replace
 from datetime import datetime
 from typing import Any
 
 from crawler_ops.crawl.batch_filter import BatchFilter, FilteredBatch
 from crawler_ops.crawl.ledger import DryRunLedger, Ledger, RunRecordLedger, StatusTableLedger
+from crawler_ops.crawl.preflight import ensure_topics
+from crawler_ops.crawl.publishers import publisher_for
 from crawler_ops.crawl.run import RunContext
 from crawler_ops.drift import profile_values
 from crawler_ops.errors import ConfigError, SourceError, StatusTableError
@@ -42,7 +44,7 @@ from crawler_ops.results import BatchOutcome, ChunkResult, RunCounts, RunRecord
 log = logging.getLogger(__name__)
 
 
-def plan_feed(run: RunContext, ensure_topics: Callable[[RunContext], None]) -> list[ChunkPlan]:
+def plan_feed(run: RunContext) -> list[ChunkPlan]:
     """Plan a feed's run: the open plan's first page not done, or the feed's first page; one chunk."""
     cfg, params = run.cfg, run.params
     if params.replay or run.backfill_interval is not None:
@@ -81,12 +83,16 @@ def plan_feed(run: RunContext, ensure_topics: Callable[[RunContext], None]) -> l
 
 
 def advance_feed(
-    store: CrawlStoreHook, cur: Cursor, run: RunContext, record: RunRecord | None
+    store: CrawlStoreHook,
+    cur: Cursor,
+    run: RunContext,
+    record: RunRecord | None,
+    planned: Sequence[Batch],
+    old: int | None,
 ) -> tuple[int | None, list[Batch]]:
-    """Commit a feed's run: when every page of the plan is done, save the plan's mark, count its pages into the
-    watermark and prune its rows; otherwise keep all (the next run resumes the plan). Returns the watermark and
-    the pages left undone."""
-    old = store.read_watermark(cur)
+    """Commit a feed's run: when every page of the plan (from its ``planned`` first page) is done, save the plan's
+    mark, count its pages into the watermark ``old`` and prune its rows; otherwise keep all (the next run resumes
+    the plan). Returns the watermark and the pages left undone."""
     pages = FeedRows(run.cfg.id).pages(cur, old or 0)
     left = [Batch(page.lo, page.lo + 1) for page in pages if page.status != DONE]
     if left or not pages:
@@ -288,9 +294,7 @@ class FeedWalk:
             raise StatusTableError(f"task {self.cfg.id}: feed page {following.lo} is taken by another worker; stopping")
 
 
-def crawl_feed(
-    run: RunContext, payload: ChunkPlan, publisher_for: Callable[[RunContext, Sequence[Batch], Ledger], Publisher]
-) -> dict[str, Any]:
+def crawl_feed(run: RunContext, payload: ChunkPlan) -> dict[str, Any]:
     """Crawl a feed's chunk (one planned page, the walk goes on from it); returns the chunk's result for XCom."""
     started = time.monotonic()
     owner = f"{run.run_id}|{run.map_index}"

@@ -9,19 +9,14 @@ from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime
 from itertools import islice
-from typing import Any
 
 import psycopg
 
-from crawler_ops.crawl.batch_filter import load_transform
-from crawler_ops.crawl.contract import Settled, decoded_records, settle_value_schema
-from crawler_ops.crawl.feed import plan_feed
 from crawler_ops.crawl.ledger import parked_message
+from crawler_ops.crawl.preflight import ensure_topics, settle_schema
 from crawler_ops.crawl.run import RunContext
 from crawler_ops.crawl.window import counted_window_start
 from crawler_ops.errors import CrawlerError, SourceError
-from crawler_ops.hooks.kafka.exactly_once import MARKER_TOPIC_CONFIG
-from crawler_ops.hooks.kafka.producer import IdempotentProducerHook, ensure_topic
 from crawler_ops.hooks.source.hook import SourceApiHook
 from crawler_ops.hooks.store.hook import CrawlStoreHook, Cursor
 from crawler_ops.hooks.store.status_table import DONE, PARKED
@@ -43,11 +38,9 @@ from crawler_ops.telemetry.notify import notify_run
 log = logging.getLogger(__name__)
 
 
-def plan_run(run: RunContext) -> list[ChunkPlan]:
+def plan_offsets(run: RunContext) -> list[ChunkPlan]:
     """Count, read the watermark and status rows, plan batches newest first, group them into chunks."""
     cfg, params = run.cfg, run.params
-    if cfg.source.paginator.sequential:
-        return plan_feed(run, ensure_topics)
     source = run.source()
     try:
         probed = cfg.source.count_path is None and not source.paging.filtered
@@ -58,7 +51,7 @@ def plan_run(run: RunContext) -> list[ChunkPlan]:
         if params.replay or run.backfill_interval is not None:
             lo, hi = range_to_read(run, source, total)
             batches = take_batches(
-                run, iter_gaps(lo, hi, cfg.batch_size, aligned=cfg.source.paginator.pages), total, lo
+                run, iter_gaps(lo, hi, cfg.batch_size, aligned=cfg.source.paginator.aligned), total, lo
             )
             mode: RunMode = "replay" if params.replay else "backfill"
             watermark, first = None, False
@@ -97,21 +90,6 @@ def plan_run(run: RunContext) -> list[ChunkPlan]:
     return [ChunkPlan.of(chunk, early_stop=first, schema_id=schema_id) for chunk in chunks]
 
 
-def settle_schema(run: RunContext, source: SourceApiHook, total: int) -> Settled | None:
-    """The value schema's registry id, settled before anything is produced (value_format json_schema or avro):
-    the newest page is what a new subject's schema is inferred from and what the contract is checked on."""
-    cfg = run.cfg
-    if cfg.kafka.value_format == "json" or total == 0:
-        return None
-    transform = load_transform(cfg)
-
-    def newest() -> list[dict[str, Any]]:
-        size = min(cfg.batch_size, total)
-        return decoded_records(source.get_page(total - size, size), transform)  # type: ignore[return-value]
-
-    return settle_value_schema(cfg, newest, run.params.dry_run)
-
-
 def note_on_run(run: RunContext, note: str) -> None:
     store = run.store()
     try:
@@ -131,22 +109,6 @@ def known_total(run: RunContext) -> int | None:
             return store.read_total(cur)
     finally:
         store.close()
-
-
-def ensure_topics(run: RunContext) -> None:
-    """The task's topic and dead-letter topic, and for exactly-once delivery its compacted marker topic."""
-    cfg = run.cfg
-    kafka = cfg.kafka
-    admin = IdempotentProducerHook(kafka.conn_id).admin()
-    run.topics(lambda: admin).prepare(kafka.topic)
-    if kafka.dead_letter_topic is not None:
-        ensure_topic(
-            admin, kafka.dead_letter_topic, kafka.partitions, kafka.replication_factor, kafka.create_topic, cfg.id
-        )
-    if kafka.delivery == "exactly_once":
-        ensure_topic(
-            admin, cfg.marker_topic, 1, kafka.replication_factor, kafka.create_topic, cfg.id, config=MARKER_TOPIC_CONFIG
-        )
 
 
 def record_plan_failure(run: RunContext, exc: BaseException) -> None:
@@ -213,7 +175,7 @@ def plan_locked(
             else:
                 boundary = probe_window_start(source, total, run)
             floor = max(start, expiry_floor(boundary, cfg.batch_size, cfg.max_expired_batches))
-        planned = iter_plan(total, start, cfg.batch_size, done, pending, floor, cfg.source.paginator.pages)
+        planned = iter_plan(total, start, cfg.batch_size, done, pending, floor, cfg.source.paginator.aligned)
         batches = take_batches(run, planned, total, floor)
         if not params.dry_run:
             if floor > start:

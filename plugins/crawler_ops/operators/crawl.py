@@ -79,7 +79,8 @@ class PlanCrawlOperator(CrawlStepOperator):
         super().__init__(crawl=crawl, task_id=task_id, **kwargs)
 
     def execute(self, context: Context) -> list[dict[str, Any]]:
-        from crawler_ops.crawl.plan import plan_run, record_plan_failure
+        from crawler_ops.crawl.plan import record_plan_failure
+        from crawler_ops.crawl.steps import plan_run
 
         run = self.run_of(context)
         try:
@@ -121,7 +122,7 @@ class CrawlChunkOperator(ReportsLineage, CrawlStepOperator):
         return cls.partial(crawl=crawl, **(settings | kwargs)).expand(chunk=plan.output)
 
     def execute(self, context: Context) -> dict[str, Any]:
-        from crawler_ops.crawl.chunk import crawl_chunk
+        from crawler_ops.crawl.steps import crawl_chunk
 
         chunk = ChunkPlan.from_xcom(self.chunk)
         # map_index_template renders from the task's context after it ran: label the instance by offsets.
@@ -162,7 +163,8 @@ class CommitCrawlOperator(CrawlStepOperator):
         self.chunk_task_id = chunk_task_id
 
     def execute(self, context: Context) -> dict[str, Any]:
-        from crawler_ops.crawl.commit import close_abandoned_run, commit_run, failed_plan_summary, notify_commit_crash
+        from crawler_ops.crawl.commit import close_abandoned_run, failed_plan_summary, notify_commit_crash
+        from crawler_ops.crawl.steps import commit_run
 
         cfg, ti = self.crawl, context["ti"]
         planned = ti.xcom_pull(task_ids=self.plan_task_id)

@@ -20,6 +20,7 @@ from crawler_ops.config import CrawlTaskConfig
 from crawler_ops.crawl.batch_filter import BatchFilter, load_transform
 from crawler_ops.crawl.contract import decoded_records, registry_report
 from crawler_ops.crawl.run import RunContext, RunParams
+from crawler_ops.crawl.steps import strategy_for
 from crawler_ops.errors import CrawlerError, SourceError
 from crawler_ops.hooks.http import deadline
 from crawler_ops.hooks.source.auth import redact
@@ -118,12 +119,12 @@ def fetch_and_judge(
 ) -> dict[str, Any]:
     """The total, then the newest page: where its records are, or the lists of objects its body holds instead."""
     cfg = run.cfg
-    if cfg.source.paginator.sequential:
+    if not strategy_for(cfg).has_total:
         return judge_feed(run, source, transform)
     total = source.get_total()
     how = "count endpoint" if cfg.source.count_path is not None else "probed: no count endpoint"
     found: dict[str, Any] = {"total": {"value": total, "how": how, "requests": requests()}}
-    lo, hi = newest_batch(total, cfg.batch_size, cfg.source.paginator.pages)
+    lo, hi = newest_batch(total, cfg.batch_size, cfg.source.paginator.aligned)
     if hi <= lo:
         empty = {"where": "none (the source is empty)", "records_path": cfg.source.records_path, "records": 0}
         return found | {"page": empty | {"suggested_paths": []}}
@@ -224,7 +225,7 @@ def first_crawl(run: RunContext, total: int, found: dict[str, Any], latency: flo
     cfg = run.cfg
     rate = Rate(
         batch_size=cfg.batch_size,
-        aligned=cfg.source.paginator.pages,
+        aligned=cfg.source.paginator.aligned,
         concurrency=cfg.source.concurrency,
         max_in_flight=cfg.source.max_in_flight,
         requests_per_s=cfg.source.requests_per_s,

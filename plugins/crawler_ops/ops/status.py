@@ -259,7 +259,9 @@ def source_total(cfg: CrawlTaskConfig, end: float | None = None) -> dict[str, An
     """The source's current total, asked once (no retries), answered or failed by ``end`` (a monotonic time;
     default: the status deadline from now); none for a feed (walked page after page, it has no total) or a source
     without a count endpoint."""
-    if cfg.source.paginator.sequential or cfg.source.count_path is None:
+    from crawler_ops.crawl.steps import strategy_for
+
+    if not strategy_for(cfg).has_total or cfg.source.count_path is None:
         # Without a count endpoint the total is found by probing pages, a dozen requests or more: only a run's plan
         # spends them (within the connection's rate budget), and the report shows the total that plan found.
         return {"source_total": None}

@@ -26,7 +26,7 @@ def task(source: dict[str, Any], **kafka: Any) -> CrawlTaskConfig:
 )
 def test_a_feeds_default_query_sends_the_page_size_and_the_cursor(paginator, query):
     cfg = task({"paginator": paginator})
-    assert cfg.source.page_query == query and cfg.source.paginator.sequential
+    assert cfg.source.page_query == query and cfg.source.paginator.crawl == "feed"
 
 
 @pytest.mark.parametrize(

@@ -390,7 +390,7 @@ def test_a_batch_an_earlier_attempt_delivered_is_recorded_done_with_its_counts_a
     assert result.counts.kept == sum(in_window(i) for i in range(TOTAL) if not 800 <= i < 900) + 69
 
 
-# --- crawl_chunk and publisher_for: what a chunk is built from ---------------------------------------------------
+# --- crawl_offsets and publisher_for: what a chunk is built from ---------------------------------------------------
 
 
 @dataclass
@@ -424,8 +424,8 @@ class Built:
 
 @pytest.fixture
 def kafka_parts(monkeypatch: pytest.MonkeyPatch) -> list[Any]:
-    """The chunk module's Kafka classes replaced by recorders: ``made[0]`` is the hook, then what was built."""
-    from crawler_ops.crawl import chunk as chunk_module
+    """The publishers module's Kafka classes replaced by recorders: ``made[0]`` is the hook, then what was built."""
+    from crawler_ops.crawl import publishers as chunk_module
 
     made: list[Any] = []
 
@@ -461,14 +461,14 @@ CHUNK = [Batch(300, 400), Batch(200, 300)]
 
 
 def test_a_dry_run_publishes_through_nothing(kafka_parts):
-    from crawler_ops.crawl.chunk import publisher_for
+    from crawler_ops.crawl.publishers import publisher_for
 
     assert isinstance(publisher_for(run_of(make_cfg(), dry_run=True), CHUNK, DryRunLedger()), DryRunPublisher)
     assert kafka_parts == []
 
 
 def test_at_least_once_delivery_publishes_through_the_idempotent_producer_of_the_tasks_connection(kafka_parts):
-    from crawler_ops.crawl.chunk import publisher_for
+    from crawler_ops.crawl.publishers import publisher_for
 
     cfg = make_cfg(kafka={"topic": "t.unit", "key_field": "id", "conn_id": "kafka_unit"})
     publisher = publisher_for(run_of(cfg), CHUNK, MemoryLedger(Events()))
@@ -480,7 +480,7 @@ def test_at_least_once_delivery_publishes_through_the_idempotent_producer_of_the
 
 
 def test_exactly_once_delivery_fences_per_chunk_and_marks_batches_with_the_generations_of_their_rows(kafka_parts):
-    from crawler_ops.crawl.chunk import publisher_for
+    from crawler_ops.crawl.publishers import publisher_for
 
     cfg = make_cfg(kafka={"topic": "t.unit", "key_field": "id", "delivery": "exactly_once"})
     ledger = GenerationsLedger(Events())
@@ -505,7 +505,7 @@ def test_exactly_once_delivery_fences_per_chunk_and_marks_batches_with_the_gener
 
 
 def test_exactly_once_replays_fence_per_run_and_chunk_and_keep_markers_of_their_own_run(kafka_parts):
-    from crawler_ops.crawl.chunk import publisher_for
+    from crawler_ops.crawl.publishers import publisher_for
 
     cfg = make_cfg(kafka={"topic": "t.unit", "key_field": "id", "delivery": "exactly_once"})
     publisher_for(run_of(cfg, replay_from=0, replay_to=400), CHUNK, GenerationsLedger(Events()))
@@ -542,7 +542,7 @@ def chunk_parts(monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
 
 @pytest.mark.parametrize("early_stop", [False, True])
 def test_a_chunk_crawls_its_planned_batches_as_its_claims_owner_and_returns_its_result(chunk_parts, early_stop):
-    from crawler_ops.crawl.chunk import crawl_chunk
+    from crawler_ops.crawl.steps import crawl_chunk
     from crawler_ops.planning import ChunkPlan
 
     batches = tuple(Batch(lo, lo + BATCH) for lo in range(TOTAL - BATCH, -1, -BATCH))
@@ -562,7 +562,7 @@ def test_a_chunk_crawls_its_planned_batches_as_its_claims_owner_and_returns_its_
 
 
 def test_a_chunk_that_cannot_start_names_why_on_the_run_and_closes_its_ledger(chunk_parts, caplog):
-    from crawler_ops.crawl.chunk import crawl_chunk
+    from crawler_ops.crawl.steps import crawl_chunk
     from crawler_ops.errors import ConfigError
     from crawler_ops.planning import ChunkPlan
 
@@ -713,7 +713,7 @@ def test_the_progress_is_logged_every_ten_batches_and_once_the_chunk_is_done(chu
 
 
 def crawl_chunk_of(cfg: CrawlTaskConfig, payload: Any, **params: Any) -> dict[str, Any]:
-    return chunk_module().crawl_chunk(run_of(cfg, **params), payload)
+    return chunk_module().crawl_offsets(run_of(cfg, **params), payload)
 
 
 def test_what_a_chunk_skips_records_without_reading_and_why_it_failed_are_logged(events, caplog):

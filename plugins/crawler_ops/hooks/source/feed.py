@@ -9,35 +9,28 @@ connection's credentials never go to another.
 from __future__ import annotations
 
 import functools
-import re
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urljoin, urlsplit
-
-import msgspec
 
 from crawler_ops.config import SourceConfig
 from crawler_ops.errors import SourceError
 from crawler_ops.hooks.source.paging import Paging, Send, render, render_json
 from crawler_ops.hooks.source.responses import decode_page
-from crawler_ops.message.pages import Page, json_path
-
-# One link-value of a Link header: <uri-reference> then its parameters up to the next top-level comma.
-_LINK = re.compile(r'\s*<([^>]*)>((?:\s*;\s*[^;,="\s]+\s*(?:=\s*(?:"(?:[^"\\]|\\.)*"|[^;,"\s]*))?)*)\s*(?:,|$)')
-_PARAM = re.compile(r'\s*;\s*([^;,="\s]+)\s*(?:=\s*("(?:[^"\\]|\\.)*"|[^;,"\s]*))?')
+from crawler_ops.message.pages import Page
 
 
-class LinkedBody(bytes):
-    """A page's body with the values of its answer's ``Link`` headers."""
+class HeadedBody(bytes):
+    """A page's body with the values of the answer's headers its paginator reads (lower-case names)."""
 
-    links: tuple[str, ...] = ()
+    headers: Mapping[str, tuple[str, ...]] = {}
 
     @classmethod
-    def of(cls, body: bytes, links: Iterable[str]) -> LinkedBody:
-        linked = cls(body)
-        linked.links = tuple(links)
-        return linked
+    def of(cls, body: bytes, headers: Mapping[str, Iterable[str]]) -> HeadedBody:
+        headed = cls(body)
+        headed.headers = {name: tuple(values) for name, values in headers.items()}
+        return headed
 
 
 @dataclass(frozen=True)
@@ -46,29 +39,6 @@ class FeedPage:
 
     records: Page
     next: str | None
-
-
-def parse_links(values: Iterable[str]) -> dict[str, str]:
-    """The targets of ``Link`` header values by relation type (RFC 8288): ``<url>; rel="next"`` -> ``{"next":
-    url}``. A link with several relation types (``rel="next last"``) counts for each; the first link of a type
-    wins; relation types are case-insensitive; what does not parse ends the value's parsing."""
-    found: dict[str, str] = {}
-    for value in values:
-        position = 0
-        while position < len(value) and (match := _LINK.match(value, position)) is not None and match.end() > position:
-            position = match.end()
-            for name, raw in _PARAM.findall(match.group(2)):
-                if name.lower() == "rel":
-                    for rel in unquote(raw).lower().split():
-                        found.setdefault(rel, match.group(1).strip())
-    return found
-
-
-def unquote(raw: str) -> str:
-    """A parameter's value without its quotes and backslash escapes."""
-    if len(raw) >= 2 and raw[0] == raw[-1] == '"':
-        return re.sub(r"\\(.)", r"\1", raw[1:-1])
-    return raw
 
 
 def on_host(link: str, base: str, label: str) -> str:
@@ -96,12 +66,13 @@ def token(value: Any) -> str | None:
 def feed_send(paging: Paging, position: str | None, base: str, label: str) -> Send:
     """The request of the page at ``position``: the first page (None) from the request templates, without a
     cursor (a query parameter that is exactly ``{cursor}`` is left out, a body field is null); the next pages of a
-    cursor paginator from the templates with the token; those of a link paginator by GET of the link."""
-    source = paging.source
+    token paginator from the templates with the token; those of a link paginator by GET of the link."""
+    source, paginator = paging.source, paging.source.paginator
     values = {**paging.values, "limit": paging.batch_size, "cursor": position}
     headers = {name: str(render(template, values)) for name, template in source.request.headers.items()}
-    if position is not None and source.paginator.type != "cursor":
-        return Send(on_host(position, base, label), {}, "GET", headers, links=True)
+    kept = paginator.answer_headers
+    if position is not None and paginator.follows_links:
+        return Send(on_host(position, base, label), {}, "GET", headers, answer_headers=kept)
     params = {
         name: render(template, values)
         for name, template in source.page_query.items()
@@ -109,21 +80,16 @@ def feed_send(paging: Paging, position: str | None, base: str, label: str) -> Se
     }
     path = str(render(source.request_path, values))
     body = render_json(source.request.body, values)
-    return Send(path, params, source.request.method, headers, body, links=source.paginator.type == "link_header")
+    return Send(path, params, source.request.method, headers, body, answer_headers=kept)
 
 
 def read_feed(body: bytes, source: SourceConfig, fields: tuple[str, ...], base: str, label: str) -> FeedPage:
-    """A page's records and the position of the next page, from its body (and Link header)."""
+    """A page's records and the position of the next page, where its paginator reads it (body or headers); a link
+    is followed only on the connection's own host."""
     records = decode_page(body, source.records_path, fields)
-    kind = source.paginator.type
-    if kind == "link_header":
-        link = parse_links(getattr(body, "links", ())).get("next")
-        return FeedPage(records, None if token(link) is None else on_host(str(link), base, label))
-    try:
-        found = token(json_path(msgspec.json.decode(body), source.paginator.next_field))
-    except KeyError:
-        found = None
-    if kind == "next_link" and found is not None:
+    paginator = source.paginator
+    found = token(paginator.next_position(body, getattr(body, "headers", {})))
+    if found is not None and paginator.follows_links:
         found = on_host(found, base, label)
     return FeedPage(records, found)
 

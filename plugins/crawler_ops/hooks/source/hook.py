@@ -15,7 +15,7 @@ from crawler_ops.config import SourceConfig
 from crawler_ops.errors import AnswerTooHeavyError, SourceError, SourcePausedError, StatusTableError, TokenExpiredError
 from crawler_ops.hooks.http import DeadlineTransport, base_url, deadline, environment_proxy
 from crawler_ops.hooks.source.auth import extra_headers, redact, source_auth
-from crawler_ops.hooks.source.feed import LinkedBody
+from crawler_ops.hooks.source.feed import HeadedBody
 from crawler_ops.hooks.source.paging import DEFAULT_BATCH_SIZE, PageCall, Paging, Send, join_pages, probe_total
 from crawler_ops.hooks.source.parts import read_in_parts
 from crawler_ops.hooks.source.responses import (
@@ -208,8 +208,9 @@ class SourceApiHook(BaseHook):
                     cap = () if max_bytes is None else (f"{what} answer", f"{max_bytes // 1024} KiB")
                     body = read_bounded(response, max_bytes or self.max_bytes, label, *cap)
                     check_answer(response, body, label, self.source, self.limiter)
-                    if max_bytes is None and request.links:
-                        return LinkedBody.of(body, response.headers.get_list("link"))
+                    if max_bytes is None and request.answer_headers:
+                        kept = {name: response.headers.get_list(name) for name in request.answer_headers}
+                        return HeadedBody.of(body, kept)
                     return body
             except httpx.TimeoutException as exc:
                 raise timed_out(label, self.source, end - started, past_deadline=time.monotonic() >= end) from exc

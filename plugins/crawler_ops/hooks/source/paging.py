@@ -26,15 +26,15 @@ _FORMATTER = string.Formatter()
 
 @dataclass(frozen=True)
 class Send:
-    """One request: its path, query parameters, method, headers and JSON body (None: none); ``links``: its answer's
-    Link headers are kept with the body (:class:`crawler_ops.hooks.source.feed.LinkedBody`)."""
+    """One request: its path, query parameters, method, headers and JSON body (None: none); ``answer_headers``: the
+    headers of its answer kept with the body (:class:`crawler_ops.hooks.source.feed.HeadedBody`), lower case."""
 
     path: str
     params: Mapping[str, Any] = field(default_factory=dict)
     method: str = "GET"
     headers: Mapping[str, str] = field(default_factory=dict)
     body: Any = None
-    links: bool = False
+    answer_headers: tuple[str, ...] = ()
 
     def httpx(self) -> dict[str, Any]:
         """The arguments of ``httpx.Client.stream`` that send it."""
@@ -158,30 +158,8 @@ class Paging:
         return Send(path, params), total_path
 
     def calls(self, lo: int, hi: int) -> list[PageCall]:
-        """The requests that read offsets ``[lo, hi)``: one for an offset paginator; for a page paginator, the pages
-        holding them (one when the batch lies within a page, as planned batches do)."""
-        if not self.source.paginator.pages:
-            return [self.call(lo, hi - lo, None, 0, hi - lo, f"offsets [{lo}, {hi})")]
-        return self.page_calls(lo, hi, self.page_size(lo, hi), "page {page} (offsets [{a}, {b}) of [{start}, {end}))")
-
-    def page_calls(self, lo: int, hi: int, size: int, where: str) -> list[PageCall]:
-        """The pages of ``size`` records holding offsets ``[lo, hi)``, each taking its share of them; ``where``
-        describes each (a format over ``page``, ``size``, ``a``, ``b``, ``start``, ``end``)."""
-        first_page, calls = self.source.paginator.first_page, []
-        for index in range(lo // size, (hi - 1) // size + 1):
-            start = index * size
-            a, b = max(lo, start), min(hi, start + size)
-            shown = where.format(page=index + first_page, size=size, a=a, b=b, start=start, end=start + size)
-            calls.append(self.call(start, size, index + first_page, a - start, b - a, shown))
-        return calls
-
-    def page_size(self, lo: int, hi: int) -> int:
-        """A source that takes a page size reads ``[lo, hi)`` as one page of ``hi - lo`` records when that size
-        divides ``lo`` (a one-record read, the newest partial page); otherwise pages are ``batch_size`` long."""
-        wanted = hi - lo
-        if self.source.paginator.size_param is not None and 0 < wanted <= self.batch_size and lo % wanted == 0:
-            return wanted
-        return self.batch_size
+        """The requests that read offsets ``[lo, hi)``, as the paginator cuts them (:meth:`Paginator.slices`)."""
+        return [self.call(*piece) for piece in self.source.paginator.slices(lo, hi, self.batch_size)]
 
     def call(self, offset: int, limit: int, page: int | None, skip: int, take: int, where: str) -> PageCall:
         values = {**self.values, "offset": offset, "limit": limit, "page": page, "page_size": limit}
@@ -194,27 +172,20 @@ class Paging:
         if window and window.body:
             body = {**(body if isinstance(body, Mapping) else {}), **render_json(window.body, values)}
         send = Send(path, params, request.method, headers, body)
-        size_param = self.source.paginator.size_param if page is not None else self.source.limit_param
+        size_param = self.source.paginator.size_name(self.source.limit_param)
         return PageCall(send, skip, take, limit, size_param, where, offset)
 
     def whole(self, call: PageCall) -> str | None:
         """Why ``call`` cannot be read in smaller requests (:meth:`parts`); None when it can."""
         if call.most <= 1:
             return "it is a single record"
-        if self.source.paginator.pages and self.source.paginator.size_param is None:
-            return "the source's pages have a fixed size (paginator.size_param is null): no smaller page can be asked"
-        return None
+        return self.source.paginator.whole()
 
     def parts(self, call: PageCall) -> list[PageCall]:
         """The smaller requests that read what ``call`` takes, in order, for an answer too large or too slow (when
-        :meth:`whole` finds no reason against). An offset paginator asks two halves. A page paginator asks pages of
-        a size dividing ``call``'s (half of it when even), so each part is a whole page at its own page number."""
+        :meth:`whole` finds no reason against), as the paginator cuts them (:meth:`Paginator.parts`)."""
         lo, hi = call.start + call.skip, call.start + call.skip + call.take
-        if not self.source.paginator.pages:
-            mid = lo + (hi - lo) // 2
-            return [self.call(a, b - a, None, 0, b - a, f"offsets [{a}, {b})") for a, b in ((lo, mid), (mid, hi))]
-        size = call.most // smallest_factor(call.most)  # a size_param: whole() said so
-        return self.page_calls(lo, hi, size, "page {page} of {size} records (offsets [{a}, {b}))")
+        return [self.call(*piece) for piece in self.source.paginator.parts(lo, hi, call.most)]
 
     def reader(
         self, call: PageCall, fields: tuple[str, ...], task: str, split: Split | None = None
@@ -246,11 +217,6 @@ def read_call(
     end = call.skip + call.take
     heads = None if page.heads is None else page.heads[call.skip : end]
     return Page(page[call.skip : end], page.fields, heads, page.utf8_checked)
-
-
-def smallest_factor(n: int) -> int:
-    """The smallest prime factor of ``n`` (at least 2)."""
-    return next((f for f in range(2, int(n**0.5) + 1) if n % f == 0), n)
 
 
 def join_pages(pages: Sequence[Page]) -> Page:

@@ -1,0 +1,44 @@
+"""What a run makes ready before it plans anything: its topics exist with the settings it needs, and the value schema
+of a registry format is settled (registered, or checked against the topic's contract) before anything is produced."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from crawler_ops.crawl.batch_filter import load_transform
+from crawler_ops.crawl.contract import Settled, decoded_records, settle_value_schema
+from crawler_ops.crawl.run import RunContext
+from crawler_ops.hooks.kafka.exactly_once import MARKER_TOPIC_CONFIG
+from crawler_ops.hooks.kafka.producer import IdempotentProducerHook, ensure_topic
+from crawler_ops.hooks.source.hook import SourceApiHook
+
+
+def ensure_topics(run: RunContext) -> None:
+    """The task's topic and dead-letter topic, and for exactly-once delivery its compacted marker topic."""
+    cfg = run.cfg
+    kafka = cfg.kafka
+    admin = IdempotentProducerHook(kafka.conn_id).admin()
+    run.topics(lambda: admin).prepare(kafka.topic)
+    if kafka.dead_letter_topic is not None:
+        ensure_topic(
+            admin, kafka.dead_letter_topic, kafka.partitions, kafka.replication_factor, kafka.create_topic, cfg.id
+        )
+    if kafka.delivery == "exactly_once":
+        ensure_topic(
+            admin, cfg.marker_topic, 1, kafka.replication_factor, kafka.create_topic, cfg.id, config=MARKER_TOPIC_CONFIG
+        )
+
+
+def settle_schema(run: RunContext, source: SourceApiHook, total: int) -> Settled | None:
+    """The value schema's registry id, settled before anything is produced (value_format json_schema or avro):
+    the newest page is what a new subject's schema is inferred from and what the contract is checked on."""
+    cfg = run.cfg
+    if cfg.kafka.value_format == "json" or total == 0:
+        return None
+    transform = load_transform(cfg)
+
+    def newest() -> list[dict[str, Any]]:
+        size = min(cfg.batch_size, total)
+        return decoded_records(source.get_page(total - size, size), transform)  # type: ignore[return-value]
+
+    return settle_value_schema(cfg, newest, run.params.dry_run)

@@ -1,0 +1,131 @@
+"""The paginator kinds of ``source.paginator``: one class per kind, chosen by ``type`` (an offset paginator when none
+is given), each answering what differs between kinds; and the RFC 8288 Link header parser of ``link_header``."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from crawler_ops.config import SourceConfig
+from crawler_ops.config.paginators import (
+    KINDS,
+    CursorPaginator,
+    LinkHeaderPaginator,
+    NextLinkPaginator,
+    OffsetPaginator,
+    PagePaginator,
+    parse_links,
+)
+
+PROPERTY = settings(max_examples=300, deadline=None)
+
+
+@pytest.mark.parametrize(
+    ("paginator", "kind", "crawl"),
+    [
+        ({}, OffsetPaginator, "offsets"),
+        ({"type": "offset"}, OffsetPaginator, "offsets"),
+        ({"type": "page", "size_param": None}, PagePaginator, "offsets"),
+        ({"type": "cursor"}, CursorPaginator, "feed"),
+        ({"type": "next_link"}, NextLinkPaginator, "feed"),
+        ({"type": "link_header"}, LinkHeaderPaginator, "feed"),
+    ],
+    ids=["no-type", "offset", "page", "cursor", "next_link", "link_header"],
+)
+def test_the_type_picks_the_kind_and_the_kind_its_crawl(paginator, kind, crawl):
+    chosen = SourceConfig(paginator=paginator).paginator
+    assert type(chosen) is kind and chosen.crawl == crawl
+    assert KINDS[chosen.type] is kind
+
+
+def test_a_setting_of_another_kind_is_refused_naming_it():
+    with pytest.raises(ValueError, match=r"paginator\.cursor\.page_param\s+Extra inputs are not permitted"):
+        SourceConfig(paginator={"type": "cursor", "page_param": "p"})
+
+
+@pytest.mark.parametrize(
+    ("paginator", "lo", "hi", "batch_size", "expected"),
+    [
+        ({}, 200, 300, 100, [(200, 100, None, 0, 100)]),
+        ({"type": "page"}, 200, 300, 100, [(200, 100, 3, 0, 100)]),
+        ({"type": "page"}, 250, 251, 100, [(250, 1, 251, 0, 1)]),
+        ({"type": "page", "size_param": None}, 250, 251, 100, [(200, 100, 3, 50, 1)]),
+        ({"type": "page", "first_page": 0}, 150, 250, 100, [(100, 100, 1, 50, 50), (200, 100, 2, 0, 50)]),
+    ],
+    ids=["offsets", "a-page", "one-record-page", "fixed-size-page", "two-pages-from-zero"],
+)
+def test_a_numbered_kind_cuts_a_batch_into_its_requests(paginator, lo, hi, batch_size, expected):
+    cut = SourceConfig(paginator=paginator).paginator.slices(lo, hi, batch_size)
+    assert [(s.start, s.size, s.page, s.skip, s.take) for s in cut] == expected
+
+
+def test_a_page_too_heavy_is_split_into_halves_or_whole_smaller_pages():
+    assert [s[:5] for s in OffsetPaginator().parts(0, 100, 100)] == [(0, 50, None, 0, 50), (50, 50, None, 0, 50)]
+    pages = PagePaginator(type="page").parts(300, 400, 100)
+    assert [(s.start, s.size, s.page) for s in pages] == [(300, 50, 7), (350, 50, 8)]
+    assert PagePaginator(type="page", size_param=None).whole() is not None
+
+
+@pytest.mark.parametrize(
+    ("paginator", "body", "headers", "expected"),
+    [
+        ({"type": "cursor", "cursor_path": "meta.next"}, b'{"meta": {"next": "c2"}}', {}, "c2"),
+        ({"type": "cursor"}, b'{"data": []}', {}, None),
+        ({"type": "next_link", "next_path": "next"}, b'{"next": "/p?b=2"}', {}, "/p?b=2"),
+        ({"type": "link_header"}, b"{}", {"link": ['</p?b=3>; rel="next"']}, "/p?b=3"),
+        ({"type": "link_header"}, b"{}", {}, None),
+    ],
+    ids=["cursor", "cursor-missing", "next-link", "link-header", "no-link-header"],
+)
+def test_a_feed_kind_reads_where_its_answer_names_the_next_page(paginator, body, headers, expected):
+    assert SourceConfig(paginator=paginator).paginator.next_position(body, headers) == expected
+
+
+URLS = st.text("abcxyz0123456789/?=&.:-_%", min_size=1, max_size=30).map(lambda s: f"https://h.example/{s}")
+RELS = st.sampled_from(["next", "prev", "last", "first", "NEXT", "Next", "alternate"])
+# parameters besides rel, with quoted values that hold the header's separators
+OTHER = st.sampled_from(['title="a, b; c"', "type=text/html", 'hreflang="en"', 'title="say \\"hi\\", then go"'])
+
+
+@st.composite
+def links(draw: st.DrawFn) -> list[tuple[str, list[str], list[str]]]:
+    return draw(st.lists(st.tuples(URLS, st.lists(RELS, min_size=1, max_size=3), st.lists(OTHER, max_size=2))))
+
+
+def header(items: list[tuple[str, list[str], list[str]]], space: str, quote_single: bool) -> str:
+    parts = []
+    for url, rels, other in items:
+        rel = rels[0] if quote_single and len(rels) == 1 else '"' + " ".join(rels) + '"'
+        params = [f"rel={rel}", *other]
+        parts.append(f"<{url}>" + "".join(f"{space};{space}{p}" for p in params))
+    return ("," + space).join(parts)
+
+
+@PROPERTY
+@given(links(), st.sampled_from(["", " ", "  "]), st.booleans(), st.integers(0, 3))
+def test_each_relation_type_finds_the_first_link_that_has_it(items, space, quote_single, split):
+    expected: dict[str, str] = {}
+    for url, rels, _ in items:
+        for rel in rels:
+            expected.setdefault(rel.lower(), url)
+    values = [header(items[:split], space, quote_single), header(items[split:], space, quote_single)]
+
+    assert parse_links([v for v in values if v]) == expected
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [
+        (
+            '<https://api.github.com/repos?page=2>; rel="next", <https://api.github.com/repos?page=5>; rel="last"',
+            "https://api.github.com/repos?page=2",
+        ),
+        ("</items?after=abc>; rel=next", "/items?after=abc"),
+        ('<https://a/x>; rel="prev", <https://a/y>; title="next, please"; rel="NEXT last"', "https://a/y"),
+        ('<https://a/only-first>; rel="first"', None),
+        ("garbage without angle brackets", None),
+    ],
+)
+def test_link_header_examples(value, expected):
+    assert parse_links([value]).get("next") == expected
