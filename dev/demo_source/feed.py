@@ -4,17 +4,17 @@ Per task, in the body of ``PUT /admin/tasks/{task}``: ``"feed": {"next": "cursor
 "expire_cursors": false}``:
 
 * ``next``: how a page names the next one: ``cursor`` (a token at ``data.next_cursor``, sent back as
-  ``?cursor=``), ``next_link`` (a relative URL at ``data.next``), ``link_header`` (an absolute URL in
-  ``Link: <...>; rel="next"``);
+  ``?cursor=``), ``header_cursor`` (the same token in the ``X-Next-Cursor`` header), ``next_link`` (a relative URL
+  at ``data.next``), ``link_header`` (an absolute URL in ``Link: <...>; rel="next"``);
 * ``other_host``: links point to this base URL instead (``http://elsewhere.invalid``), as a hostile or misconfigured
   source would;
 * ``expire_cursors``: every request with a position answers 410, as a source whose cursors expired does.
 
-Route: ``GET /api/{task}/feed?limit=&cursor=`` (cursor) or ``?limit=&before=`` (links). Page 1 holds the newest
-``limit`` records (offsets ``total - 1`` down), each next page the ``limit`` records before the last one served: a
-position is the offset of the last record served (``o<offset>``), so positions stay valid while records are
-appended at the front. Each request is logged like ``/list`` with ``route: feed``, ``position`` (null: the first
-page), ``offset`` (the oldest record served) and ``limit`` (records served).
+Route: ``GET /api/{task}/feed?limit=&cursor=`` (cursor, header_cursor) or ``?limit=&before=`` (links). Page 1
+holds the newest ``limit`` records (offsets ``total - 1`` down), each next page the ``limit`` records before the
+last one served: a position is the offset of the last record served (``o<offset>``), so positions stay valid while
+records are appended at the front. Each request is logged like ``/list`` with ``route: feed``, ``position`` (null:
+the first page), ``offset`` (the oldest record served) and ``limit`` (records served).
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ _ENCODER = msgspec.json.Encoder()
 class FeedOptions(msgspec.Struct, forbid_unknown_fields=True, kw_only=True, frozen=True):
     """A task's feed options (see the module doc)."""
 
-    next: Literal["cursor", "next_link", "link_header"] = "cursor"
+    next: Literal["cursor", "header_cursor", "next_link", "link_header"] = "cursor"
     other_host: str | None = None
     expire_cursors: bool = False
 
@@ -57,7 +57,7 @@ def error(status: int, msg: str, entry: dict[str, Any]) -> FeedAnswer:
 
 def serve_feed(config: TaskConfig, total: int, options: FeedOptions, query: dict[str, str], host: str) -> FeedAnswer:
     """The page a feed request asks for (``host``: the request's Host header, for absolute links)."""
-    position = query.get("cursor" if options.next == "cursor" else "before")
+    position = query.get("cursor" if options.next in ("cursor", "header_cursor") else "before")
     entry: dict[str, Any] = {"method": "GET", "route": "feed", "position": position}
     try:
         limit = int(query.get("limit", DEFAULT_LIMIT))
@@ -77,6 +77,8 @@ def serve_feed(config: TaskConfig, total: int, options: FeedOptions, query: dict
     link = None if following is None else f"/api/{config.task_id}/feed?limit={limit}&before={following}"
     if options.next == "cursor":
         data["next_cursor"] = following
+    elif options.next == "header_cursor":
+        headers = () if following is None else ((b"x-next-cursor", following.encode()),)
     elif options.next == "next_link":
         data["next"] = None if link is None else (base + link if options.other_host else link)
     elif link is not None:

@@ -37,6 +37,7 @@ FEED_PATH = "/api/{task}/feed"
 # paginator -> the task's source section
 FEEDS: dict[str, dict[str, Any]] = {
     "cursor": {"paginator": {"type": "cursor", "cursor_path": "data.next_cursor"}},
+    "header_cursor": {"paginator": {"type": "header_cursor"}},
     "next_link": {"paginator": {"type": "next_link", "next_path": "data.next"}},
     "link_header": {"paginator": {"type": "link_header"}},
 }
@@ -123,6 +124,7 @@ def test_a_feed_is_crawled_exactly_then_incrementally_down_to_the_mark(
         ("link_header", "next_run", "before_commit"),
         ("next_link", "retry", "before_commit"),
         ("cursor", "retry", "feed_page_done"),
+        ("header_cursor", "retry", "before_commit"),
     ],
 )
 def test_a_sigkill_mid_walk_resumes_at_the_stored_position_losing_nothing_duplicating_one_page(

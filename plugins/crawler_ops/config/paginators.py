@@ -5,7 +5,7 @@ request sends by default, the placeholders its templates may and must send, and 
 
 - for a numbered source (``offset``, ``page``), the requests that read a batch of offsets, and its smaller parts when
   an answer is too heavy; or
-- for a feed (``cursor``, ``next_link``, ``link_header``), where an answer names the next page.
+- for a feed (``cursor``, ``header_cursor``, ``next_link``, ``link_header``), where an answer names the next page.
 
 ``crawl`` says which crawl reads a kind: ``offsets`` (batches of offsets in parallel, an exact watermark) or ``feed``
 (page after page from the newest, down to the last crawl's mark); a run picks it once. A new kind is one class here
@@ -285,6 +285,24 @@ class CursorPaginator(TokenPaginator):
         return body_value(body, self.cursor_path)
 
 
+class HeaderCursorPaginator(TokenPaginator):
+    """Each answer names the next page by a token in a response header (a missing or empty header: the end)."""
+
+    type: Literal["header_cursor"] = Field(
+        description="`header_cursor`: a token in a response header names the next page"
+    )
+    cursor_header: str = Field(
+        "X-Next-Cursor", min_length=1, description="the response header carrying the next page's token"
+    )
+
+    @property
+    def answer_headers(self) -> tuple[str, ...]:
+        return (self.cursor_header.lower(),)
+
+    def next_position(self, body: bytes, headers: Headers) -> Any:
+        return next(iter(headers.get(self.cursor_header.lower()) or ()), None)
+
+
 class NextLinkPaginator(FeedPaginator):
     """Each page's body names the next page by its URL."""
 
@@ -336,7 +354,7 @@ def unquote(raw: str) -> str:
 
 
 PaginatorConfig = Annotated[
-    OffsetPaginator | PagePaginator | CursorPaginator | NextLinkPaginator | LinkHeaderPaginator,
+    OffsetPaginator | PagePaginator | CursorPaginator | HeaderCursorPaginator | NextLinkPaginator | LinkHeaderPaginator,
     Field(discriminator="type"),
 ]
 #: Each kind by its ``type``.

@@ -11,6 +11,7 @@ from crawler_ops.config import SourceConfig
 from crawler_ops.config.paginators import (
     KINDS,
     CursorPaginator,
+    HeaderCursorPaginator,
     LinkHeaderPaginator,
     NextLinkPaginator,
     OffsetPaginator,
@@ -28,10 +29,11 @@ PROPERTY = settings(max_examples=300, deadline=None)
         ({"type": "offset"}, OffsetPaginator, "offsets"),
         ({"type": "page", "size_param": None}, PagePaginator, "offsets"),
         ({"type": "cursor"}, CursorPaginator, "feed"),
+        ({"type": "header_cursor"}, HeaderCursorPaginator, "feed"),
         ({"type": "next_link"}, NextLinkPaginator, "feed"),
         ({"type": "link_header"}, LinkHeaderPaginator, "feed"),
     ],
-    ids=["no-type", "offset", "page", "cursor", "next_link", "link_header"],
+    ids=["no-type", "offset", "page", "cursor", "header_cursor", "next_link", "link_header"],
 )
 def test_the_type_picks_the_kind_and_the_kind_its_crawl(paginator, kind, crawl):
     chosen = SourceConfig(paginator=paginator).paginator
@@ -75,8 +77,20 @@ def test_a_page_too_heavy_is_split_into_halves_or_whole_smaller_pages():
         ({"type": "next_link", "next_path": "next"}, b'{"next": "/p?b=2"}', {}, "/p?b=2"),
         ({"type": "link_header"}, b"{}", {"link": ['</p?b=3>; rel="next"']}, "/p?b=3"),
         ({"type": "link_header"}, b"{}", {}, None),
+        ({"type": "header_cursor"}, b"{}", {"x-next-cursor": ["o300"]}, "o300"),
+        ({"type": "header_cursor", "cursor_header": "Next-Page"}, b"{}", {"next-page": ["p9"]}, "p9"),
+        ({"type": "header_cursor"}, b'{"next_cursor": "body"}', {}, None),
     ],
-    ids=["cursor", "cursor-missing", "next-link", "link-header", "no-link-header"],
+    ids=[
+        "cursor",
+        "cursor-missing",
+        "next-link",
+        "link-header",
+        "no-link-header",
+        "header",
+        "named-header",
+        "no-header",
+    ],
 )
 def test_a_feed_kind_reads_where_its_answer_names_the_next_page(paginator, body, headers, expected):
     assert SourceConfig(paginator=paginator).paginator.next_position(body, headers) == expected
@@ -129,3 +143,11 @@ def test_each_relation_type_finds_the_first_link_that_has_it(items, space, quote
 )
 def test_link_header_examples(value, expected):
     assert parse_links([value]).get("next") == expected
+
+
+def test_a_header_cursor_sends_its_token_as_the_cursor_and_keeps_the_header_of_each_answer():
+    source = SourceConfig(paginator={"type": "header_cursor", "cursor_header": "X-After", "cursor_param": "after"})
+    assert source.page_query == {"after": "{cursor}", "limit": "{limit}"}
+    assert source.paginator.answer_headers == ("x-after",)
+    with pytest.raises(ValueError, match=r"\{page\} cannot be sent by a header_cursor paginator"):
+        SourceConfig(paginator={"type": "header_cursor"}, request={"query": {"p": "{page}", "n": "{limit}"}})
