@@ -58,7 +58,7 @@ SECTIONS = (
     *(
         Section(
             f"Source paginator: {name}",
-            f"source-paginator-{name.replace('_', '-')}",
+            f"source-paginator-{name}",
             kind,
             f"`source.paginator:` with `type: {name}` (see [docs/sources.md](sources.md)).",
         )
