@@ -13,6 +13,13 @@ from crawler_ops.hooks.kafka.producer import IdempotentProducerHook, ensure_topi
 from crawler_ops.hooks.source.hook import SourceApiHook
 
 
+def prepare(run: RunContext, source: SourceApiHook, total: int) -> Settled | None:
+    """The run's topics ready (not for a dry run, which produces nothing), then its value schema settled."""
+    if not run.params.dry_run:
+        ensure_topics(run)
+    return settle_schema(run, source, total)
+
+
 def ensure_topics(run: RunContext) -> None:
     """The task's topic and dead-letter topic, and for exactly-once delivery its compacted marker topic."""
     cfg = run.cfg

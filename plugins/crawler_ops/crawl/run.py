@@ -196,6 +196,11 @@ class RunContext:
         return not (self.params.dry_run or self.params.replay or self.backfill_interval is not None)
 
     @property
+    def reads_range(self) -> bool:
+        """A replay or a backfill reads a range of offsets it finds itself, beside the watermark."""
+        return self.params.replay or self.backfill_interval is not None
+
+    @property
     def reads_filtered_view(self) -> bool:
         """A backfill of a source with ``source.window_filter`` reads the filtered view of its interval, by offsets
         within that view."""
@@ -228,9 +233,19 @@ class RunContext:
         return TaskTopics(admin, self.cfg.kafka, self.cfg.id, self.cfg.filter.days, self.window.start)
 
     def store(self) -> CrawlStoreHook:
+        """The task's crawl store; a dry run's reads it and drops its writes."""
+        from crawler_ops.hooks.store.dry_run import DryRunStoreHook
         from crawler_ops.hooks.store.hook import CrawlStoreHook
 
-        return CrawlStoreHook(self.cfg.postgres_conn_id, self.cfg.id)
+        kind = DryRunStoreHook if self.params.dry_run else CrawlStoreHook
+        return kind(self.cfg.postgres_conn_id, self.cfg.id)
+
+    def notify(self, outcome: str, summary: Mapping[str, Any]) -> None:
+        """The task's webhook about this run (``notify``), when it wants ``outcome``; nothing for a dry run."""
+        from crawler_ops.telemetry.notify import notify_run
+
+        if not self.params.dry_run:
+            notify_run(self.cfg.notify, self.cfg.id, outcome, summary)
 
 
 def reference_time(context: MutableMapping[str, Any]) -> datetime:

@@ -10,7 +10,8 @@ from typing import Any
 import pytest
 
 from crawler_ops.config import CrawlTaskConfig
-from crawler_ops.crawl.plan import check_total_jump, probe_window_start, take_batches
+from crawler_ops.crawl.plan import check_total_jump
+from crawler_ops.crawl.ranges import probe_window_start, take_batches
 from crawler_ops.crawl.run import RunContext, RunParams
 from crawler_ops.errors import SourceError
 from crawler_ops.planning import Batch, iter_plan

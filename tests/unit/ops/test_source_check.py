@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from crawler_ops.crawl.plan import probe_offset
+from crawler_ops.crawl.ranges import probe_offset
 from crawler_ops.message.dates import date_format, parse_date
 from crawler_ops.message.filtering import DateRule, Window
 from crawler_ops.ops.source_check import (
@@ -217,7 +217,7 @@ def test_at_an_even_pace_the_estimate_holds_the_true_count(
 def test_the_window_search_estimate_counts_the_searchs_reads(
     total: int, boundary: int, width: int, within: int
 ) -> None:
-    """The requests counted are those of the crawl's own search (crawl.plan.probe_offset) for that boundary, and
+    """The requests counted are those of the crawl's own search (crawl.ranges.probe_offset) for that boundary, and
     the start it takes is where the search left it."""
     boundary = min(boundary, total)
     reads: list[int] = []
