@@ -40,11 +40,11 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 
-from crawlbench.chaos_flights import MODES, Shape
-from crawlbench.chaos_lab import Lab, Settings
-from crawlbench.chaos_report import render, write_json
-from crawlbench.chaos_run import run_all
-from crawlbench.chaos_scenarios import scenarios
+from crawlbench.chaos.flights import MODES, Shape
+from crawlbench.chaos.lab import Lab, Settings
+from crawlbench.chaos.report import render, write_json
+from crawlbench.chaos.run import run_all
+from crawlbench.chaos.scenarios import scenarios
 from crawlbench.common import RESULTS_DIR, BenchError
 from crawlbench.environment import load_stack
 

@@ -16,8 +16,5 @@
 - ``results``: the measured variants and suites;
 - ``report``: markdown and JSON.
 
-``bench/chaos.py`` (failures injected through a private scheduler) uses the ``chaos_*`` modules: ``chaos_run``
-(one private Airflow, the scenarios in turn), ``chaos_scenarios``, ``chaos_faults``, ``chaos_lab``,
-``chaos_flights``, ``chaos_airflow``, ``chaos_targets`` (private PostgreSQL and Kafka), ``chaos_count``,
-``chaos_report``.
+``bench/chaos.py`` (failures injected through a private scheduler) uses the chaos lab, the ``chaos`` package.
 """

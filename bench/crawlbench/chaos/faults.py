@@ -12,10 +12,10 @@ from typing import TYPE_CHECKING
 
 import psycopg
 
-from crawlbench.chaos_airflow import ChunkAttempt
-from crawlbench.chaos_flights import Flight, run_progress, wait_until
-from crawlbench.chaos_lab import Lab
-from crawlbench.chaos_targets import PrivatePostgres, wait_leaders
+from crawlbench.chaos.flights import Flight, run_progress, wait_until
+from crawlbench.chaos.lab import Lab
+from crawlbench.chaos.on_airflow import ChunkAttempt
+from crawlbench.chaos.targets import PrivatePostgres, wait_leaders
 from crawlbench.common import BenchError
 
 if TYPE_CHECKING:

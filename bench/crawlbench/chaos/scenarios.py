@@ -8,7 +8,7 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 
-from crawlbench.chaos_faults import (
+from crawlbench.chaos.faults import (
     ChunkKiller,
     airflow_restart,
     broker_outage,
@@ -18,9 +18,9 @@ from crawlbench.chaos_faults import (
     source_errors,
     source_faults,
 )
-from crawlbench.chaos_flights import Flight, count_flight, create_data
-from crawlbench.chaos_lab import Lab
-from crawlbench.chaos_report import Row
+from crawlbench.chaos.flights import Flight, count_flight, create_data
+from crawlbench.chaos.lab import Lab
+from crawlbench.chaos.report import Row
 
 # Rounds a kill scenario may add when its runs ended before all kills were made.
 EXTRA_ROUNDS = 3

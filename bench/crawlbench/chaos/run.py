@@ -13,11 +13,11 @@ import psycopg
 import yaml
 from confluent_kafka import KafkaException
 
-from crawlbench.chaos_airflow import ChaosAirflow
-from crawlbench.chaos_flights import Flight, Shape, task_entry
-from crawlbench.chaos_lab import Lab
-from crawlbench.chaos_report import Row
-from crawlbench.chaos_scenarios import Scenario, plan_flights, run_scenario, scenarios
+from crawlbench.chaos.flights import Flight, Shape, task_entry
+from crawlbench.chaos.lab import Lab
+from crawlbench.chaos.on_airflow import ChaosAirflow
+from crawlbench.chaos.report import Row
+from crawlbench.chaos.scenarios import Scenario, plan_flights, run_scenario, scenarios
 from crawlbench.common import BenchError
 from crawlbench.environment import devstack
 from crawlbench.scheduler import scheduler_services, wait_for_dag

@@ -13,9 +13,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
-from crawlbench.chaos_airflow import FINISHED, ChaosAirflow
-from crawlbench.chaos_flights import MODES, Flight, Shape, wait_until
-from crawlbench.chaos_targets import PrivatePostgres, kafka_cluster, kafka_conn
+from crawlbench.chaos.flights import MODES, Flight, Shape, wait_until
+from crawlbench.chaos.on_airflow import FINISHED, ChaosAirflow
+from crawlbench.chaos.targets import PrivatePostgres, kafka_cluster, kafka_conn
 from crawlbench.common import BenchError
 from crawlbench.environment import Stack, devstack
 from crawlbench.source import SourceAdmin

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from crawlbench.chaos_count import ISOLATIONS, Tally, tallies_json
+from crawlbench.chaos.count import ISOLATIONS, Tally, tallies_json
 
 RU, RC = ISOLATIONS
 

@@ -11,7 +11,7 @@ from typing import Any
 
 import psycopg
 
-from crawlbench.chaos_count import BatchBounds, Tally, count_topic
+from crawlbench.chaos.count import BatchBounds, Tally, count_topic
 from crawlbench.common import PARTITIONS, TOLERANCE_S, WINDOW_DAYS, BenchError
 from crawlbench.source import SourceAdmin
 
