@@ -19,7 +19,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from demo_source import app as app_module
+from demo_source import runtime as runtime_module
 from demo_source.__main__ import parse_args
 from demo_source.app import DemoSource, create_app
 from demo_source.data import (
@@ -546,7 +546,7 @@ def test_latency_delays_responses(client: SyncClient, monkeypatch: pytest.Monkey
         waits.append(delay)
         await real_sleep(delay)
 
-    monkeypatch.setattr(app_module.asyncio, "sleep", recorded_sleep)
+    monkeypatch.setattr(asyncio, "sleep", recorded_sleep)
     put_faults(client, latency_ms=40)
     assert list_page(client, 0, 1).status_code == 200
     assert client.get("/api/t/count").status_code == 200
@@ -698,7 +698,7 @@ def test_in_flight_counts_the_data_requests_being_answered_and_keeps_their_peak(
 
 
 def test_request_log_only_counts_past_its_cap(client: SyncClient, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(app_module, "REQUEST_LOG_CAP", 3)
+    monkeypatch.setattr(runtime_module, "REQUEST_LOG_CAP", 3)
     for _ in range(5):
         list_page(client, 0, 1)
     log = client.get("/admin/tasks/t/requests").json()
