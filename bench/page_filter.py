@@ -62,7 +62,7 @@ def main() -> None:
     key: Any = "id"
     paged = dict.fromkeys(versions, pages)
     if args.as_chunk:
-        from crawler_ops.config.sections import KafkaConfig
+        from crawler_ops.config import KafkaConfig
 
         key = KafkaConfig(topic="bench", key_field="id").shape
         paged = {label: [checked(module.Page(page)) for page in pages] for label, module in versions.items()}

@@ -263,10 +263,10 @@ def run_dag_shards(count: int, folder: Path) -> int:
 
 def run_import(path: Path, apply: bool, force: bool) -> int:
     """Exit status 0 when every row was importable (and, with ``apply``, written), 1 otherwise."""
-    from crawler_ops.migration.import_progress import import_progress, render  # imports Airflow's hooks
+    from crawler_ops.migration.import_progress import import_progress  # imports Airflow's hooks
 
     report = with_connections(lambda: import_progress(path, load_config(), apply=apply, force=force))
-    render(report, path, apply, say)
+    report.render(path, apply, say)
     return 0 if report.ok else 1
 
 

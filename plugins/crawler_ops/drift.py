@@ -3,7 +3,7 @@ fields differ from what the task published before (new, missing and retyped fiel
 
 Pure: no Airflow, no I/O. A batch's :class:`FieldProfile` is made from its published messages (the value consumers
 see: the record as the source sent it, or a transform's output) and added to its run record with the batch's done
-mark; the commit compares the run's profile with the task's baseline (:func:`compare`).
+mark; the commit compares the run's profile with the task's baseline (:meth:`FieldProfile.compare`).
 
 Profiling reads the first ``drift_sample`` published records of each page only (the task's setting, 20 by default):
 typing a record's fields costs about as much as filtering, keying and encoding it (the top level decoded as
@@ -92,6 +92,26 @@ class FieldProfile:
             return cls()
         fields = {str(k): {str(t): int(n) for t, n in v.items()} for k, v in (value.get("fields") or {}).items()}
         return cls(int(value.get("sampled_records") or 0), fields)
+
+    def compare(self, run: FieldProfile, sample_per_page: int = SAMPLE_PER_PAGE) -> Drift:
+        """The drift of ``run`` against this profile, the baseline. Without a baseline (no record profiled yet) the run
+        is the baseline; a run that profiled no record misses nothing."""
+        if not self:
+            return Drift(True, run.sampled_records, sample_per_page)
+        new = tuple(NewField(name, dict(run.fields[name])) for name in sorted(run.fields) if name not in self.fields)
+        missing = tuple(
+            MissingField(name, tuple(self.types(name)), self.held(name), self.sampled_records)
+            for name in sorted(self.fields)
+            if run and name not in run.fields
+        )
+        retyped = tuple(
+            RetypedField(name, tuple(self.types(name)), kind, run.fields[name][kind])
+            for name in sorted(run.fields)
+            if name in self.fields
+            for kind in run.types(name)
+            if kind not in self.fields[name]
+        )
+        return Drift(False, run.sampled_records, sample_per_page, new, missing, retyped)
 
 
 def ordered(types: Iterable[str]) -> list[str]:
@@ -231,24 +251,3 @@ class Drift:
             return f"drift: none ({self.sampled_records} sampled records)"
         changes = [f.describe() for f in self.new] + [f.describe() for f in self.missing]
         return "drift: " + "; ".join(changes + [f.describe() for f in self.retyped])
-
-
-def compare(baseline: FieldProfile, run: FieldProfile, sample_per_page: int = SAMPLE_PER_PAGE) -> Drift:
-    """The drift of ``run`` against ``baseline``. Without a baseline (no record profiled yet) the run is the baseline;
-    a run that profiled no record misses nothing."""
-    if not baseline:
-        return Drift(True, run.sampled_records, sample_per_page)
-    new = tuple(NewField(name, dict(run.fields[name])) for name in sorted(run.fields) if name not in baseline.fields)
-    missing = tuple(
-        MissingField(name, tuple(baseline.types(name)), baseline.held(name), baseline.sampled_records)
-        for name in sorted(baseline.fields)
-        if run and name not in run.fields
-    )
-    retyped = tuple(
-        RetypedField(name, tuple(baseline.types(name)), kind, run.fields[name][kind])
-        for name in sorted(run.fields)
-        if name in baseline.fields
-        for kind in run.types(name)
-        if kind not in baseline.fields[name]
-    )
-    return Drift(False, run.sampled_records, sample_per_page, new, missing, retyped)

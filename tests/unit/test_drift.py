@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from crawler_ops.drift import INVALID, JSON_TYPES, ROOT, FieldProfile, compare, json_type, profile_values
+from crawler_ops.drift import INVALID, JSON_TYPES, ROOT, FieldProfile, json_type, profile_values
 
 encode = msgspec.json.encode
 
@@ -127,7 +127,7 @@ def test_a_profile_reads_back_from_its_json(profile: FieldProfile) -> None:
 def test_the_first_profile_is_the_baseline_and_reports_no_drift() -> None:
     run = profile_values([encode({"a": 1})])
 
-    drift = compare(FieldProfile(), run)
+    drift = FieldProfile().compare(run)
 
     assert drift.baseline and not drift.drifted
     assert drift.to_json()["baseline"] is True
@@ -140,7 +140,7 @@ def test_new_missing_and_retyped_fields_are_reported_with_their_counts() -> None
         [encode({"id": "y", "salary": "10k", "remote": True}) for _ in range(3)] + [encode({"id": "z", "salary": 5})]
     )
 
-    drift = compare(baseline, run)
+    drift = baseline.compare(run)
 
     assert drift.to_json() == {
         "summary": drift.describe(),
@@ -162,7 +162,7 @@ def test_new_missing_and_retyped_fields_are_reported_with_their_counts() -> None
 def test_a_type_the_baseline_already_saw_is_no_retype() -> None:
     baseline = profile_values([encode({"n": 1}), encode({"n": None})])
 
-    drift = compare(baseline, profile_values([encode({"n": None})]))
+    drift = baseline.compare(profile_values([encode({"n": None})]))
 
     assert not drift.drifted
     assert drift.describe() == "drift: none (1 sampled records)"
@@ -171,7 +171,7 @@ def test_a_type_the_baseline_already_saw_is_no_retype() -> None:
 def test_a_run_that_profiled_no_record_misses_no_field() -> None:
     baseline = profile_values([encode({"n": 1})])
 
-    drift = compare(baseline, FieldProfile())
+    drift = baseline.compare(FieldProfile())
 
     assert not drift.baseline and not drift.missing
 
@@ -180,12 +180,12 @@ def test_a_run_that_profiled_no_record_misses_no_field() -> None:
 def test_a_run_compared_with_a_baseline_that_holds_it_has_no_new_or_retyped_field(
     earlier: FieldProfile, run: FieldProfile
 ) -> None:
-    drift = compare(earlier + run, run)
+    drift = (earlier + run).compare(run)
 
     assert not drift.new and not drift.retyped
 
 
 def test_a_task_that_profiles_nothing_says_so() -> None:
-    drift = compare(FieldProfile(), FieldProfile(), sample_per_page=0)
+    drift = FieldProfile().compare(FieldProfile(), sample_per_page=0)
 
     assert drift.describe() == "drift: not profiled (drift_sample is 0)" and not drift.drifted

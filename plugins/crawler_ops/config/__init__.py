@@ -1,6 +1,6 @@
-"""The YAML config: the models (:mod:`.sections`, :mod:`.models`), the value checks (:mod:`.checks`), reading and
-validating files (:mod:`.loading`), the JSON schema for editors (:mod:`.schema`) and the generated reference
-(:mod:`.reference`). Every name used from ``crawler_ops.config`` is importable from here."""
+"""The YAML config: the models (:mod:`.sections`, :mod:`.kafka`, :mod:`.models`), the value checks (:mod:`.checks`),
+reading and validating files (:mod:`.loading`), the JSON schema for editors (:mod:`.schema`) and the generated
+reference (:mod:`.reference`). Every name used from ``crawler_ops.config`` is importable from here."""
 
 from __future__ import annotations
 
@@ -17,6 +17,7 @@ from crawler_ops.config.checks import (
     known_timezone,
     missing_modules,
 )
+from crawler_ops.config.kafka import KafkaConfig
 from crawler_ops.config.loading import (
     CONFIG_ENV,
     DEFAULT_CONFIG,
@@ -49,7 +50,7 @@ from crawler_ops.config.models import (
 )
 from crawler_ops.config.reference import config_reference
 from crawler_ops.config.schema import config_schema, optional_everywhere
-from crawler_ops.config.sections import FilterConfig, KafkaConfig, NotifyConfig, SourceConfig, StrictModel
+from crawler_ops.config.sections import FilterConfig, NotifyConfig, SourceConfig, StrictModel
 from crawler_ops.errors import ConfigError
 
 __all__ = [

@@ -23,7 +23,8 @@ from crawler_ops.config.checks import (
     check_table_name,
     known_timezone,
 )
-from crawler_ops.config.sections import FilterConfig, KafkaConfig, NotifyConfig, SourceConfig, StrictModel
+from crawler_ops.config.kafka import KafkaConfig
+from crawler_ops.config.sections import FilterConfig, NotifyConfig, SourceConfig, StrictModel
 
 ALL_CATEGORIES = "*"
 DAG_SCHEDULE = (

@@ -17,10 +17,11 @@ import annotated_types
 from pydantic import BaseModel, JsonValue
 from pydantic.fields import FieldInfo
 
+from crawler_ops.config.kafka import KafkaConfig
 from crawler_ops.config.loading import CONFIG_ENV, DEFAULT_CONFIG, EXECUTOR_DEFAULTS, SHARED_DEFAULTS, TOP_LEVEL
 from crawler_ops.config.models import CrawlTaskConfig, DagSettings, ExecutorTaskConfig, MaintenanceConfig
 from crawler_ops.config.paginators import KINDS
-from crawler_ops.config.sections import FilterConfig, KafkaConfig, NotifyConfig, SourceConfig
+from crawler_ops.config.sections import FilterConfig, NotifyConfig, SourceConfig
 from crawler_ops.config.source_auth import SourceAuth
 from crawler_ops.config.source_paging import RequestConfig
 from crawler_ops.config.source_responses import ResponseRule, ResponseWhen
@@ -38,6 +39,11 @@ class Section:
     anchor: str
     model: type[BaseModel]
     where: str
+
+    @property
+    def intro(self) -> list[str]:
+        summary = " ".join((self.model.__doc__ or "").split("\n\n")[0].split()).replace("``", "`")
+        return [markdown(summary), "", self.where]
 
 
 SECTIONS = (
@@ -133,7 +139,7 @@ def config_reference() -> str:
         *top_level(),
     ]
     for section in SECTIONS:
-        lines += ["", f"## {section.title}", "", *intro(section), "", *table(section.model, own_fields(section.model))]
+        lines += ["", f"## {section.title}", "", *section.intro, "", *table(section.model, own_fields(section.model))]
     return "\n".join(lines) + "\n"
 
 
@@ -161,11 +167,6 @@ def top_level() -> list[str]:
         "Executors take from `defaults` only the [DAG settings](#dag-settings); the `maintenance` block only "
         f"{', '.join(f'`{key}`' for key in SHARED_DEFAULTS)}.",
     ]
-
-
-def intro(section: Section) -> list[str]:
-    summary = " ".join((section.model.__doc__ or "").split("\n\n")[0].split()).replace("``", "`")
-    return [markdown(summary), "", section.where]
 
 
 def own_fields(model: type[BaseModel]) -> dict[str, FieldInfo]:

@@ -56,6 +56,16 @@ class RequestConfig(_Section):
         None, description="POST only: the JSON body, any of whose strings may be templates; null: no body"
     )
 
+    def templates(self, query: Mapping[str, str]) -> Iterator[tuple[str, str]]:
+        """Every template of this page request with the field it sits in."""
+        if self.path is not None:
+            yield "request.path", self.path
+        for name, value in query.items():
+            yield f"request.query.{name}", value
+        for name, value in self.headers.items():
+            yield f"request.headers.{name}", value
+        yield from json_templates(self.body, "request.body")
+
 
 def template_names(template: str) -> list[str]:
     """The placeholders of ``template``; ValueError for broken braces, an unknown name, a conversion or a format
@@ -93,23 +103,12 @@ def json_templates(value: Any, where: str) -> Iterator[tuple[str, str]]:
             yield from json_templates(item, f"{where}[{index}]")
 
 
-def request_templates(request: RequestConfig, query: Mapping[str, str]) -> Iterator[tuple[str, str]]:
-    """Every template of a page request with the field it sits in."""
-    if request.path is not None:
-        yield "request.path", request.path
-    for name, value in query.items():
-        yield f"request.query.{name}", value
-    for name, value in request.headers.items():
-        yield f"request.headers.{name}", value
-    yield from json_templates(request.body, "request.body")
-
-
 def check_request(paginator: Paginator, request: RequestConfig, query: Mapping[str, str]) -> None:
     """The page request must be sendable and say which records it wants: ValueError naming the field otherwise."""
     if request.method == "GET" and request.body is not None:
         raise ValueError("request.body: a GET request has no body; use method: POST, or query parameters")
     used: set[str] = set()
-    for where, template in request_templates(request, query):
+    for where, template in request.templates(query):
         try:
             names = template_names(template)
         except ValueError as exc:

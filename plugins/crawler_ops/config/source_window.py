@@ -52,51 +52,49 @@ class WindowFilterConfig(BaseModel):
         """The query templates of the filtered count request."""
         return dict(self.query if self.count_query is None else self.count_query)
 
+    def templates(self) -> Iterator[tuple[str, str]]:
+        """Each template of this window filter with the field it sits in."""
+        for name, value in self.query.items():
+            yield f"window_filter.query.{name}", value
+        for name, value in (self.count_query or {}).items():
+            yield f"window_filter.count_query.{name}", value
+        if self.count_path is not None:
+            yield "window_filter.count_path", self.count_path
+        yield from json_templates(self.body, "window_filter.body")
 
-def filter_templates(window: WindowFilterConfig) -> Iterator[tuple[str, str]]:
-    """Each template of ``window`` with the field it sits in."""
-    for name, value in window.query.items():
-        yield f"window_filter.query.{name}", value
-    for name, value in (window.count_query or {}).items():
-        yield f"window_filter.count_query.{name}", value
-    if window.count_path is not None:
-        yield "window_filter.count_path", window.count_path
-    yield from json_templates(window.body, "window_filter.body")
+    def check(self, method: str, counted: bool) -> None:
+        """This window filter must send both bounds on every page request, and on the count request when the source is
+        counted (``counted``: a count path is known), and use no batch placeholder: ValueError naming the field."""
+        for where, template in self.templates():
+            try:
+                names = template_names(template)
+            except ValueError as exc:
+                raise ValueError(f"{where}: {exc}") from None
+            wrong = sorted(set(names) - WINDOW_PLACEHOLDERS)
+            if wrong:
+                raise ValueError(
+                    f"{where}: {{{wrong[0]}}} differs between pages; a window filter uses only "
+                    + ", ".join(f"{{{p}}}" for p in sorted(WINDOW_PLACEHOLDERS))
+                )
+        if self.body and method != "POST":
+            raise ValueError("window_filter.body: page requests are GET, which have no body; use window_filter.query")
+        page_names = names_in(self.query, "query") | names_in(self.body, "body")
+        missing = [bound for bound in WINDOW_BOUNDS if bound not in page_names]
+        if missing:
+            raise ValueError(
+                f"window_filter: no query or body template sends {{{missing[0]}}}, so the source's pages would not be "
+                "restricted to the window; send both {window_start} and {window_end}"
+            )
+        if counted:
+            count_names = names_in(self.count_templates(), "count_query")
+            missing = [bound for bound in WINDOW_BOUNDS if bound not in count_names]
+            if missing:
+                raise ValueError(
+                    f"window_filter: the count request sends no {{{missing[0]}}} (window_filter.count_query, default "
+                    "window_filter.query), so it would count more than the window; send both bounds"
+                )
 
 
 def names_in(templates: Mapping[str, Any] | Any, where: str) -> set[str]:
     """The placeholders used by the templates of a query mapping or a JSON value."""
     return {name for _where, template in json_templates(templates, where) for name in template_names(template)}
-
-
-def check_window_filter(window: WindowFilterConfig, method: str, counted: bool) -> None:
-    """A window filter must send both bounds on every page request, and on the count request when the source is
-    counted (``counted``: a count path is known), and use no batch placeholder: ValueError naming the field."""
-    for where, template in filter_templates(window):
-        try:
-            names = template_names(template)
-        except ValueError as exc:
-            raise ValueError(f"{where}: {exc}") from None
-        wrong = sorted(set(names) - WINDOW_PLACEHOLDERS)
-        if wrong:
-            raise ValueError(
-                f"{where}: {{{wrong[0]}}} differs between pages; a window filter uses only "
-                + ", ".join(f"{{{p}}}" for p in sorted(WINDOW_PLACEHOLDERS))
-            )
-    if window.body and method != "POST":
-        raise ValueError("window_filter.body: page requests are GET, which have no body; use window_filter.query")
-    page_names = names_in(window.query, "query") | names_in(window.body, "body")
-    missing = [bound for bound in WINDOW_BOUNDS if bound not in page_names]
-    if missing:
-        raise ValueError(
-            f"window_filter: no query or body template sends {{{missing[0]}}}, so the source's pages would not be "
-            "restricted to the window; send both {window_start} and {window_end}"
-        )
-    if counted:
-        count_names = names_in(window.count_templates(), "count_query")
-        missing = [bound for bound in WINDOW_BOUNDS if bound not in count_names]
-        if missing:
-            raise ValueError(
-                f"window_filter: the count request sends no {{{missing[0]}}} (window_filter.count_query, default "
-                "window_filter.query), so it would count more than the window; send both bounds"
-            )

@@ -48,7 +48,6 @@ from crawler_ops.errors import PageSkippedError, StatusTableError
 from crawler_ops.hooks.kafka.producer import Publisher
 from crawler_ops.hooks.source.budget import ByteBudget, PageAccount
 from crawler_ops.hooks.source.hook import SourceApiHook
-from crawler_ops.hooks.source.paging import check_view_page
 from crawler_ops.planning import Batch, ChunkPlan
 from crawler_ops.results import BatchOutcome, ChunkResult, RunCounts
 
@@ -245,7 +244,7 @@ class ChunkCrawler:
                     ready, held = self.filtered_while_checkpointing(checkpointed, ahead)
                     if ready is not None:
                         self.publish(ready, held)
-                        log_progress(self, ahead.batch.lo, time.monotonic() - started)
+                        self.log_progress(ahead.batch.lo, time.monotonic() - started)
                 checkpoint.submit(self.in_flight.sent).result()
                 self.in_flight.sent = None
                 self.release_sent()
@@ -346,6 +345,30 @@ class ChunkCrawler:
         self.publisher.close()
         self.ledger.close()
 
+    def log_progress(self, offset: int, elapsed_s: float) -> None:
+        """Every 10 batches and once every batch is done: task, chunk, batches done and percent, the offset reached,
+        counts, records/s (over ``elapsed_s``)."""
+        counts, planned = self.shared.counts(), len(self.batches)
+        done = counts.batches_done
+        if done % 10 and done != planned:
+            return
+        log.info(
+            "task %s %s: %d/%d batches (%.0f%%), at offset %d; fetched=%d kept=%d published=%d expired=%d "
+            "dead=%d (%.0f records/s)",
+            self.cfg.id,
+            self.label,
+            done,
+            planned,
+            100.0 * done / max(planned, 1),
+            offset,
+            counts.fetched,
+            counts.kept,
+            counts.published,
+            counts.expired,
+            counts.dead_lettered,
+            counts.fetched / max(elapsed_s, 1e-6),
+        )
+
 
 def published_profile(sent: FilteredBatch, sample: int) -> FieldProfile:
     """The drift profile of the first ``sample`` published values of a batch, on the checkpoint thread while the
@@ -373,35 +396,10 @@ def read_page(
         page = source.get_page(batch.lo, batch.size)
     except PageSkippedError as exc:
         return SkippedByRule(str(exc), exc.envelope)
-    check_view_page(source.paging, len(page), batch.lo, batch.hi, task)
+    source.paging.check_view_page(len(page), batch.lo, batch.hi, task)
     if pages is not None:
         page = pages.checked(page)
     return PageRead(page)
-
-
-def log_progress(crawler: ChunkCrawler, offset: int, elapsed_s: float) -> None:
-    """Every 10 batches and once every batch is done: task, chunk, batches done and percent, the offset reached, counts,
-    records/s (over ``elapsed_s``)."""
-    counts, planned = crawler.shared.counts(), len(crawler.batches)
-    done = counts.batches_done
-    if done % 10 and done != planned:
-        return
-    log.info(
-        "task %s %s: %d/%d batches (%.0f%%), at offset %d; fetched=%d kept=%d published=%d expired=%d "
-        "dead=%d (%.0f records/s)",
-        crawler.cfg.id,
-        crawler.label,
-        done,
-        planned,
-        100.0 * done / max(planned, 1),
-        offset,
-        counts.fetched,
-        counts.kept,
-        counts.published,
-        counts.expired,
-        counts.dead_lettered,
-        counts.fetched / max(elapsed_s, 1e-6),
-    )
 
 
 def crawl_offsets(run: RunContext, payload: ChunkPlan) -> dict[str, Any]:
@@ -425,5 +423,5 @@ def crawl_offsets(run: RunContext, payload: ChunkPlan) -> dict[str, Any]:
     crawler = ChunkCrawler(run.cfg, batches, label, run.source(), batch_filter, ledger, publisher)
     result = crawler.crawl()
     # The last batch is recorded done after the loop's last progress line: the line of the chunk done.
-    log_progress(crawler, min((b.lo for b in batches), default=0), result.elapsed_s)
+    crawler.log_progress(min((b.lo for b in batches), default=0), result.elapsed_s)
     return result.to_dict()

@@ -14,7 +14,7 @@ import psycopg
 from crawler_ops.config import CrawlTaskConfig
 from crawler_ops.crawl.run import RunContext
 from crawler_ops.crawl.window import window_failure
-from crawler_ops.drift import Drift, FieldProfile, compare
+from crawler_ops.drift import Drift, FieldProfile
 from crawler_ops.errors import CrawlerError
 from crawler_ops.hooks.store.hook import CrawlStoreHook, Cursor
 from crawler_ops.planning import Batch, ChunkPlan, advance_watermark
@@ -87,7 +87,7 @@ def record_drift(
     run_id = run.run_id
     saved = store.drift.read_baseline(cur)
     base = FieldProfile() if saved is None else saved.before if saved.run_id == run_id else saved.profile
-    drift = compare(base, profile, run.cfg.drift_sample)
+    drift = base.compare(profile, run.cfg.drift_sample)
     store.drift.save(cur, run_id, drift.to_json())
     if status == "success" and profile:
         store.drift.save_baseline(cur, run_id, base + profile, base)

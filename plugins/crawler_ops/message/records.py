@@ -40,6 +40,12 @@ class Message(msgspec.Struct, frozen=True, gc=False):
     timestamp: int = 0  # milliseconds since the epoch; 0: the time it is produced
     routed: bool = False  # a record sent to ``topic`` by the task's topic_template (not a dead letter, not a marker)
 
+    def key_value_size(self) -> int:
+        return len(self.value) + len(self.key)
+
+    def size(self) -> int:
+        return len(self.value) + len(self.key) + sum(len(name) + len(value) for name, value in self.headers)
+
 
 _encoder = msgspec.json.Encoder()
 
@@ -405,7 +411,7 @@ def too_large(
     """Split off the messages Kafka would refuse (key and value, and with ``with_headers`` the headers, over ``limit``
     bytes): dead letters with their size, the record stored cut to the dead-letter size cap, instead of a batch that
     fails at every attempt. The fixed headers are small and left out; a task's own headers may not be."""
-    size_of = message_size if with_headers else key_value_size
+    size_of = Message.size if with_headers else Message.key_value_size
     if all(size_of(m) <= limit for m in messages):
         return messages, []
     kept: list[Message] = []
@@ -420,14 +426,6 @@ def too_large(
         reason = f"message of {size} bytes {what}is larger than kafka.max_message_bytes ({limit}); not published"
         dead.append(DeadLetter(offset, reason, cap_record(dead_letter_record(records[offset - first_offset]))))
     return kept, dead
-
-
-def key_value_size(message: Message) -> int:
-    return len(message.value) + len(message.key)
-
-
-def message_size(message: Message) -> int:
-    return len(message.value) + len(message.key) + sum(len(name) + len(value) for name, value in message.headers)
 
 
 def cap_record(record: Any) -> Any:

@@ -93,6 +93,74 @@ class _Shape:
     def optional(self, name: str) -> bool:
         return self.seen[name] < self.objects or "null" in self.fields[name].kinds
 
+    def json(self, closed: bool, loose: bool = False, nullable: bool = False) -> dict[str, Any]:
+        branches = []
+        for k in sorted(self.kinds | ({"null"} if nullable else set()), key=_ORDER.index):
+            if k == "object":
+                required = [] if loose else sorted(n for n in self.fields if self.seen[n] == self.objects)
+                branch: dict[str, Any] = {
+                    "type": "object",
+                    "properties": {n: inner.json(closed, loose, loose) for n, inner in self.fields.items()},
+                }
+                if required:
+                    branch["required"] = required
+                if closed:
+                    branch["additionalProperties"] = False
+            elif k == "array":
+                items = self.items.json(closed, loose) if self.items and self.items.kinds else {}
+                branch = {"type": "array", "items": items}
+            else:
+                branch = {"type": {"long": "integer", "double": "number"}.get(k, k)}
+            branches.append(branch)
+        if not branches:
+            return {}
+        if len(branches) == 1:
+            return branches[0]
+        if all(set(b) == {"type"} for b in branches):
+            types = [b["type"] for b in branches]
+            # An integer is a number too: integer+number is just number.
+            if "number" in types and "integer" in types:
+                types.remove("integer")
+            return {"type": types if len(types) > 1 else types[0]}
+        return {"anyOf": branches}
+
+    def avro_record(self, name: str, taken: set[str], loose: bool = False) -> dict[str, Any]:
+        taken.add(name)
+        fields = []
+        for field_name, original in avro_names(self.fields).items():
+            inner = self.fields[original]
+            kinds = set(inner.kinds)
+            if loose or self.optional(original):
+                kinds.add("null")
+            avro_type = inner.avro_type(kinds, f"{name}_{field_name}", taken, loose)
+            field: dict[str, Any] = {"name": field_name, "type": avro_type}
+            if "null" in kinds:
+                field["default"] = None
+            if field_name != original:
+                field["doc"] = original
+            fields.append(field)
+        return {"type": "record", "name": name, "fields": fields}
+
+    def avro_type(self, kinds: set[str], name: str, taken: set[str], loose: bool = False) -> Any:
+        branches: list[Any] = []
+        for k in sorted(kinds, key=_ORDER.index):
+            if k == "object":
+                record_name = name
+                while record_name in taken:
+                    record_name += "_"
+                branches.append(self.avro_record(record_name, taken, loose))
+            elif k == "array":
+                items = self.items
+                item_type = (
+                    items.avro_type(set(items.kinds), f"{name}_item", taken, loose) if items and items.kinds else "null"
+                )
+                branches.append({"type": "array", "items": item_type})
+            else:
+                branches.append(k)
+        if not branches:
+            return "null"
+        return branches[0] if len(branches) == 1 else branches
+
 
 def _shape(records: Iterable[Mapping[str, Any]]) -> _Shape:
     shape = _Shape()
@@ -116,40 +184,8 @@ def json_schema(
     :param loose: every property optional and nullable, as a source may leave out or null any field the samples
         happened to hold (what a schema registered from one page needs).
     """
-    schema = _json(_shape(records), closed, loose)
+    schema = _shape(records).json(closed, loose)
     return {"$schema": JSON_SCHEMA_DRAFT, "title": title, **schema}
-
-
-def _json(shape: _Shape, closed: bool, loose: bool = False, nullable: bool = False) -> dict[str, Any]:
-    branches = []
-    for k in sorted(shape.kinds | ({"null"} if nullable else set()), key=_ORDER.index):
-        if k == "object":
-            required = [] if loose else sorted(n for n in shape.fields if shape.seen[n] == shape.objects)
-            branch: dict[str, Any] = {
-                "type": "object",
-                "properties": {n: _json(inner, closed, loose, loose) for n, inner in shape.fields.items()},
-            }
-            if required:
-                branch["required"] = required
-            if closed:
-                branch["additionalProperties"] = False
-        elif k == "array":
-            items = _json(shape.items, closed, loose) if shape.items and shape.items.kinds else {}
-            branch = {"type": "array", "items": items}
-        else:
-            branch = {"type": {"long": "integer", "double": "number"}.get(k, k)}
-        branches.append(branch)
-    if not branches:
-        return {}
-    if len(branches) == 1:
-        return branches[0]
-    if all(set(b) == {"type"} for b in branches):
-        types = [b["type"] for b in branches]
-        # An integer is a number too: integer+number is just number.
-        if "number" in types and "integer" in types:
-            types.remove("integer")
-        return {"type": types if len(types) > 1 else types[0]}
-    return {"anyOf": branches}
 
 
 def avro_schema(
@@ -157,48 +193,9 @@ def avro_schema(
 ) -> dict[str, Any]:
     """An Avro record schema for ``records``; nested objects are nested records named after their path. ``loose``:
     every field nullable with default null (see :func:`json_schema`)."""
-    schema = _avro_record(_shape(records), avro_name(name), set(), loose)
+    schema = _shape(records).avro_record(avro_name(name), set(), loose)
     schema["namespace"] = namespace
     return schema
-
-
-def _avro_record(shape: _Shape, name: str, taken: set[str], loose: bool = False) -> dict[str, Any]:
-    taken.add(name)
-    fields = []
-    for field_name, original in avro_names(shape.fields).items():
-        inner = shape.fields[original]
-        kinds = set(inner.kinds)
-        if loose or shape.optional(original):
-            kinds.add("null")
-        avro_type = _avro_type(inner, kinds, f"{name}_{field_name}", taken, loose)
-        field: dict[str, Any] = {"name": field_name, "type": avro_type}
-        if "null" in kinds:
-            field["default"] = None
-        if field_name != original:
-            field["doc"] = original
-        fields.append(field)
-    return {"type": "record", "name": name, "fields": fields}
-
-
-def _avro_type(shape: _Shape, kinds: set[str], name: str, taken: set[str], loose: bool = False) -> Any:
-    branches: list[Any] = []
-    for k in sorted(kinds, key=_ORDER.index):
-        if k == "object":
-            record_name = name
-            while record_name in taken:
-                record_name += "_"
-            branches.append(_avro_record(shape, record_name, taken, loose))
-        elif k == "array":
-            items = shape.items
-            item_type = (
-                _avro_type(items, set(items.kinds), f"{name}_item", taken, loose) if items and items.kinds else "null"
-            )
-            branches.append({"type": "array", "items": item_type})
-        else:
-            branches.append(k)
-    if not branches:
-        return "null"
-    return branches[0] if len(branches) == 1 else branches
 
 
 def incompatible_fields(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[str]:
@@ -345,7 +342,7 @@ def widen_json_schema(schema: Mapping[str, Any], records: Iterable[Mapping[str, 
     merged in (properties united, a property required only where both require it, types united; an object stays
     closed where ``schema`` closed it). Under a registry's BACKWARD level it is a compatible next version."""
     closed = _closed(schema)
-    merged = _merge_json(_bare(schema), _json(_shape(records), closed, loose=True))
+    merged = _merge_json(_bare(schema), _shape(records).json(closed, loose=True))
     return {key: value for key, value in schema.items() if key in ("$schema", "title")} | merged
 
 

@@ -43,6 +43,23 @@ class ImportReport:
     def ok(self) -> bool:
         return not self.problems and all(step.action != "refuse" for step in self.steps)
 
+    def render(self, path: Path, apply: bool, echo: Callable[[str], None]) -> None:
+        """This report's plan, then the problems, then what happened."""
+        echo(f"import-progress {path}: {len(self.steps)} configured tasks" + (" [dry run]" if not apply else ""))
+        for step in self.steps:
+            echo(f"  {step.describe()}")
+        if self.problems:
+            echo(f"{len(self.problems)} rows cannot be imported:")
+            for _, problem in sorted(self.problems):
+                echo(f"  {problem}")
+        if self.applied:
+            written = sum(step.action == "set" for step in self.steps)
+            echo(f"applied: {written} tasks' progress written (recorded as '{RUN_MODE}' runs in crawler_ops.crawl_run)")
+        elif not self.ok:
+            echo("nothing written: fix or remove the rows above (or wait for the running crawls), then run again")
+        elif not apply:
+            echo("dry run: nothing written; run again with --apply to write this")
+
 
 def import_progress(path: Path, loaded: LoadedConfig, apply: bool = False, force: bool = False) -> ImportReport:
     """Plan (and with ``apply`` write) the import of the old status export at ``path`` for the tasks of ``loaded``.
@@ -167,21 +184,3 @@ def count_by(values: Sequence[int]) -> dict[int, int]:
     for value in values:
         counts[value] += 1
     return dict(counts)
-
-
-def render(report: ImportReport, path: Path, apply: bool, echo: Callable[[str], None]) -> None:
-    """The plan, then the problems, then what happened."""
-    echo(f"import-progress {path}: {len(report.steps)} configured tasks" + (" [dry run]" if not apply else ""))
-    for step in report.steps:
-        echo(f"  {step.describe()}")
-    if report.problems:
-        echo(f"{len(report.problems)} rows cannot be imported:")
-        for _, problem in sorted(report.problems):
-            echo(f"  {problem}")
-    if report.applied:
-        written = sum(step.action == "set" for step in report.steps)
-        echo(f"applied: {written} tasks' progress written (recorded as '{RUN_MODE}' runs in crawler_ops.crawl_run)")
-    elif not report.ok:
-        echo("nothing written: fix or remove the rows above (or wait for the running crawls), then run again")
-    elif not apply:
-        echo("dry run: nothing written; run again with --apply to write this")

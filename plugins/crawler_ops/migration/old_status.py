@@ -44,6 +44,33 @@ class OldProgress:
     filtered_count: int
     produced_count: int
 
+    def state_problems(self, entry: Mapping[str, Any]) -> list[RowProblem]:
+        """This row's problems when its values are valid but its position cannot be trusted."""
+
+        def problem(name: str, text: str) -> list[RowProblem]:
+            return [RowProblem(self.row, self.task_id, name, text)]
+
+        if self.status == "running" or str(entry.get("is_running", "")).strip().lower() == "true":
+            return problem(
+                "status",
+                "the old service was still crawling this task when the status was exported; stop it there "
+                "(its stop endpoint), wait until it reports 'stopped' or 'completed', and export the status again",
+            )
+        if self.status == "error" and not self.last_start_offset:
+            return problem(
+                "last_start_offset",
+                "status 'error': the old service overwrote this task's position with 0 when it failed, so its real "
+                "position is lost; leave the row out (the first crawl then searches the date window) or put the offset "
+                "up to which the old service had published and status 'stopped'",
+            )
+        if self.total is not None and self.last_start_offset is not None and self.last_start_offset > self.total > 0:
+            return problem(
+                "last_start_offset",
+                f"{self.last_start_offset} is above the task's total {self.total}; check the export (the old service "
+                "never saved a start offset above its total)",
+            )
+        return []
+
 
 @dataclass(frozen=True)
 class RowProblem:
@@ -162,35 +189,7 @@ def parse_row(number: int, entry: Mapping[str, Any]) -> tuple[OldProgress | None
         filtered_count=numbers["filtered_count"] or 0,
         produced_count=numbers["produced_count"] or 0,
     )
-    return (None, found) if (found := state_problems(row, entry)) else (row, [])
-
-
-def state_problems(row: OldProgress, entry: Mapping[str, Any]) -> list[RowProblem]:
-    """Rows whose values are valid but whose position cannot be trusted."""
-
-    def problem(name: str, text: str) -> list[RowProblem]:
-        return [RowProblem(row.row, row.task_id, name, text)]
-
-    if row.status == "running" or str(entry.get("is_running", "")).strip().lower() == "true":
-        return problem(
-            "status",
-            "the old service was still crawling this task when the status was exported; stop it there "
-            "(its stop endpoint), wait until it reports 'stopped' or 'completed', and export the status again",
-        )
-    if row.status == "error" and not row.last_start_offset:
-        return problem(
-            "last_start_offset",
-            "status 'error': the old service overwrote this task's position with 0 when it failed, so its real "
-            "position is lost; leave the row out (the first crawl then searches the date window) or put the offset "
-            "up to which the old service had published and status 'stopped'",
-        )
-    if row.total is not None and row.last_start_offset is not None and row.last_start_offset > row.total > 0:
-        return problem(
-            "last_start_offset",
-            f"{row.last_start_offset} is above the task's total {row.total}; check the export (the old service never "
-            "saved a start offset above its total)",
-        )
-    return []
+    return (None, found) if (found := row.state_problems(entry)) else (row, [])
 
 
 def whole_number(value: Any) -> int | None:

@@ -30,7 +30,6 @@ from crawler_ops.hooks.store.bounded import (
     LOCK_TIMEOUT_MS,
     STATEMENT_TIMEOUT_MS,
     BoundedSessions,
-    bounded,
 )
 from crawler_ops.hooks.store.reports import CrawlReportHook
 from crawler_ops.hooks.store.status_table import STATUS_NAMES
@@ -151,7 +150,7 @@ def gather(parts: Mapping[tuple[str, int], Part], end: float | None) -> dict[tup
 
 
 def run_bounded(sessions: BoundedSessions, part: Part) -> Any:
-    with bounded(sessions):
+    with sessions.active():
         return part()
 
 

@@ -16,7 +16,7 @@ from crawler_ops.config import LoadedConfig
 from crawler_ops.hooks.store.hook import CrawlStoreHook
 from crawler_ops.hooks.store.status_table import DONE
 from crawler_ops.migration import import_progress as importing
-from crawler_ops.migration.import_progress import ImportReport, import_progress, render
+from crawler_ops.migration.import_progress import ImportReport, import_progress
 from crawler_ops.planning import Batch
 from tests.integration.logic.conftest import DB_CONN
 from tests.support import make_task
@@ -122,7 +122,7 @@ def test_a_dry_run_plans_and_writes_nothing_and_apply_writes_each_task_and_its_r
     applied = import_progress(path, loaded(task, second), apply=True)
     assert applied.applied
     lines: list[str] = []
-    render(applied, path, apply=True, echo=lines.append)
+    applied.render(path, apply=True, echo=lines.append)
     assert lines[1:] == [
         f"  {applied.steps[0].describe()}",
         f"  {applied.steps[1].describe()}",
@@ -219,13 +219,13 @@ def test_an_open_run_record_blocks_the_import_while_airflow_runs_it(pg, task, tm
 def test_the_report_says_what_happened(tmp_path):
     lines: list[str] = []
     path = tmp_path / "old.json"
-    render(ImportReport(), path, apply=False, echo=lines.append)
+    ImportReport().render(path, apply=False, echo=lines.append)
     assert lines == [
         f"import-progress {path}: 0 configured tasks [dry run]",
         "dry run: nothing written; run again with --apply to write this",
     ]
     lines.clear()
-    render(ImportReport(problems=[(2, "row 2: b"), (1, "row 1: a")]), path, apply=True, echo=lines.append)
+    ImportReport(problems=[(2, "row 2: b"), (1, "row 1: a")]).render(path, apply=True, echo=lines.append)
     assert lines == [
         f"import-progress {path}: 0 configured tasks",
         "2 rows cannot be imported:",
@@ -234,6 +234,6 @@ def test_the_report_says_what_happened(tmp_path):
         "nothing written: fix or remove the rows above (or wait for the running crawls), then run again",
     ]
     lines.clear()
-    render(ImportReport(applied=True), path, apply=True, echo=lines.append)
+    ImportReport(applied=True).render(path, apply=True, echo=lines.append)
     assert lines[-1] == "applied: 0 tasks' progress written (recorded as 'import' runs in crawler_ops.crawl_run)"
     assert importing.count_by([2, 0, 2]) == {2: 2, 0: 1}

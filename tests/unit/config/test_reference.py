@@ -10,14 +10,14 @@ import pytest
 from pydantic import BaseModel
 
 from crawler_ops.__main__ import main
-from crawler_ops.config import config_reference, models, sections
+from crawler_ops.config import config_reference, kafka, models, sections
 from crawler_ops.config.reference import table, undescribed
 
 REPO = Path(__file__).resolve().parents[3]
 REFERENCE = REPO / "docs" / "configuration.md"
 MODELS = [
     model
-    for module in (sections, models)
+    for module in (sections, kafka, models)
     for _, model in inspect.getmembers(module, inspect.isclass)
     if issubclass(model, BaseModel) and model.__module__ == module.__name__
 ]

@@ -14,7 +14,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
-from crawler_ops.config.sections import KafkaConfig
+from crawler_ops.config.kafka import KafkaConfig
 from crawler_ops.message.filtering import DateRule, Window, record_date
 from crawler_ops.message.records import Message, build_messages, dead_letter_messages, too_large
 from crawler_ops.message.shaping import MessageShape, Template, epoch_ms, hash_key

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from crawler_ops.ops import web
+from crawler_ops.ops import report_cache
 
 WAIT_S = 10.0
 
@@ -64,7 +64,7 @@ def deadline() -> float:
 @pytest.mark.parametrize("live", [True, False], ids=["live", "stored"])
 def test_an_answer_is_given_again_until_it_is_ttl_old_then_built_anew(live):
     clock, builds = Clock(), Builds()
-    cache = web.ReportCache(ttl_s=20.0, clock=clock)
+    cache = report_cache.ReportCache(ttl_s=20.0, clock=clock)
 
     assert cache.report("q", live, builds.answer("first"), deadline()) == {"answer": "first"}
     clock.now += 19.999
@@ -76,7 +76,7 @@ def test_an_answer_is_given_again_until_it_is_ttl_old_then_built_anew(live):
 
 
 def test_each_question_has_its_own_answer():
-    cache, builds = web.ReportCache(clock=Clock()), Builds()
+    cache, builds = report_cache.ReportCache(clock=Clock()), Builds()
     cache.report(("a", None, True, False), True, builds.answer("a"))
     cache.report(("b", None, True, False), True, builds.answer("b"))
     assert cache.report(("a", None, True, False), True, builds.answer("x")) == {"answer": "a"}
@@ -85,11 +85,11 @@ def test_each_question_has_its_own_answer():
 
 def test_keeping_an_answer_drops_those_older_than_stale_after():
     clock, builds = Clock(), Builds()
-    cache = web.ReportCache(clock=clock)
+    cache = report_cache.ReportCache(clock=clock)
     cache.report("old", True, builds.answer("old"))
     clock.now += 1.0
     cache.report("younger", True, builds.answer("younger"))
-    clock.now += web.STALE_AFTER_S - 1.0
+    clock.now += report_cache.STALE_AFTER_S - 1.0
     cache.report("new", True, builds.answer("new"))
     assert set(cache.answers) == {"younger", "new"}, "an answer exactly STALE_AFTER_S old is dropped, a younger one not"
     assert cache.answers["new"] == (clock.now, {"answer": "new"})
@@ -97,14 +97,14 @@ def test_keeping_an_answer_drops_those_older_than_stale_after():
 
 def test_a_live_request_finding_every_slot_taken_gets_the_last_answer_however_old_or_is_busy():
     clock, builds = Clock(), Builds()
-    cache = web.ReportCache(ttl_s=1.0, max_live=1, clock=clock)
+    cache = report_cache.ReportCache(ttl_s=1.0, max_live=1, clock=clock)
     cache.report("known", True, builds.answer("old"))
     clock.now += 500.0
     with ThreadPoolExecutor(1) as pool:
         holding = pool.submit(cache.report, "slow", True, builds.blocked("slow"))
         assert builds.started.wait(WAIT_S)
         assert cache.report("known", True, builds.answer("never built")) == {"answer": "old"}
-        with pytest.raises(web.BusyError, match=r"^1 live status reports are being gathered$"):
+        with pytest.raises(report_cache.BusyError, match=r"^1 live status reports are being gathered$"):
             cache.report("unknown", True, builds.answer("never built"))
         builds.go.set()
         assert holding.result(WAIT_S) == {"answer": "slow"}
@@ -114,7 +114,7 @@ def test_a_live_request_finding_every_slot_taken_gets_the_last_answer_however_ol
 
 
 def test_a_live_build_that_fails_gives_its_slot_back():
-    cache, builds = web.ReportCache(max_live=1, clock=Clock()), Builds()
+    cache, builds = report_cache.ReportCache(max_live=1, clock=Clock()), Builds()
     with pytest.raises(RuntimeError, match="PostgreSQL is down"):
         cache.report("q", True, builds.failing())
     assert cache.report("q", True, builds.answer("after")) == {"answer": "after"}
@@ -123,7 +123,7 @@ def test_a_live_build_that_fails_gives_its_slot_back():
 
 def test_requests_asking_a_stored_question_meanwhile_share_one_build():
     # No answer is given again (ttl 0): a request that did not wait for the build under way would build its own.
-    cache, builds = web.ReportCache(ttl_s=0.0, clock=Clock()), Builds()
+    cache, builds = report_cache.ReportCache(ttl_s=0.0, clock=Clock()), Builds()
     with ThreadPoolExecutor(4) as pool:
         first = pool.submit(cache.report, "q", False, builds.blocked("shared"), deadline())
         assert builds.started.wait(WAIT_S)
@@ -147,7 +147,7 @@ def wait_until(condition: Callable[[], Any], what: str) -> None:
 
 
 def test_a_stored_build_that_fails_fails_its_request_and_the_next_request_builds_again():
-    cache, builds = web.ReportCache(clock=Clock()), Builds()
+    cache, builds = report_cache.ReportCache(clock=Clock()), Builds()
     with pytest.raises(RuntimeError, match="PostgreSQL is down"):
         cache.report("q", False, builds.failing(), deadline())
     assert cache.flights == {}
@@ -155,10 +155,10 @@ def test_a_stored_build_that_fails_fails_its_request_and_the_next_request_builds
     assert builds.count == 2
 
 
-def with_an_old_answer(**limits: int) -> tuple[web.ReportCache, Builds]:
+def with_an_old_answer(**limits: int) -> tuple[report_cache.ReportCache, Builds]:
     """A cache whose answer to "known" is {"answer": "old"}, long past its time to live."""
     clock, builds = Clock(), Builds()
-    cache = web.ReportCache(ttl_s=1.0, clock=clock, **limits)
+    cache = report_cache.ReportCache(ttl_s=1.0, clock=clock, **limits)
     cache.report("known", False, builds.answer("old"), deadline())
     clock.now += 500.0
     return cache, builds
@@ -178,7 +178,7 @@ def test_a_stored_request_waiting_past_its_deadline_gets_the_last_answer_or_is_b
     with ThreadPoolExecutor(1) as pool:
         first = pool.submit(cache.report, "unknown", False, builds.blocked("new"), deadline())
         assert builds.started.wait(WAIT_S)
-        with pytest.raises(web.BusyError, match=r"^the status report is being gathered$"):
+        with pytest.raises(report_cache.BusyError, match=r"^the status report is being gathered$"):
             cache.report("unknown", False, builds.answer("never built"), time.monotonic())
         builds.go.set()
         assert first.result(WAIT_S) == {"answer": "new"}
@@ -190,7 +190,7 @@ def test_a_stored_request_finding_every_build_slot_taken_until_its_deadline_gets
         holding = pool.submit(cache.report, "slow", False, builds.blocked("slow"), deadline())
         assert builds.started.wait(WAIT_S)
         assert cache.report("known", False, builds.answer("never built"), time.monotonic()) == {"answer": "old"}
-        with pytest.raises(web.BusyError, match=r"^1 status reports are being gathered$"):
+        with pytest.raises(report_cache.BusyError, match=r"^1 status reports are being gathered$"):
             cache.report("unknown", False, builds.answer("never built"), time.monotonic())
         assert cache.flights.keys() == {"slow"}, "a request that got no slot leaves no flight behind"
         builds.go.set()
@@ -199,7 +199,7 @@ def test_a_stored_request_finding_every_build_slot_taken_until_its_deadline_gets
 
 
 def test_a_stored_question_without_a_deadline_is_built_and_kept():
-    cache, builds = web.ReportCache(clock=Clock()), Builds()
+    cache, builds = report_cache.ReportCache(clock=Clock()), Builds()
     assert cache.report("q", False, builds.answer("built")) == {"answer": "built"}
     assert cache.report("q", False, builds.answer("again")) == {"answer": "built"} and builds.count == 1
 

@@ -19,7 +19,7 @@ from fastapi import Request
 from fastapi.testclient import TestClient
 
 from crawler_ops.config import parse_config
-from crawler_ops.ops import status, web
+from crawler_ops.ops import report_cache, status, web
 from tests.unit.ops.test_web import CONFIG, FakeAuthManager
 from tests.waiting import wait_until
 
@@ -106,7 +106,7 @@ def client(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[TestClie
     readers = FakeAuthManager({"alice": {"crawl_open_task", "crawl_broken_open"}, "root": {"*"}})
     monkeypatch.setattr(api_app, "get_auth_manager", lambda: readers)
     monkeypatch.setattr(status, "active_runs", lambda dag_ids: ({}, None))
-    monkeypatch.setattr(web, "REPORTS", web.ReportCache())
+    monkeypatch.setattr(web, "REPORTS", report_cache.ReportCache())
     yield TestClient(web.app)
     web.app.dependency_overrides.clear()
 
@@ -160,7 +160,7 @@ def test_a_non_live_question_about_a_task_one_may_not_read_is_404_even_when_buil
 
 
 def test_non_live_builds_beyond_the_cap_wait_for_a_slot_until_the_deadline_then_are_busy():
-    cache = web.ReportCache(max_builds=1)
+    cache = report_cache.ReportCache(max_builds=1)
     release = threading.Event()
     building = threading.Event()
 
@@ -172,7 +172,7 @@ def test_non_live_builds_beyond_the_cap_wait_for_a_slot_until_the_deadline_then_
     with ThreadPoolExecutor(2) as pool:
         first = pool.submit(cache.report, "a", False, slow, time.monotonic() + 60)
         wait_until(building.is_set, 30, "the first build to take the only slot")
-        with pytest.raises(web.BusyError, match="1 status reports are being gathered"):
+        with pytest.raises(report_cache.BusyError, match="1 status reports are being gathered"):
             cache.report("b", False, lambda: {"tasks": ["never built"]}, time.monotonic() + 0.3)
         assert not release.is_set() and not first.done(), "busy by its own deadline, while the slot was still held"
 

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 
-from crawler_ops.ops import status, web
+from crawler_ops.ops import report_cache, status, web
 
 CONFIG = """
 tasks:
@@ -92,7 +92,7 @@ def client(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, auth_manager: FakeAu
     monkeypatch.setenv("CRAWLER_OPS_CONFIG", str(config))
     monkeypatch.setattr(api_app, "get_auth_manager", lambda: auth_manager)
     monkeypatch.setattr(status, "active_runs", lambda dag_ids: ({}, None))
-    monkeypatch.setattr(web, "REPORTS", web.ReportCache())
+    monkeypatch.setattr(web, "REPORTS", report_cache.ReportCache())
     monkeypatch.setattr(status, "stored_status", lambda cfg: {"watermark": 40, "status": "incomplete"})
     monkeypatch.setattr(status, "source_total", lambda cfg, end=None: {"source_total": 50})
     monkeypatch.setattr(status, "kafka_status", lambda cfg, end=None: {"messages": 40, "groups": {}})
@@ -754,12 +754,12 @@ class TakenSlots:
 def test_a_stored_request_waits_for_a_build_slot_only_for_what_is_left_of_its_deadline(monkeypatch):
     import time
 
-    cache = web.ReportCache()
+    cache = report_cache.ReportCache()
     slots = TakenSlots()
     monkeypatch.setattr(cache, "builds", slots)
 
     for end in (time.monotonic() - 1.0, time.monotonic() + 0.3):
-        with pytest.raises(web.BusyError, match=r"^4 status reports are being gathered$"):
+        with pytest.raises(report_cache.BusyError, match=r"^4 status reports are being gathered$"):
             cache.report("q", False, lambda: {"never": "built"}, end)
 
     passed, soon = slots.timeouts

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 
-from crawler_ops.ops import web
+from crawler_ops.ops import report_cache, web
 from tests.unit.ops.test_web import EXECUTORS_CONFIG, FakeAuthManager, log_in
 
 
@@ -50,7 +50,7 @@ def checks(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[Counting
     (tmp_path / "tasks.yaml").write_text(EXECUTORS_CONFIG, encoding="utf-8")
     monkeypatch.setenv("CRAWLER_OPS_CONFIG", str(tmp_path / "tasks.yaml"))
     monkeypatch.setattr(api_app, "get_auth_manager", lambda: FakeAuthManager({"eve": {"crawl_open_task"}}))
-    monkeypatch.setattr(web, "CHECKS", web.ReportCache(ttl_s=web.CHECK_TTL_S, max_builds=web.MAX_CHECKS))
+    monkeypatch.setattr(web, "CHECKS", report_cache.ReportCache(ttl_s=web.CHECK_TTL_S, max_builds=web.MAX_CHECKS))
     counting = CountingCheck()
     monkeypatch.setattr(web, "check_within", counting)
     log_in("eve")
@@ -110,7 +110,7 @@ def test_a_form_posted_from_another_site_is_refused(checks):
 
 
 def test_the_status_page_of_a_task_has_the_check_button(monkeypatch, checks):
-    monkeypatch.setattr(web, "REPORTS", web.ReportCache(ttl_s=0.0))
+    monkeypatch.setattr(web, "REPORTS", report_cache.ReportCache(ttl_s=0.0))
     row = {"task_id": "open_task", "task_name": "open", "dag_id": "crawl_open_task", "history": {"runs": []}}
     report = {"generated_at": "now", "tasks": [row], "invalid_tasks": [], "executors": [], "invalid_executors": []}
     monkeypatch.setattr(web, "collect", lambda *args, **kwargs: report)

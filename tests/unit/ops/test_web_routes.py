@@ -19,7 +19,7 @@ from fastapi import HTTPException
 from fastapi.testclient import TestClient
 
 from crawler_ops.config import LoadedConfig
-from crawler_ops.ops import web
+from crawler_ops.ops import report_cache, web
 from tests.unit.ops.test_web import EXECUTORS_CONFIG, FakeAuthManager, log_in
 
 # How long a test waits for an answer the route should give at once (its deadline is spent); never reached unless
@@ -57,7 +57,7 @@ def collect(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[Recordi
     monkeypatch.setenv("CRAWLER_OPS_CONFIG", str(tmp_path / "tasks.yaml"))
     readers = FakeAuthManager({"eve": {"crawl_open_task", "exec_open_exec"}})
     monkeypatch.setattr(api_app, "get_auth_manager", lambda: readers)
-    monkeypatch.setattr(web, "REPORTS", web.ReportCache(ttl_s=0.0))
+    monkeypatch.setattr(web, "REPORTS", report_cache.ReportCache(ttl_s=0.0))
     recording = RecordingCollect()
     monkeypatch.setattr(web, "collect", recording)
     log_in("eve")
@@ -129,7 +129,7 @@ def test_a_question_without_live_calls_whose_build_slots_are_all_taken_is_answer
 ):
     """The deadline reaches the report cache: a request does not wait for a build slot past it."""
     monkeypatch.setattr(web, "STATUS_DEADLINE_S", 0.0)
-    monkeypatch.setattr(web, "REPORTS", web.ReportCache(max_builds=1))
+    monkeypatch.setattr(web, "REPORTS", report_cache.ReportCache(max_builds=1))
     client = TestClient(web.app)
     released = threading.Event()
     web.REPORTS.builds.acquire()

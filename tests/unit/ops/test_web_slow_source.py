@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 
-from crawler_ops.ops import web
+from crawler_ops.ops import report_cache, web
 from tests.hostile_source import HostileSource
 
 COUNT = b'{"code": 0, "data": {"total": 5}}' + b" " * 30
@@ -40,7 +40,7 @@ def client(
     config.write_text("tasks:\n  - {id: slow_task, source: {conn_id: slow}, kafka: {topic: slow}}\n", encoding="utf-8")
     monkeypatch.setenv("CRAWLER_OPS_CONFIG", str(config))
     monkeypatch.setattr(api_app, "get_auth_manager", lambda: ReadsEverything())
-    monkeypatch.setattr(web, "REPORTS", web.ReportCache())
+    monkeypatch.setattr(web, "REPORTS", report_cache.ReportCache())
     web.app.dependency_overrides[web.current_user] = lambda: SimpleNamespace(name="alice")
     yield TestClient(web.app), source
     web.app.dependency_overrides.clear()
@@ -83,10 +83,10 @@ def test_parallel_reports_gather_at_most_the_cap_at_once_answer_the_rest_at_once
     counter.join()
 
     # One task: a report runs its stored progress, source total, Kafka lag and Airflow runs, a thread each at most.
-    assert 0 < max(gathering) <= web.MAX_LIVE_REPORTS * 4, f"{max(gathering)} report threads for 12 requests"
+    assert 0 < max(gathering) <= report_cache.MAX_LIVE_REPORTS * 4, f"{max(gathering)} report threads for 12 requests"
     gathered = [r for r in answers if r.status_code == 200]
     refused = [r for r in answers if r.status_code != 200]
-    assert len(source.served) == len(gathered) <= web.MAX_LIVE_REPORTS, "the source was asked per slot"
+    assert len(source.served) == len(gathered) <= report_cache.MAX_LIVE_REPORTS, "the source was asked per slot"
     assert gathered and source.finished == [], "the gathered reports came back before the source's bodies ended"
     assert all(r.status_code == 503 and r.json()["detail"].startswith("busy: ") for r in refused)
     assert all(r.headers["retry-after"] == "5" for r in refused)

@@ -196,6 +196,21 @@ class Paging:
             read_call, call=call, records_path=self.source.records_path, fields=fields, label=label, split=split
         )
 
+    def check_view_page(self, received: int, lo: int, hi: int, task: str) -> None:
+        """A page of this filtered view holds every record of the offsets it was asked: they lie below the view's count,
+        so a shorter page means the source's filter drops records its count includes (:class:`SourceError`, not
+        retried: the run fails rather than miss them)."""
+        if not self.filtered or received == hi - lo:
+            return
+        start, end = self.values["window_start"], self.values["window_end"]
+        raise SourceError(
+            f"task {task}: window filter: the source counts at least {hi} records dated in [{start.isoformat()}, "
+            f"{end.isoformat()}), but its page of offsets [{lo}, {hi}) of that filtered view holds {received} records "
+            f"instead of {hi - lo}: its filter drops records its count includes (or the window changed); the run fails "
+            "rather than miss them",
+            retriable=False,
+        )
+
 
 def read_call(
     body: bytes, call: PageCall, records_path: str, fields: tuple[str, ...], label: str, split: Split | None = None
@@ -273,21 +288,5 @@ def probe_total(read: Callable[[int, int], Sized], size: int, label: str, known:
         f"{label}: probing the total (no count endpoint), page {hi} of {size} records holds {counts[hi]}, and the "
         "page after it has records: the source serves fewer records per page than asked; set batch_size to its "
         "page size",
-        retriable=False,
-    )
-
-
-def check_view_page(paging: Paging, received: int, lo: int, hi: int, task: str) -> None:
-    """A page of a filtered view holds every record of the offsets it was asked: they lie below the view's count,
-    so a shorter page means the source's filter drops records its count includes (:class:`SourceError`, not
-    retried: the run fails rather than miss them)."""
-    if not paging.filtered or received == hi - lo:
-        return
-    start, end = paging.values["window_start"], paging.values["window_end"]
-    raise SourceError(
-        f"task {task}: window filter: the source counts at least {hi} records dated in [{start.isoformat()}, "
-        f"{end.isoformat()}), but its page of offsets [{lo}, {hi}) of that filtered view holds {received} records "
-        f"instead of {hi - lo}: its filter drops records its count includes (or the window changed); the run fails "
-        "rather than miss them",
         retriable=False,
     )

@@ -1,8 +1,8 @@
 """PostgreSQL connections a deadline bounds: those the status view's report parts open.
 
 A part of a status report (:func:`crawler_ops.ops.status.gather`) runs in a thread of its own and opens its own
-connection through a :class:`~crawler_ops.hooks.store.db.CrawlerDbHook`. Inside :func:`bounded` each such connection is
-opened with a connect timeout, a statement timeout (what is left until the deadline, at most
+connection through a :class:`~crawler_ops.hooks.store.db.CrawlerDbHook`. Inside :meth:`BoundedSessions.active` each such
+connection is opened with a connect timeout, a statement timeout (what is left until the deadline, at most
 :data:`STATEMENT_TIMEOUT_MS`) and a lock timeout, and is named :data:`APPLICATION_NAME` in ``pg_stat_activity``.
 At the deadline :meth:`BoundedSessions.abort` shuts the socket of every connection still open: the part waiting on
 it fails at once and closes it, instead of holding a connection (and a thread) for as long as a lock is held.
@@ -94,6 +94,20 @@ class BoundedSessions:
             for conn in self.open:
                 shut(conn)
 
+    @contextmanager
+    def active(self) -> Iterator[None]:
+        """Connections a :class:`~crawler_ops.hooks.store.db.CrawlerDbHook` opens in this block (this thread) are
+        bounded by these sessions."""
+        token = ACTIVE.set(self)
+        try:
+            yield
+        finally:
+            ACTIVE.reset(token)
+            if self.timed_out:
+                # psycopg leaves a timed-out attempt's socket in a reference cycle with its error: once the error is
+                # handled, close it now rather than at some later collection.
+                gc.collect()
+
 
 def shut(conn: psycopg.Connection[Any]) -> None:
     """Shut ``conn``'s socket without closing its file descriptor, which belongs to the thread using it."""
@@ -106,18 +120,3 @@ def shut(conn: psycopg.Connection[Any]) -> None:
             sock.shutdown(socket.SHUT_RDWR)
     except OSError:
         pass  # already closed by the server or the network
-
-
-@contextmanager
-def bounded(sessions: BoundedSessions) -> Iterator[None]:
-    """Connections a :class:`~crawler_ops.hooks.store.db.CrawlerDbHook` opens in this block (this thread) are bounded by
-    ``sessions``."""
-    token = ACTIVE.set(sessions)
-    try:
-        yield
-    finally:
-        ACTIVE.reset(token)
-        if sessions.timed_out:
-            # psycopg leaves a timed-out attempt's socket in a reference cycle with its error: once the error is
-            # handled, close it now rather than at some later collection.
-            gc.collect()

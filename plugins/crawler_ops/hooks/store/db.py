@@ -141,8 +141,8 @@ class CrawlerDbHook(PostgresHook):
         return cast(psycopg.Connection, db)
 
     def _create_connection(self, conn_args: dict[str, Any]) -> Any:
-        # Inside crawler_ops.hooks.store.bounded.bounded (the status view's report parts): timeouts, shut at the
-        # deadline.
+        # Inside crawler_ops.hooks.store.bounded.BoundedSessions.active (the status view's report parts): timeouts,
+        # shut at the deadline.
         self.bounded = ACTIVE.get()
         if self.bounded is None:
             return super()._create_connection(conn_args)

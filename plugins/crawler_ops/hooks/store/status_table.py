@@ -58,12 +58,18 @@ class StatusTable:
 
     def statement(self, name: str, **extra: sql.Composable) -> sql.Composed:
         """The statement ``name`` (``include/sql/status/``) on this table, with ``extra`` parts of its own."""
-        return self.compose(name, **extra) if extra else composed(self, name)
+        return self.compose(name, **extra) if extra else self.composed(name)
 
     def compose(self, name: str, **extra: sql.Composable) -> sql.Composed:
         parts: dict[str, sql.Composable] = {"table": self.ident, **time_parts(self.epoch_times)}
         parts["st_end_empty"] = time_parts(self.epoch_times, "st.")["end_empty"]
         return sql.SQL(template(name)).format(**{**parts, **extra})  # type: ignore[arg-type]
+
+    @cache  # noqa: B019 - the few status tables live as long as the process anyway
+    def composed(self, name: str) -> sql.Composed:
+        """This table's statement ``name``, composed once: the claims and completions of a crawl run it for every
+        page."""
+        return self.compose(name)
 
     # ----------------------------------------------------------------- schema
 
@@ -297,12 +303,6 @@ def ensure_runs_table(cur: psycopg.Cursor[Any]) -> None:
     """The table of executor runs' quotas (schema ``crawler_ops`` of the executor's database)."""
     cur.execute(read_sql("lock_schema"))
     cur.execute(template("runs_table"))
-
-
-@cache
-def composed(table: StatusTable, name: str) -> sql.Composed:
-    """``table``'s statement ``name``, composed once: the claims and completions of a crawl run it for every page."""
-    return table.compose(name)
 
 
 def time_parts(epoch_times: bool, prefix: str = "") -> dict[str, sql.Composable]:

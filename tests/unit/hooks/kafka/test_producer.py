@@ -262,7 +262,7 @@ def test_routed_records_count_as_published_and_each_new_route_is_prepared_once_b
 
 
 def test_a_task_s_partitioner_and_compression_are_its_producer_s_settings_and_unset_ones_are_left_out():
-    from crawler_ops.config.sections import KafkaConfig
+    from crawler_ops.config.kafka import KafkaConfig
 
     assert task_settings(KafkaConfig(topic="t")) == {}
     assert task_settings(KafkaConfig(topic="t", partitioner="murmur2", compression="zstd")) == {

@@ -14,7 +14,7 @@ import pytest
 from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import ConfigResource, NewTopic, ResourceType
 
-from crawler_ops.config.sections import KafkaConfig
+from crawler_ops.config.kafka import KafkaConfig
 from crawler_ops.errors import ConfigError, DeliveryError
 from crawler_ops.hooks.kafka import topics as topics_module
 from crawler_ops.hooks.kafka.topics import (

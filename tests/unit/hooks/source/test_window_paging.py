@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from crawler_ops.config import SourceConfig
 from crawler_ops.crawl.window import window_start
 from crawler_ops.errors import SourceError
-from crawler_ops.hooks.source.paging import Paging, check_view_page, template_values
+from crawler_ops.hooks.source.paging import Paging, template_values
 
 REF = datetime(2026, 11, 1, 4, tzinfo=UTC)
 VALUES = template_values("jobs", REF, (REF - timedelta(days=3), REF), timezone(timedelta(hours=8)))
@@ -84,11 +84,11 @@ def test_a_post_search_merges_the_window_into_its_body() -> None:
 
 def test_a_short_page_of_a_filtered_view_fails_naming_the_task_window_and_offsets() -> None:
     view = paging(window_filter={"query": BOUNDS})
-    check_view_page(view, 100, 0, 100, "jobs")
-    check_view_page(paging(False, window_filter={"query": BOUNDS}), 3, 0, 100, "jobs")
+    view.check_view_page(100, 0, 100, "jobs")
+    paging(False, window_filter={"query": BOUNDS}).check_view_page(3, 0, 100, "jobs")
 
     with pytest.raises(SourceError) as failed:
-        check_view_page(view, 99, 200, 300, "jobs")
+        view.check_view_page(99, 200, 300, "jobs")
 
     assert not failed.value.retriable
     assert str(failed.value).startswith(
