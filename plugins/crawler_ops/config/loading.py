@@ -17,9 +17,9 @@ from typing import Any, TypeVar
 import yaml
 from pydantic import BaseModel, ValidationError
 
+from crawler_ops.config import paginators, source_auth
 from crawler_ops.config.checks import missing_modules
 from crawler_ops.config.models import CrawlTaskConfig, DagSettings, ExecutorTaskConfig, LoadedConfig, MaintenanceConfig
-from crawler_ops.config.paginators import KINDS
 from crawler_ops.errors import ConfigError
 
 CONFIG_ENV = "CRAWLER_OPS_CONFIG"
@@ -34,6 +34,8 @@ M = TypeVar("M", bound=BaseModel)
 D = TypeVar("D", bound=DagSettings)
 # A problem of one entry: where (pydantic's loc) and what.
 Problem = tuple[tuple[int | str, ...], str]
+# The kinds chosen by ``type`` under each key: pydantic puts the chosen kind in an error's place, the YAML does not.
+TAGS = {"paginator": set(paginators.KINDS), "auth": set(source_auth.KINDS)}
 
 # The keys of a config file, in the order messages list them.
 TOP_LEVEL = {
@@ -77,7 +79,7 @@ def deep_merge(base: Mapping[str, Any], override: Mapping[str, Any]) -> dict[str
 
 
 def describe(exc: ValidationError) -> str:
-    return describe_problems([(located(err), err["msg"]) for err in exc.errors()])
+    return describe_problems([problem_of(err) for err in exc.errors()])
 
 
 def describe_problems(problems: Sequence[Problem]) -> str:
@@ -85,12 +87,20 @@ def describe_problems(problems: Sequence[Problem]) -> str:
 
 
 def located(err: Any) -> tuple[Any, ...]:
-    """Where a validation error sits, as the YAML says it: a kind chosen by its ``type`` (a paginator's) is no step
-    of the path, and an unknown kind is the ``type`` key's problem."""
+    """Where a validation error sits, as the YAML says it: a kind chosen by its ``type`` (a paginator's, an auth's)
+    is no step of the path, and an unknown kind is the ``type`` key's problem."""
     loc = tuple(err["loc"])
     if err["type"] in ("union_tag_invalid", "union_tag_not_found"):
         return (*loc, "type")
-    return tuple(part for i, part in enumerate(loc) if not (i and loc[i - 1] == "paginator" and part in KINDS))
+    return tuple(part for i, part in enumerate(loc) if not (i and part in TAGS.get(loc[i - 1], ())))
+
+
+def problem_of(err: Any) -> Problem:
+    """A validation error as a problem of the entry; an unknown kind lists the kinds there are."""
+    message = err["msg"]
+    if err["type"] == "union_tag_invalid":
+        message = f"Input should be {err['ctx']['expected_tags']} (got {err['ctx']['tag']!r})"
+    return located(err), message
 
 
 def field_name(loc: Sequence[Any]) -> str:
@@ -106,7 +116,7 @@ def validate_entry(model: type[D], data: Mapping[str, Any], check_imports: bool)
         entry: D | None = model.model_validate(data)
         problems: list[Problem] = []
     except ValidationError as exc:
-        entry, problems = None, [(located(err), err["msg"]) for err in exc.errors()]
+        entry, problems = None, [problem_of(err) for err in exc.errors()]
     if not check_imports:
         return entry, problems
     failed = {loc[0] for loc, _ in problems if loc}

@@ -22,7 +22,7 @@ from crawler_ops.config.loading import CONFIG_ENV, DEFAULT_CONFIG, EXECUTOR_DEFA
 from crawler_ops.config.models import CrawlTaskConfig, DagSettings, ExecutorTaskConfig, MaintenanceConfig
 from crawler_ops.config.paginators import KINDS
 from crawler_ops.config.sections import FilterConfig, NotifyConfig, SourceConfig
-from crawler_ops.config.source_auth import SourceAuth
+from crawler_ops.config.source_auth import KINDS as AUTH_KINDS
 from crawler_ops.config.source_paging import RequestConfig
 from crawler_ops.config.source_responses import ResponseRule, ResponseWhen
 from crawler_ops.config.source_window import WindowFilterConfig
@@ -85,12 +85,14 @@ SECTIONS = (
         "templates over `{window_start}`, `{window_end}`, `{ref}`, `{task}` (see "
         "[sources.md](sources.md#window-filter)).",
     ),
-    Section(
-        "Source auth",
-        "source-auth",
-        SourceAuth,
-        "`source.auth:` of a crawl task (or of `defaults`); one section per type in "
-        "[sources.md](sources.md#authentication).",
+    *(
+        Section(
+            f"Source auth: {name}",
+            f"source-auth-{name}",
+            kind,
+            f"`source.auth:` with `type: {name}` (see [sources.md](sources.md#authentication)).",
+        )
+        for name, kind in AUTH_KINDS.items()
     ),
     Section(
         "Source response rules",

@@ -11,9 +11,10 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from crawler_ops.config import source_auth
 from crawler_ops.config.checks import known_timezone
 from crawler_ops.config.paginators import OffsetPaginator, PaginatorConfig, with_type
-from crawler_ops.config.source_auth import SourceAuth
+from crawler_ops.config.source_auth import BasicAuth, SourceAuth
 from crawler_ops.config.source_paging import RequestConfig, check_request
 from crawler_ops.config.source_responses import ResponseRule, check_rules
 from crawler_ops.config.source_window import WindowFilterConfig
@@ -37,7 +38,8 @@ class SourceShape(StrictModel):
         "crawler_source_<conn_id> and an OAuth2 token belong to it",
     )
     auth: SourceAuth = Field(
-        SourceAuth(), description="how requests authenticate; secrets come from the connection only (see below)"
+        BasicAuth(),
+        description="how requests authenticate, by `type`; secrets come from the connection only (see below)",
     )
     task: str | None = Field(
         None,
@@ -86,6 +88,11 @@ class SourceShape(StrictModel):
     @classmethod
     def _offset_by_default(cls, value: Any) -> Any:
         return with_type(value)
+
+    @field_validator("auth", mode="before")
+    @classmethod
+    def _basic_by_default(cls, value: Any) -> Any:
+        return source_auth.with_type(value)
 
     @model_validator(mode="after")
     def _sendable_request(self) -> SourceShape:

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 import httpx
 
 from crawler_ops.config import SourceConfig
+from crawler_ops.config.source_auth import OAuth2Auth as OAuth2Kind
 from crawler_ops.errors import SourceError, StatusTableError
 from crawler_ops.hooks.http import DeadlineTransport, deadline, environment_proxy
 from crawler_ops.hooks.source.responses import read_bounded
@@ -31,10 +32,8 @@ from crawler_ops.hooks.source.tokens import DEFAULT_LIFETIME_S, Grant, Issued, S
 from crawler_ops.retry import RETRIABLE_STATUS, retry_after_seconds
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable
+    pass
 
-#: Extra keys that are secrets of an auth type, never sent as headers.
-SECRET_EXTRA = ("token", "client_secret")
 TOKEN_BODY_BYTES = 64 * 1024
 MASK = "***"
 _OAUTH_ERROR = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
@@ -150,19 +149,18 @@ class TokenGrant:
     """
 
     def __init__(self, conn: Any, source: SourceConfig, base: str, label: str) -> None:
-        self.source, self.auth, self.label = source, source.auth, label
-        token_url = self.auth.token_url or ""
+        self.source, self.label = source, label
+        if not isinstance(source.auth, OAuth2Kind):
+            raise TypeError(f"auth {source.auth.type} asks for no token")
+        self.auth = source.auth
+        token_url = self.auth.token_url
         self.url = token_url if "://" in token_url else base.rstrip("/") + token_url
-        self.client_id = conn.login or None
-        extra = conn.extra_dejson or {}
-        if self.auth.type == "oauth2_client_credentials":
-            self.client_secret, first = conn.password or None, None
-            if not (self.client_id and self.client_secret):
-                raise self.error("needs the client id as the connection's login and the client secret as its password")
-        else:
-            self.client_secret, first = extra.get("client_secret") or None, conn.password or None
-            if not first:
-                raise self.error("needs the first refresh token as the connection's password")
+        try:
+            self.client_id, self.client_secret, first = self.auth.secrets(
+                conn.login or None, conn.password or None, conn.extra_dejson or {}
+            )
+        except ValueError as exc:
+            raise self.error(str(exc)) from None
         self.first_refresh = first
         self.seed = seed_of(first) if first else None
         remember(self.client_secret, first)
@@ -174,9 +172,7 @@ class TokenGrant:
         )
 
     def request(self, refresh_token: str | None) -> Issued:
-        form = {"grant_type": "client_credentials"}
-        if self.auth.type == "oauth2_refresh_token":
-            form = {"grant_type": "refresh_token", "refresh_token": refresh_token or self.first_refresh or ""}
+        form = self.auth.grant(refresh_token or self.first_refresh)
         if self.auth.scope:
             form["scope"] = self.auth.scope
         basic = None
@@ -242,42 +238,38 @@ def parse_json(body: bytes) -> Any:
 
 def extra_headers(conn: Any, source: SourceConfig) -> dict[str, str]:
     """The connection's extra as HTTP headers: its text values, but the secrets of the auth type."""
-    skip: Iterable[str] = SECRET_EXTRA if source.auth.type != "basic" else ()
+    skip = source.auth.secret_extra
     extra = conn.extra_dejson or {}
     return {str(k): str(v) for k, v in extra.items() if not isinstance(v, (dict, list)) and k not in skip}
 
 
+#: How a credential of the connection goes on every request.
+CARRIERS: dict[str, Callable[[str, str], httpx.Auth]] = {
+    "basic": httpx.BasicAuth,
+    "header": HeaderAuth,
+    "query": QueryAuth,
+}
+
+
 def source_auth(conn: Any, source: SourceConfig, base: str, label: str, token: SharedToken | None) -> httpx.Auth | None:
-    """The auth of ``source.auth`` with the connection's secrets; ``token`` is the connection's shared OAuth2 token
-    (:func:`crawler_ops.hooks.source.tokens.shared_token`), which the OAuth2 types need."""
-    auth, secret = source.auth, conn.password or None
-    missing = SourceError(
-        f"task {label}: auth {auth.type} of source connection '{source.conn_id}' needs the secret as the "
-        "connection's password",
-        retriable=False,
-    )
-    if auth.type == "none":
-        return None
-    if auth.type == "basic":
-        remember(secret)
-        return httpx.BasicAuth(conn.login, secret or "") if conn.login else None
-    if auth.type == "bearer":
-        secret = secret or (conn.extra_dejson or {}).get("token") or None
-        if not secret:
-            raise missing
-        remember(secret)
-        return HeaderAuth("Authorization", f"Bearer {secret}")
-    if auth.type == "api_key":
-        if not secret:
-            raise missing
-        remember(secret)
-        assert auth.name is not None
-        return QueryAuth(auth.name, secret) if auth.location == "query" else HeaderAuth(auth.name, secret)
-    grant = TokenGrant(conn, source, base, label)
-    if token is None:
+    """The auth of ``source.auth`` with the connection's secrets: the kind's credential on every request, or, for an
+    OAuth2 kind, the connection's shared token (``token``, :func:`crawler_ops.hooks.source.tokens.shared_token`)."""
+    auth = source.auth
+    if auth.oauth2:
+        if token is None:
+            raise SourceError(
+                f"task {label}: auth {auth.type} of source connection '{source.conn_id}' shares its token through "
+                "the crawler database; this caller has none",
+                retriable=False,
+            )
+        return OAuth2Auth(TokenGrant(conn, source, base, label), token)
+    try:
+        credential = auth.credential(conn.login or None, conn.password or None, conn.extra_dejson or {})
+    except ValueError as exc:
         raise SourceError(
-            f"task {label}: auth {auth.type} of source connection '{source.conn_id}' shares its token through the "
-            "crawler database; this caller has none",
-            retriable=False,
-        )
-    return OAuth2Auth(grant, token)
+            f"task {label}: auth {auth.type} of source connection '{source.conn_id}' {exc}", retriable=False
+        ) from None
+    if credential is None:
+        return None
+    remember(credential.value)
+    return CARRIERS[credential.where](credential.name, credential.value)
