@@ -16,11 +16,12 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Annotated, Any, ClassVar, Literal, NamedTuple, get_args
+from typing import Annotated, Any, ClassVar, Literal, NamedTuple
 
 import msgspec
 from pydantic import BaseModel, ConfigDict, Field
 
+from crawler_ops.config.kinds import kinds_of
 from crawler_ops.message.pages import json_path
 
 #: The placeholders whose value differs from page to page, in the order a misplaced one is reported.
@@ -358,13 +359,4 @@ PaginatorConfig = Annotated[
     Field(discriminator="type"),
 ]
 #: Each kind by its ``type``.
-KINDS: dict[str, type[Paginator]] = {
-    get_args(kind.model_fields["type"].annotation)[0]: kind for kind in get_args(get_args(PaginatorConfig)[0])
-}
-
-
-def with_type(value: Any) -> Any:
-    """A paginator written without ``type`` is an offset paginator."""
-    if isinstance(value, Mapping) and "type" not in value:
-        return {**value, "type": "offset"}
-    return value
+KINDS: dict[str, type[Paginator]] = kinds_of(PaginatorConfig)  # type: ignore[assignment]

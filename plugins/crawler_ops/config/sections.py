@@ -11,9 +11,9 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from crawler_ops.config import source_auth
 from crawler_ops.config.checks import known_timezone
-from crawler_ops.config.paginators import OffsetPaginator, PaginatorConfig, with_type
+from crawler_ops.config.kinds import with_type
+from crawler_ops.config.paginators import OffsetPaginator, PaginatorConfig
 from crawler_ops.config.source_auth import BasicAuth, SourceAuth
 from crawler_ops.config.source_paging import RequestConfig, check_request
 from crawler_ops.config.source_responses import ResponseRule, check_rules
@@ -87,12 +87,12 @@ class SourceShape(StrictModel):
     @field_validator("paginator", mode="before")
     @classmethod
     def _offset_by_default(cls, value: Any) -> Any:
-        return with_type(value)
+        return with_type(value, "offset")
 
     @field_validator("auth", mode="before")
     @classmethod
     def _basic_by_default(cls, value: Any) -> Any:
-        return source_auth.with_type(value)
+        return with_type(value, "basic")
 
     @model_validator(mode="after")
     def _sendable_request(self) -> SourceShape:

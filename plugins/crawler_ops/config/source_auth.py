@@ -6,9 +6,11 @@ from the YAML. The source hook builds each kind's ``httpx.Auth`` (:mod:`crawler_
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Annotated, Any, ClassVar, Literal, NamedTuple, get_args
+from typing import Annotated, Any, ClassVar, Literal, NamedTuple
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from crawler_ops.config.kinds import kinds_of
 
 #: Keys that would hold a secret: named so the message says where secrets go instead of "extra input".
 SECRET_KEYS = frozenset(
@@ -211,13 +213,4 @@ SourceAuth = Annotated[
     Field(discriminator="type"),
 ]
 #: Each kind by its ``type``.
-KINDS: dict[str, type[Auth]] = {
-    get_args(kind.model_fields["type"].annotation)[0]: kind for kind in get_args(get_args(SourceAuth)[0])
-}
-
-
-def with_type(value: Any) -> Any:
-    """An auth written without ``type`` is basic auth."""
-    if isinstance(value, Mapping) and "type" not in value:
-        return {**value, "type": "basic"}
-    return value
+KINDS: dict[str, type[Auth]] = kinds_of(SourceAuth)  # type: ignore[assignment]
