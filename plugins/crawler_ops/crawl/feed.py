@@ -23,7 +23,7 @@ from datetime import datetime
 from typing import Any
 
 from crawler_ops.crawl.batch_filter import BatchFilter, FilteredBatch
-from crawler_ops.crawl.ledger import DryRunLedger, Ledger, RunRecordLedger, StatusTableLedger
+from crawler_ops.crawl.ledger import DryRunLedger, RunRecordLedger, StatusTableLedger
 from crawler_ops.crawl.preflight import ensure_topics
 from crawler_ops.crawl.publishers import publisher_for
 from crawler_ops.crawl.run import RunContext
@@ -187,10 +187,20 @@ class FeedLedger(StatusTableLedger):
         return mine
 
 
-def feed_ledger(run: RunContext, owner: str, token: str) -> Ledger:
+class DryRunFeedLedger(DryRunLedger):
+    """A dry run's feed ledger: it records nothing, so a walk starts at its planned page with no stored position."""
+
+    next_position: str | None = None
+    plan_mark: Mark | None = None
+
+    def resume(self, batch: Batch) -> tuple[Batch, str | None] | None:
+        return batch, None
+
+
+def feed_ledger(run: RunContext, owner: str, token: str) -> FeedLedger | DryRunFeedLedger:
     """A dry run's ledger records nothing; any other run's pages are rows of the status table."""
     if run.params.dry_run:
-        return DryRunLedger()
+        return DryRunFeedLedger()
     cfg = run.cfg
     return FeedLedger(run.store(), run.run_id, owner, token, cfg.claim_lease_s, cfg.max_attempts, run.store())
 
@@ -202,7 +212,12 @@ class FeedWalk:
     """
 
     def __init__(
-        self, run: RunContext, source: SourceApiHook, ledger: Ledger, publisher: Publisher, mark: Mark | None
+        self,
+        run: RunContext,
+        source: SourceApiHook,
+        ledger: FeedLedger | DryRunFeedLedger,
+        publisher: Publisher,
+        mark: Mark | None,
     ) -> None:
         self.run, self.cfg, self.source, self.ledger, self.publisher = run, run.cfg, source, ledger, publisher
         self.filter = BatchFilter(run, early_stop=False)
@@ -213,7 +228,7 @@ class FeedWalk:
     def walk(self, batch: Batch | None) -> None:
         """Fetch, filter, publish and record pages from ``batch`` on until the stop."""
         position = None
-        if batch is not None and isinstance(self.ledger, FeedLedger):
+        if batch is not None:
             resumed = self.ledger.resume(batch)
             if resumed is None:
                 log.info("task %s: every page of the feed plan from page %d is done", self.cfg.id, batch.lo)
@@ -279,12 +294,11 @@ class FeedWalk:
     def finish(self, outcome: BatchOutcome, following: Batch | None, page: FeedPage, position: str | None) -> None:
         """Record the page done and, in the same transaction, the next page's row with its position (and, on the
         plan's first page, the plan's mark)."""
-        if isinstance(self.ledger, FeedLedger):
-            self.ledger.next_position = page.next
-            first = position is None
-            self.ledger.plan_mark = (
-                newest(page, self.source.fields, self.key_field, self.cfg.filter.rule) if first else None
-            )
+        self.ledger.next_position = page.next
+        first = position is None
+        self.ledger.plan_mark = (
+            newest(page, self.source.fields, self.key_field, self.cfg.filter.rule) if first else None
+        )
         _, held = self.ledger.finish(outcome, following)
         if following is not None and isinstance(self.publisher, TransactionalPublisher) and self.publisher.markers:
             self.publisher.markers.generations[following.lo] = self.run.run_id  # the run that created its row
