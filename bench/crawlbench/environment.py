@@ -38,14 +38,18 @@ class Stack:
 
 def stack_env(state: dict[str, Any] | None = None) -> dict[str, str]:
     """The environment ``dev/stack.py up`` recorded (``CRAWLER_OPS_STACK_DIR`` or ``.stack``), with this
-    checkout's DAGs and plugins, so a benchmark measures the code next to it."""
+    checkout's DAGs and plugins, so a benchmark measures the code next to it. ``PYTHONPATH`` puts this checkout's
+    package first: Airflow only appends its plugins folder to the path, so a task process would otherwise import the
+    package the virtualenv has installed (an editable install of another checkout, in an A/B from a worktree)."""
     state = devstack.load_state() if state is None else state
     if "env" not in state:
         raise BenchError(f"no usable stack state in {devstack.STATE_FILE}; {START_HINT}")
+    inherited = state["env"].get("PYTHONPATH") or os.environ.get("PYTHONPATH")
     return {
         **state["env"],
         "AIRFLOW__CORE__DAGS_FOLDER": str(REPO / "dags"),
         "AIRFLOW__CORE__PLUGINS_FOLDER": str(REPO / "plugins"),
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO / "plugins"), inherited])),
     }
 
 
