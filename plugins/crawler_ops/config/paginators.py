@@ -15,7 +15,7 @@ and one member of :data:`PaginatorConfig`.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Annotated, Any, ClassVar, Literal, NamedTuple
 
 import msgspec
@@ -28,10 +28,6 @@ from crawler_ops.message.pages import json_path
 PAGING_PLACEHOLDERS = ("cursor", "offset", "page", "page_size", "limit")
 #: Answer headers are kept by their lower-case names.
 Headers = Mapping[str, Sequence[str]]
-
-# One link-value of a Link header: <uri-reference> then its parameters up to the next top-level comma.
-_LINK = re.compile(r'\s*<([^>]*)>((?:\s*;\s*[^;,="\s]+\s*(?:=\s*(?:"(?:[^"\\]|\\.)*"|[^;,"\s]*))?)*)\s*(?:,|$)')
-_PARAM = re.compile(r'\s*;\s*([^;,="\s]+)\s*(?:=\s*("(?:[^"\\]|\\.)*"|[^;,"\s]*))?')
 
 
 class Slice(NamedTuple):
@@ -334,17 +330,71 @@ class LinkHeaderPaginator(FeedPaginator):
 def parse_links(values: Iterable[str]) -> dict[str, str]:
     """The targets of ``Link`` header values by relation type (RFC 8288): ``<url>; rel="next"`` -> ``{"next":
     url}``. A link with several relation types (``rel="next last"``) counts for each; the first link of a type
-    wins; relation types are case-insensitive; what does not parse ends the value's parsing."""
+    wins; relation types are case-insensitive; what does not parse ends the value's parsing. Read in one pass, in
+    time linear in the header (a source sends it, so no pattern may backtrack over it)."""
     found: dict[str, str] = {}
     for value in values:
-        position = 0
-        while position < len(value) and (match := _LINK.match(value, position)) is not None and match.end() > position:
-            position = match.end()
-            for name, raw in _PARAM.findall(match.group(2)):
+        for target, params in link_values(value):
+            for name, raw in params:
                 if name.lower() == "rel":
                     for rel in unquote(raw).lower().split():
-                        found.setdefault(rel, match.group(1).strip())
+                        found.setdefault(rel, target.strip())
     return found
+
+
+def link_values(value: str) -> Iterator[tuple[str, list[tuple[str, str]]]]:
+    """Each link-value of one header value: its target and its parameters (name, raw value), up to the first one that
+    does not parse (``<target>``, then ``; name`` or ``; name=value`` with a token or a quoted value, then a comma or
+    the end)."""
+    i, end = 0, len(value)
+    while (i := skip_space(value, i)) < end and value[i] == "<":
+        close = value.find(">", i + 1)
+        if close < 0:
+            return
+        target, params, i = value[i + 1 : close], [], close + 1
+        while (i := skip_space(value, i)) < end and value[i] == ";":
+            i = skip_space(value, i + 1)
+            name, i = take(value, i, ';,="')
+            if not name:
+                return
+            if (j := skip_space(value, i)) < end and value[j] == "=":
+                raw, i = param_value(value, skip_space(value, j + 1))
+                if raw is None:
+                    return
+            else:
+                raw = ""
+            params.append((name, raw))
+        if i < end and value[i] != ",":
+            return
+        yield target, params
+        i += 1
+
+
+def skip_space(value: str, i: int) -> int:
+    while i < len(value) and value[i].isspace():
+        i += 1
+    return i
+
+
+def take(value: str, i: int, stops: str) -> tuple[str, int]:
+    """The characters from ``i`` up to whitespace or one of ``stops``, and where they end."""
+    j = i
+    while j < len(value) and value[j] not in stops and not value[j].isspace():
+        j += 1
+    return value[i:j], j
+
+
+def param_value(value: str, i: int) -> tuple[str | None, int]:
+    """A parameter's raw value at ``i``: a quoted string with its quotes (None when it is not closed), else a token
+    (maybe empty); and where it ends."""
+    if i >= len(value) or value[i] != '"':
+        return take(value, i, ';,"')
+    j = i + 1
+    while j < len(value) and value[j] != '"':
+        j += 2 if value[j] == "\\" else 1
+    if j >= len(value):
+        return None, j
+    return value[i : j + 1], j + 1
 
 
 def unquote(raw: str) -> str:
