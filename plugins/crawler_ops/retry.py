@@ -73,10 +73,6 @@ def http_date_seconds(value: str) -> float | None:
     return when.timestamp() - time.time()
 
 
-class GaveUp(Exception):
-    """Why the retries ended early: the wait the other side asked for is longer than what is left."""
-
-
 @dataclass(frozen=True)
 class RetryPolicy:
     """How often and how long a failed call is tried again.
@@ -106,7 +102,7 @@ class RetryPolicy:
         errors: type[E] | tuple[type[E], ...],
         *,
         retry_on: Callable[[E], bool] = lambda exc: bool(getattr(exc, "retriable", False)),
-        give_up: Callable[[E, int, GaveUp | None], Exception] | None = None,
+        give_up: Callable[[E, int, str | None], Exception] | None = None,
         on_retry: Callable[[E, int, float], None] | None = None,
         sleep: Callable[[float], None] = time.sleep,
         until: float | None = None,
@@ -139,11 +135,11 @@ class RetryPolicy:
                     raise
                 raise give_up(exc, attempt + 1, why) from exc
 
-    def too_long(self, pause: float, waited: float, until: float | None, clock: Callable[[], float]) -> GaveUp | None:
+    def too_long(self, pause: float, waited: float, until: float | None, clock: Callable[[], float]) -> str | None:
         """Why waiting ``pause`` more is not allowed (past ``max_wait_s``, or at or past ``until``), if it is not."""
         budget = math.inf if self.max_wait_s is None else self.max_wait_s - waited
         left = math.inf if until is None else until - clock()
         if pause > budget or pause >= left:
             allowed = max(0.0, min(budget, left))
-            return GaveUp(f"it asked to wait {pause:.0f}s, more than the {allowed:.0f}s left of max_wait_s")
+            return f"it asked to wait {pause:.0f}s, more than the {allowed:.0f}s left of max_wait_s"
         return None

@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from crawler_ops import retry
-from crawler_ops.retry import GaveUp, RetryPolicy
+from crawler_ops.retry import RetryPolicy
 
 
 class Failed(Exception):
@@ -82,7 +82,7 @@ def test_spent_retries_end_in_the_callers_give_up_with_the_number_of_tries():
     calls, call = failing(*[Failed()] * 4)
     policy = RetryPolicy(retries=2, backoff_s=0.0, max_backoff_s=0.0, max_retry_after_s=600)
 
-    def give_up(failure: Failed, tries: int, why: GaveUp | None) -> Exception:
+    def give_up(failure: Failed, tries: int, why: str | None) -> Exception:
         return RuntimeError(f"gave up after {tries} tries ({why})")
 
     with pytest.raises(RuntimeError, match=r"gave up after 3 tries \(None\)"):
@@ -99,9 +99,9 @@ def test_the_waits_of_one_call_stay_within_its_budget(max_wait_s, asked, tries, 
     waited: list[float] = []
     calls, call = failing(*[Failed(retry_after=a) for a in asked], *[Failed()] * 4)
     policy = RetryPolicy(retries=3, backoff_s=0.0, max_backoff_s=0.0, max_retry_after_s=600, max_wait_s=max_wait_s)
-    reasons: list[GaveUp | None] = []
+    reasons: list[str | None] = []
 
-    def give_up(failure: Failed, tries: int, why: GaveUp | None) -> Exception:
+    def give_up(failure: Failed, tries: int, why: str | None) -> Exception:
         reasons.append(why)
         return failure
 

@@ -15,6 +15,7 @@ and one member of :data:`PaginatorConfig`.
 from __future__ import annotations
 
 import re
+from abc import abstractmethod
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Annotated, Any, ClassVar, Literal, NamedTuple
 
@@ -69,9 +70,9 @@ class Paginator(BaseModel):
         """Where a feed's answer says the next page is, as it says it (missing: None)."""
         raise ValueError(f"a {self.type} paginator numbers its pages; no answer names the next")
 
+    @abstractmethod
     def default_query(self, offset_param: str, limit_param: str) -> dict[str, str]:
         """The query of a page request when ``request.query`` is not given and there is no body."""
-        raise NotImplementedError
 
     def needed(self) -> tuple[str, ...]:
         """The placeholders a page request must send so the source can tell which records a page wants."""

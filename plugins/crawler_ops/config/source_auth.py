@@ -5,6 +5,7 @@ from the YAML. The source hook builds each kind's ``httpx.Auth`` (:mod:`crawler_
 
 from __future__ import annotations
 
+from abc import abstractmethod
 from collections.abc import Mapping
 from typing import Annotated, Any, ClassVar, Literal, NamedTuple
 
@@ -54,9 +55,9 @@ class Auth(BaseModel):
                 f"{', '.join(found)}: secrets never go in the config; put them in the Airflow connection "
                 "source.conn_id (login / password / extra), see docs/sources.md"
             )
-        own = {field.alias or name for name, field in cls.model_fields.items()} | set(cls.model_fields)
+        own = cls.yaml_keys() | set(cls.model_fields)
         for key in data:
-            owners = [name for name, kind in KINDS.items() if key in kind.yaml_keys()]
+            owners = KEY_OWNERS.get(key, [])
             if key not in own and owners:
                 only = " only" if len(owners) == 1 else ""
                 raise ValueError(f"'{key}' applies to type {' / '.join(owners)}{only}, not {data.get('type')}")
@@ -145,12 +146,12 @@ class OAuth2Auth(Auth):
         "or form fields `client_id` / `client_secret` in the `body` (client_secret_post)",
     )
 
+    @abstractmethod
     def secrets(
         self, login: str | None, password: str | None, extra: Mapping[str, Any]
     ) -> tuple[str | None, str | None, str | None]:
         """The client id, the client secret and the first refresh token, from the connection; ValueError saying
         what is missing."""
-        raise NotImplementedError
 
     def grant(self, refresh_token: str | None) -> dict[str, str]:
         """The form fields of a token request that name the grant (``refresh_token``: the newest one known)."""
@@ -214,3 +215,8 @@ SourceAuth = Annotated[
 ]
 #: Each kind by its ``type``.
 KINDS: dict[str, type[Auth]] = kinds_of(SourceAuth)  # type: ignore[assignment]
+#: The kinds that take each key.
+KEY_OWNERS: dict[str, list[str]] = {}
+for _name, _kind in KINDS.items():
+    for _key in _kind.yaml_keys():
+        KEY_OWNERS.setdefault(_key, []).append(_name)

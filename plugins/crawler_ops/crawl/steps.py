@@ -14,6 +14,7 @@ The commit of both is one (:func:`~crawler_ops.crawl.commit.commit`), given the 
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar
 
@@ -27,7 +28,7 @@ from crawler_ops.planning import ChunkPlan
 from crawler_ops.results import RunSummary
 
 
-class CrawlStrategy:
+class CrawlStrategy(ABC):
     """How a run of one kind of source is planned, crawled and committed.
 
     :cvar has_total: the source says how many records it holds (a feed does not).
@@ -35,13 +36,13 @@ class CrawlStrategy:
 
     has_total: ClassVar[bool]
 
+    @abstractmethod
     def plan(self, run: RunContext) -> list[ChunkPlan]:
         """Step 1: what the run reads, in chunks."""
-        raise NotImplementedError
 
+    @abstractmethod
     def crawl(self, run: RunContext, payload: ChunkPlan) -> dict[str, Any]:
         """Step 2: read, publish and record one chunk; its result for XCom."""
-        raise NotImplementedError
 
     #: Step 3's move of the watermark over what the run did.
     advance: Advance

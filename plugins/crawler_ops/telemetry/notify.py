@@ -21,7 +21,7 @@ from airflow.sdk import BaseHook
 from crawler_ops.config import NotifyConfig
 from crawler_ops.hooks.http import DeadlineTransport, deadline, environment_proxy
 from crawler_ops.hooks.source.responses import error_excerpt
-from crawler_ops.retry import GaveUp, RetryPolicy, retry_after_seconds
+from crawler_ops.retry import RetryPolicy, retry_after_seconds
 from crawler_ops.telemetry.webhook import DELIVERY_HEADER, EVENT_HEADER, SIGNATURE_HEADER, TIMESTAMP_HEADER, sign
 
 log = logging.getLogger(__name__)
@@ -121,7 +121,7 @@ def post_signed(
             return status
         raise Undelivered(problem, status is None or status >= 500 or status == 429, asked)
 
-    def gave_up(failure: Undelivered, _tries: int, why: GaveUp | None) -> Undelivered:
+    def gave_up(failure: Undelivered, _tries: int, why: str | None) -> Undelivered:
         return Undelivered(f"{failure.problem}; {why}" if why else failure.problem, False, None)
 
     try:
