@@ -117,6 +117,65 @@ CREATE TABLE IF NOT EXISTS crawler_ops.source_rate (
     updated_at timestamptz NOT NULL DEFAULT now()
 );
 
+-- Requests in flight to a source connection, counted over every process (crawler_ops.hooks.source.flight): one row
+-- per process sending to it (holder) with the permits it holds and those it wants (its requests in flight and those
+-- waiting); seen_at is epoch seconds on PostgreSQL's clock. A holder not seen for its lease (a killed process) is
+-- deleted by the next settle_flight on the source, and its permits are free again.
+CREATE TABLE IF NOT EXISTS crawler_ops.source_flight (
+    source  text NOT NULL,
+    holder  text NOT NULL,
+    held    integer NOT NULL,
+    wants   integer NOT NULL,
+    seen_at double precision NOT NULL,
+    PRIMARY KEY (source, holder)
+);
+
+-- One holder's permits settled to what it needs, in one call (one round trip), under the source's advisory lock, so
+-- the permits of all holders never pass p_cap (the source's max_in_flight). A holder is given up to what it wants,
+-- from the permits free; while another holder waits (wants more than it holds), no holder is given more than its
+-- fair share, cap / holders that want any (at least one), and one holding more gives the surplus back as its
+-- requests finish: never below p_busy, its requests in flight. Returns the permits the holder holds now (0: none
+-- free; ask again). A holder that wants nothing and holds nothing is deleted.
+CREATE OR REPLACE FUNCTION crawler_ops.settle_flight(
+    p_source text, p_holder text, p_cap integer, p_busy integer, p_wants integer, p_lease_s double precision
+) RETURNS integer LANGUAGE plpgsql AS $fn$
+DECLARE
+    t double precision := extract(epoch FROM clock_timestamp());
+    mine integer;
+    others_held integer;
+    others_waiting integer;
+    wanting integer;
+    target integer;
+BEGIN
+    -- Each statement below reads what the holder before this one committed (READ COMMITTED, a snapshot a statement).
+    PERFORM pg_advisory_xact_lock(hashtextextended('crawler_ops.source_flight:' || p_source, 0));
+    DELETE FROM crawler_ops.source_flight WHERE source = p_source AND seen_at < t - p_lease_s;
+    SELECT coalesce(sum(held), 0), count(*) FILTER (WHERE wants > held), count(*) FILTER (WHERE wants > 0)
+      INTO others_held, others_waiting, wanting
+      FROM crawler_ops.source_flight WHERE source = p_source AND holder <> p_holder;
+    SELECT held INTO mine FROM crawler_ops.source_flight WHERE source = p_source AND holder = p_holder;
+    -- Requests in flight hold their permits even when the row lapsed meanwhile.
+    mine := greatest(coalesce(mine, 0), p_busy);
+    IF p_wants > 0 THEN
+        wanting := wanting + 1;
+    END IF;
+    target := least(p_wants, CASE WHEN others_waiting > 0 THEN greatest(1, p_cap / wanting) ELSE p_cap END);
+    IF mine > target THEN
+        mine := greatest(p_busy, target);
+    ELSIF mine < target THEN
+        mine := mine + greatest(0, least(target - mine, p_cap - others_held - mine));
+    END IF;
+    IF mine = 0 AND p_wants = 0 THEN
+        DELETE FROM crawler_ops.source_flight WHERE source = p_source AND holder = p_holder;
+    ELSE
+        INSERT INTO crawler_ops.source_flight (source, holder, held, wants, seen_at)
+        VALUES (p_source, p_holder, mine, p_wants, t)
+        ON CONFLICT (source, holder) DO UPDATE SET held = excluded.held, wants = excluded.wants, seen_at = t;
+    END IF;
+    RETURN mine;
+END
+$fn$;
+
 -- One row per source connection with OAuth2 auth: the access token every worker shares (crawler_ops.hooks.source.tokens),
 -- valid until expires_at (PostgreSQL's clock, a margin before the provider's expiry), and the newest refresh token,
 -- seeded from the connection secret whose SHA-256 is seed (a new secret in the connection starts over from it).

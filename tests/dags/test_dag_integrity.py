@@ -232,11 +232,12 @@ def test_crawl_dag_has_the_production_settings(monkeypatch, dag_id, timetable):
             timedelta(minutes=30),
         ), t.task_id
         assert t.execution_timeout == timedelta(minutes=60), t.task_id
-    # The steps that call the source hold its pool's slots, one per request they keep in flight (concurrency 4).
+    # The steps that call the source take one slot of its pool each, whatever their concurrency (4): their requests
+    # in flight take permits of their own.
     pools = {t.task_id: (t.pool, t.pool_slots) for t in dag.tasks}
     assert pools == {
-        "plan": ("crawler_source_demo_source", 4),
-        "crawl_chunk": ("crawler_source_demo_source", 4),
+        "plan": ("crawler_source_demo_source", 1),
+        "crawl_chunk": ("crawler_source_demo_source", 1),
         "commit": ("default_pool", 1),
         "announce": ("default_pool", 1),
     }

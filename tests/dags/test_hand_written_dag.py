@@ -32,7 +32,7 @@ def test_a_hand_written_dag_gets_the_steps_with_their_ids_pools_and_trigger_rule
     assert dag.task_dict[COMMIT].trigger_rule == TriggerRule.ALL_DONE
     assert dag.task_dict[ANNOUNCE].upstream_task_ids == {COMMIT} == dag.task_dict["report"].upstream_task_ids
     pools = {t.task_id: (t.pool, t.pool_slots) for t in dag.tasks}
-    assert pools[PLAN] == pools[CRAWL_CHUNK] == ("crawler_source_demo_source", 4)
+    assert pools[PLAN] == pools[CRAWL_CHUNK] == ("crawler_source_demo_source", 1)
     assert dag.task_dict[CRAWL_CHUNK].max_active_tis_per_dagrun == 3
     assert [o.uri for o in dag.task_dict[ANNOUNCE].outlets] == [CFG.kafka.asset_uri]
 

@@ -350,7 +350,7 @@ def test_a_crawl_run_starting_creates_or_grows_its_source_pool_and_the_cli_resiz
         listener.ensure_pool(f"crawl_{unique_id}")  # what on_dag_run_running starts in a thread
         created = Pool.get_pool(name)
         assert created is not None and created.slots == 12
-        assert "requests in flight to source connection" in (created.description or "")
+        assert "steps running on source connection" in (created.description or "")
 
         path.write_text(path.read_text().replace("max_in_flight: 12", "max_in_flight: 16"))
         listener.ensure_pool(f"crawl_{unique_id}")

@@ -181,7 +181,7 @@ class SourceConfig(SourceShape):
         "max(chunk_memory_mb, 3 x max_response_mb); default 4 x max_response_mb (256 with the defaults)",
     )
     # Eight pages in flight keep a chunk busy at a remote source's 50-200 ms per page; a run asks the source
-    # for at most concurrency x max_parallel_chunks pages at once (an Airflow pool bounds it across tasks).
+    # for at most concurrency x max_parallel_chunks pages at once (max_in_flight bounds it across tasks).
     concurrency: int = Field(
         8, ge=1, le=64, description="pages fetched concurrently within one chunk (also the window search's width)"
     )
@@ -197,9 +197,9 @@ class SourceConfig(SourceShape):
         8,
         ge=1,
         le=1024,
-        description="requests to this source connection in flight at once: the slots of the connection's Airflow pool "
-        "crawler_source_<conn_id> (each chunk and plan holds min(concurrency, max_in_flight)) and a bound per "
-        "process; null: no bound (tasks run in default_pool)",
+        description="requests to this source connection in flight at once over every worker (permits shared fairly "
+        "through PostgreSQL), and the slots of the connection's Airflow pool crawler_source_<conn_id>, where each "
+        "plan and chunk takes one; null: no bound (tasks run in default_pool)",
     )
     min_requests_per_s: float = Field(
         0.1, gt=0, description="the shared rate never drops below this (or requests_per_s, if lower) after 429s"
@@ -218,20 +218,16 @@ class SourceConfig(SourceShape):
         return value
 
     @property
-    def in_flight(self) -> int:
-        """Requests one chunk (or plan) may have in flight: its concurrency, within ``max_in_flight``."""
-        return min(self.concurrency, self.max_in_flight or self.concurrency)
-
-    @property
     def pool(self) -> str | None:
         """The connection's Airflow pool (``max_in_flight`` slots), None when in-flight requests are unbounded."""
         return None if self.max_in_flight is None else f"crawler_source_{self.conn_id}"
 
     @property
     def pool_slots(self) -> tuple[str, int]:
-        """The pool of a step that calls this source and the slots it takes there: as many as it keeps requests in
-        flight in the connection's pool, so the pool bounds them over every worker; else one of ``default_pool``."""
-        return ("default_pool", 1) if self.pool is None else (self.pool, self.in_flight)
+        """The pool of a step that calls this source and the slots it takes there: one of the connection's pool, so at
+        most ``max_in_flight`` steps of the source run at once, each holding permits only for the requests it has in
+        flight (:mod:`crawler_ops.hooks.source.flight`); else one of ``default_pool``."""
+        return ("default_pool", 1) if self.pool is None else (self.pool, 1)
 
     @property
     def retry(self) -> RetryPolicy:

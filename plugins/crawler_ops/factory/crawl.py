@@ -46,8 +46,8 @@ def build_crawl_dag(cfg: CrawlTaskConfig) -> DAG:
         schedule=timetable_for(cfg),
         **dag_settings(cfg),
     ) as dag:
-        # plan and crawl_chunk call the source: by default each holds as many slots of the source connection's pool
-        # as it keeps requests in flight, so the pool bounds the requests in flight to the source over every worker.
+        # plan and crawl_chunk call the source: each takes one slot of the source connection's pool, which bounds the
+        # steps of a source running at once; their requests in flight are bounded by permits in PostgreSQL.
         plan = PlanCrawlOperator(crawl=cfg)
         chunks = CrawlChunkOperator.over(plan, crawl=cfg)
         commit = CommitCrawlOperator(crawl=cfg)

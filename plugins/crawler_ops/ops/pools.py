@@ -1,10 +1,10 @@
 """The Airflow pool of each source connection: ``crawler_source_<conn_id>`` with ``max_in_flight`` slots.
 
-Each ``plan`` and ``crawl_chunk`` on the connection holds as many slots as it keeps requests in flight
-(:attr:`crawler_ops.config.SourceConfig.pool_slots`), so the scheduler bounds the requests in flight to a source
-over every worker, and the UI (Admin → Pools) shows how many are. Tasks on one connection share its pool; when
-they give different ``max_in_flight`` values, the pool gets the largest, so that no task needs more slots than the
-pool has.
+Each ``plan`` and ``crawl_chunk`` on the connection takes one slot (:attr:`crawler_ops.config.SourceConfig.pool_slots`),
+so at most ``max_in_flight`` steps of a source run at once over every worker, and the UI (Admin → Pools) shows how
+many do; the requests they have in flight are bounded by permits shared through PostgreSQL
+(:mod:`crawler_ops.hooks.source.flight`), so many small steps of one source run side by side. Tasks on one connection
+share its pool; when they give different ``max_in_flight`` values, the pool gets the largest.
 
 Airflow 3's task processes have no metadata-DB access, and neither the Task SDK nor its Execution API can create a
 pool, so a crawl task cannot create its own. The pools are created where the metadata DB is: by the plugin's
@@ -35,8 +35,8 @@ class SourcePool:
     @property
     def description(self) -> str:
         return (
-            f"requests in flight to source connection {self.conn_id} (source.max_in_flight); each plan and "
-            "crawl_chunk holds as many slots as it keeps requests in flight"
+            f"steps running on source connection {self.conn_id} (source.max_in_flight); each plan and "
+            "crawl_chunk takes one slot, and permits in PostgreSQL bound their requests in flight"
         )
 
 

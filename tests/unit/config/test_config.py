@@ -574,15 +574,15 @@ def test_two_maintenance_blocks_and_an_empty_folder_are_refused(tmp_path: Path) 
 @pytest.mark.parametrize(
     ("source", "chunk_pool", "plan_pool"),
     [
-        ({}, ("crawler_source_demo_source", 8), ("crawler_source_demo_source", 8)),
-        ({"concurrency": 4, "max_in_flight": 16}, ("crawler_source_demo_source", 4), ("crawler_source_demo_source", 4)),
-        ({"concurrency": 16, "max_in_flight": 6}, ("crawler_source_demo_source", 6), ("crawler_source_demo_source", 6)),
+        ({}, ("crawler_source_demo_source", 1), ("crawler_source_demo_source", 1)),
+        ({"concurrency": 4, "max_in_flight": 16}, ("crawler_source_demo_source", 1), ("crawler_source_demo_source", 1)),
+        ({"concurrency": 16, "max_in_flight": 6}, ("crawler_source_demo_source", 1), ("crawler_source_demo_source", 1)),
         ({"max_in_flight": None}, ("default_pool", 1), ("default_pool", 1)),
-        ({"conn_id": "api"}, ("crawler_source_api", 8), ("crawler_source_api", 8)),
+        ({"conn_id": "api"}, ("crawler_source_api", 1), ("crawler_source_api", 1)),
     ],
     ids=["defaults", "concurrency-within-the-bound", "concurrency-above-the-bound", "unbounded", "other-connection"],
 )
-def test_the_steps_that_call_the_source_hold_its_pool_slots_per_request_in_flight(
+def test_the_steps_that_call_the_source_take_one_slot_of_its_pool_whatever_their_concurrency(
     source: dict[str, Any], chunk_pool: tuple[str, int], plan_pool: tuple[str, int]
 ) -> None:
     cfg = CrawlTaskConfig.model_validate({"id": "t", "kafka": {"topic": "t"}, "source": source})
@@ -594,7 +594,7 @@ def test_a_pool_set_on_the_task_takes_its_chunks_with_one_slot_each() -> None:
     cfg = CrawlTaskConfig.model_validate({"id": "t", "kafka": {"topic": "t"}, "pool": "crawl_chunks"})
 
     assert cfg.chunk_pool == ("crawl_chunks", 1)
-    assert cfg.source.pool_slots == ("crawler_source_demo_source", 8)
+    assert cfg.source.pool_slots == ("crawler_source_demo_source", 1)
 
 
 def test_the_default_limits_suit_a_public_api_and_null_turns_them_off() -> None:

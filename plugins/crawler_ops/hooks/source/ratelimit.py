@@ -27,9 +27,8 @@ statement running longer than :data:`STATEMENT_TIMEOUT_MS`, fails the request at
 :class:`~crawler_ops.errors.StatusTableError` naming the task and the source (the chunk fails, its batches in flight
 go back for the next attempt) instead of stalling every fetch thread of the process.
 
-``max_in_flight`` bounds the requests in flight at once: within a process by a semaphore shared by every hook on the
-connection, across processes by the connection's Airflow pool (:mod:`crawler_ops.ops.pools`), in which each chunk and
-plan holds as many slots as it keeps requests in flight.
+``max_in_flight`` bounds the requests in flight at once over every process, with permits from PostgreSQL shared
+fairly between the processes that send (:mod:`.flight`).
 
 ``requests_per_s: null`` turns the rate limit off (no PostgreSQL round trip at all), ``max_in_flight: null`` the
 bound on requests in flight.
@@ -52,6 +51,7 @@ import psycopg
 
 from crawler_ops.config import SourceConfig
 from crawler_ops.errors import SourcePausedError, StatusTableError
+from crawler_ops.hooks.source.flight import SharedFlight, SourceFlightStore
 from crawler_ops.hooks.store.db import CrawlerDbHook, row_connection
 from crawler_ops.hooks.store.sqlfiles import read_sql
 
@@ -190,6 +190,8 @@ class SourceLimiter:
 
     :param source: the source config (connection id and limits).
     :param bucket: where slots come from; None when the rate is not limited.
+    :param flight: where permits for requests in flight come from; None: a semaphore of ``max_in_flight`` in this
+        process alone (tests).
     :param clock: a monotonic clock (tests pass their own, with ``sleep``).
     """
 
@@ -199,12 +201,16 @@ class SourceLimiter:
         bucket: Bucket | None,
         clock: Callable[[], float] = time.monotonic,
         sleep: Callable[[float], None] = time.sleep,
+        flight: SharedFlight | None = None,
     ) -> None:
         self.conn_id = source.conn_id
         self.ceiling = source.requests_per_s
         self.bucket = bucket if self.ceiling is not None else None
         self.want = math.ceil((self.ceiling or 0) * HORIZON_S) + 1
-        self.permits = threading.BoundedSemaphore(source.max_in_flight) if source.max_in_flight else None
+        self.flight = flight
+        self.permits = (
+            threading.BoundedSemaphore(source.max_in_flight) if source.max_in_flight and flight is None else None
+        )
         self.max_wait = source.deadline_s
         self.max_pause = source.max_retry_after_s
         self.clock = clock
@@ -227,11 +233,15 @@ class SourceLimiter:
             self.users -= 1
             if self.users <= 0 and self.bucket is not None:
                 self.bucket.close()
+            if self.users <= 0 and self.flight is not None:
+                self.flight.close()
 
     @contextmanager
     def request(self) -> Iterator[None]:
         """Hold an in-flight permit and wait for a slot; the request is sent inside the block."""
-        permit: AbstractContextManager[Any] = self.permits if self.permits is not None else nullcontext()
+        permit: AbstractContextManager[Any] = (
+            self.flight.permit() if self.flight is not None else self.permits or nullcontext()
+        )
         with permit:
             self.wait_for_slot()
             yield
@@ -321,7 +331,10 @@ def limiter_for(source: SourceConfig, postgres_conn_id: str | None) -> SourceLim
         limiter = _limiters.get(key)
         if limiter is None:
             bucket = SourceRateStore(postgres_conn_id, source) if source.requests_per_s is not None else None
-            limiter = _limiters[key] = SourceLimiter(source, bucket)
+            flight = None
+            if source.max_in_flight is not None:
+                flight = SharedFlight(SourceFlightStore(postgres_conn_id, source), source.conn_id, source.deadline_s)
+            limiter = _limiters[key] = SourceLimiter(source, bucket, flight=flight)
         return limiter
 
 
@@ -334,3 +347,5 @@ def reset_limiters() -> None:
     for limiter in limiters:
         if limiter.bucket is not None:
             limiter.bucket.close()
+        if limiter.flight is not None:
+            limiter.flight.close()

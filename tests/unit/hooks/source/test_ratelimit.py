@@ -260,7 +260,8 @@ def test_a_limiter_exists_for_what_is_limited_and_is_shared_in_the_process(limit
         assert limiter is None
         return
     assert limiter is not None
-    assert (limiter.bucket is not None, limiter.permits is not None) == (limited_rate, bounded)
+    assert (limiter.bucket is not None, limiter.flight is not None) == (limited_rate, bounded)
+    assert limiter.permits is None, "a bounded connection takes its permits from PostgreSQL, not a semaphore"
     assert limiter_for(SourceConfig(conn_id="src_shared", **limits), postgres) is limiter, "one per process"
     ratelimit._limiters.clear()
 
