@@ -1,6 +1,6 @@
-"""Step 1 of a run of offset batches, the DAG's ``plan`` task: count, make the run ready (:mod:`.preflight`), plan
-its batches newest first (a normal run from the watermark and the status rows, a replay or a backfill from its
-range, :mod:`.ranges`), group them into chunks, announce the plan."""
+"""Step 1 of a run of offset batches, the DAG's ``plan`` task: count, plan its batches newest first (a normal run
+from the watermark and the status rows, a replay or a backfill from its range, :mod:`.ranges`), make the run ready
+when it has any (:mod:`.preflight`), group them into chunks, announce the plan."""
 
 from __future__ import annotations
 
@@ -44,13 +44,14 @@ class Planned:
 
 
 def plan_offsets(run: RunContext) -> list[ChunkPlan]:
-    """Count, make the run ready, plan its batches (a replay's or backfill's range, else from the watermark and the
-    status rows), group them into chunks."""
+    """Count, plan its batches (a replay's or backfill's range, else from the watermark and the status rows), make
+    the run ready when it has any, group them into chunks."""
     source = run.source()
     try:
         total = count(run, source)
-        settled = prepare(run, source, total)
         planned = plan_range(run, source, total) if run.reads_range else plan_from_store(run, source, total)
+        # Topics and the value schema matter only to a run that will produce: a poll that found nothing skips them.
+        settled = prepare(run, source, total) if planned.batches else None
     finally:
         source.close()
     return announce(run, planned, settled)

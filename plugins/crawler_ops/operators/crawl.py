@@ -25,7 +25,7 @@ import logging
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from airflow.sdk import BaseOperator, TriggerRule
+from airflow.sdk import BaseOperator, SkipMixin, TriggerRule
 from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
 
 from crawler_ops.config import CrawlTaskConfig
@@ -63,20 +63,28 @@ class CrawlStepOperator(BaseOperator):
         return RunContext.from_airflow(self.crawl, context)  # type: ignore[arg-type]
 
 
-class PlanCrawlOperator(CrawlStepOperator):
+class PlanCrawlOperator(CrawlStepOperator, SkipMixin):
     """Count, read the watermark and status rows, plan batches newest first, group them into chunks; returns the
-    chunks' :class:`ChunkPlan` in XCom form (an empty list: nothing to crawl, the chunks are skipped).
+    chunks' :class:`ChunkPlan` in XCom form.
+
+    A plan that finds nothing to crawl ends the run in its own process: it commits as the commit task would (the
+    run history records the poll, the watermark stays), then skips the tasks after it, so a poll that found nothing
+    costs one task process. When that commit fails, or with ``ends_idle_runs=False``, it returns an empty list
+    instead: the chunks are skipped and the commit task commits and reports as usual.
 
     Failure policy: a config error or a non-retriable source error (a 4xx, a total that jumped, too many batches)
     fails without retries; every failure is kept in the run history (status 'failed', the error) when PostgreSQL
-    is reachable. Takes the source connection's pool, one slot per request it keeps in flight, unless given one.
+    is reachable. Takes one slot of the source connection's pool, unless given a pool.
     """
 
-    def __init__(self, *, crawl: CrawlTaskConfig, task_id: str = PLAN, **kwargs: Any) -> None:
+    def __init__(
+        self, *, crawl: CrawlTaskConfig, task_id: str = PLAN, ends_idle_runs: bool = True, **kwargs: Any
+    ) -> None:
         pool, slots = crawl.source.pool_slots
         kwargs.setdefault("pool", pool)
         kwargs.setdefault("pool_slots", slots)
         super().__init__(crawl=crawl, task_id=task_id, **kwargs)
+        self.ends_idle_runs = ends_idle_runs
 
     def execute(self, context: Context) -> list[dict[str, Any]]:
         from crawler_ops.crawl.plan import record_plan_failure
@@ -88,7 +96,22 @@ class PlanCrawlOperator(CrawlStepOperator):
         except Exception as exc:
             record_plan_failure(run, crawler_cause(exc))
             raise
+        if not chunks and self.ends_idle_runs:
+            self.end_idle_run(run, context)
         return [chunk.to_xcom() for chunk in chunks]
+
+    def end_idle_run(self, run: RunContext, context: Context) -> None:
+        """Commit a run that planned nothing here and skip the steps after the plan (raises Airflow's signal to skip
+        them); returns when the commit failed, for the commit task to report it."""
+        from crawler_ops.crawl.steps import commit_run
+
+        summary = commit_run(run, [], [])
+        if summary.failed:
+            log.warning("task %s: planned nothing, but the commit failed; the commit task reports it", run.cfg.id)
+            return
+        log.info("crawl summary (nothing to crawl; the run ends at its plan): %s", summary.to_dict())
+        notify_run(self.crawl.notify, self.crawl.id, "success", summary.to_dict())
+        self.skip(context["ti"], self.get_direct_relatives(upstream=False))
 
 
 class CrawlChunkOperator(ReportsLineage, CrawlStepOperator):
