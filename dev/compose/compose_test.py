@@ -404,15 +404,20 @@ def leftovers() -> list[str]:
     return found
 
 
+def docker_host(no_engine: bool, given: str | None) -> str:
+    """The engine the test talks to: with ``--no-engine``, the one ``DOCKER_HOST`` names when it is set (an engine of
+    the user's own); otherwise the one ``engine.sh`` runs."""
+    if no_engine and given:
+        return given
+    out = subprocess.run(["bash", str(ENGINE), "env"], capture_output=True, text=True, check=True).stdout
+    return out.split("=", 1)[1].strip()
+
+
 def run(args: argparse.Namespace, folder: Path) -> None:
     if not args.no_engine:
         with phase("engine and stand-in images (dev/compose/engine.sh up)"):
             subprocess.run(["bash", str(ENGINE), "up"], check=True)
-    os.environ["DOCKER_HOST"] = (
-        subprocess.run(["bash", str(ENGINE), "env"], capture_output=True, text=True, check=True)
-        .stdout.split("=", 1)[1]
-        .strip()
-    )
+    os.environ["DOCKER_HOST"] = docker_host(args.no_engine, os.environ.get("DOCKER_HOST"))
     path, values = env_file(folder)
     compose = Compose(path)
     bootstrap = f"127.0.0.1:{PORTS['KAFKA_HOST_PORT']}"
@@ -454,7 +459,11 @@ def run(args: argparse.Namespace, folder: Path) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--no-engine", action="store_true", help="the engine and images are ready: skip engine.sh")
+    parser.add_argument(
+        "--no-engine",
+        action="store_true",
+        help="the engine and images are ready: skip engine.sh (an engine DOCKER_HOST names is used as it is)",
+    )
     parser.add_argument("--keep", action="store_true", help="leave the project running when a check fails")
     args = parser.parse_args(argv)
     started = time.monotonic()

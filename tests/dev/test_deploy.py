@@ -213,3 +213,22 @@ def test_the_readme_points_to_the_deploy_docs():
     assert "docs/deploy.md" in deploy and "docs/zh/deploy.md" in deploy
     chinese = readme.split("## 中文快速上手", 1)[1].split("\n## ", 1)[0]
     assert "docs/zh/deploy.md" in chinese
+
+
+def test_compose_test_without_its_engine_keeps_the_engine_docker_host_names(monkeypatch):
+    sys.path.insert(0, str(REPO / "dev" / "compose"))
+    import compose_test  # dev/compose/compose_test.py, on the path just above
+
+    asked: list[list[str]] = []
+
+    def engine_env(command: list[str], **_: Any) -> subprocess.CompletedProcess[str]:
+        asked.append(command)
+        return subprocess.CompletedProcess(command, 0, stdout="export DOCKER_HOST=unix:///run/own/docker.sock\n")
+
+    monkeypatch.setattr(compose_test.subprocess, "run", engine_env)
+    assert compose_test.docker_host(True, "tcp://10.0.0.5:2375") == "tcp://10.0.0.5:2375"
+    assert asked == [], "an engine the user named is not replaced by engine.sh's"
+    assert compose_test.docker_host(True, None) == "unix:///run/own/docker.sock"
+    assert compose_test.docker_host(False, "tcp://10.0.0.5:2375") == "unix:///run/own/docker.sock", (
+        "without --no-engine the test runs on the engine engine.sh started"
+    )
