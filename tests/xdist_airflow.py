@@ -18,7 +18,7 @@ from xdist.scheduler import LoadScopeScheduling
 
 AIRFLOW_GROUP = "airflow"
 # Modules that stop Airflow's services and start their own on the same port.
-RESTARTS_AIRFLOW = ("test_celery", "test_pools_on_airflow")
+RESTARTS_AIRFLOW = ("test_celery", "test_pools_on_airflow", "test_watch_on_airflow")
 # Every module whose tests use Airflow's services.
 USES_AIRFLOW = (*RESTARTS_AIRFLOW, "test_scheduler", "test_scheduler_exactly_once", "test_ui_browser")
 

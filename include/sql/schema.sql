@@ -176,6 +176,15 @@ BEGIN
 END
 $fn$;
 
+-- One row per crawl task whose source is watched (crawler_ops.triggers.source_moved): the total its trigger last
+-- announced, and when; a total is not announced again until a plan saw it, or the row is older than the watch's
+-- refire_s.
+CREATE TABLE IF NOT EXISTS crawler_ops.source_watch (
+    task_id      text PRIMARY KEY,
+    total        bigint NOT NULL,
+    announced_at timestamptz NOT NULL
+);
+
 -- One row per source connection with OAuth2 auth: the access token every worker shares (crawler_ops.hooks.source.tokens),
 -- valid until expires_at (PostgreSQL's clock, a margin before the provider's expiry), and the newest refresh token,
 -- seeded from the connection secret whose SHA-256 is seed (a new secret in the connection starts over from it).

@@ -20,7 +20,17 @@ PACKAGE = Path(__file__).resolve().parents[2] / "plugins" / "crawler_ops"
 
 # Subpackage -> rank; modules at the root (and the config and message packages) are rank 0. Equal ranks in different
 # groups may not import each other.
-RANKS = {"hooks": 1, "telemetry": 2, "crawl": 3, "executor": 3, "ops": 4, "migration": 5, "operators": 6, "factory": 7}
+RANKS = {
+    "hooks": 1,
+    "telemetry": 2,
+    "crawl": 3,
+    "executor": 3,
+    "ops": 4,
+    "migration": 5,
+    "triggers": 5,
+    "operators": 6,
+    "factory": 7,
+}
 # The folders of ``hooks``, one per system, ranked within it; the modules at its root (``hooks.http``) share the
 # lowest sub-layer with the store.
 HOOK_RANKS = {"store": 1.0, "kafka": 1.2, "source": 1.4}

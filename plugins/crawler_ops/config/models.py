@@ -25,6 +25,7 @@ from crawler_ops.config.checks import (
 )
 from crawler_ops.config.kafka import KafkaConfig
 from crawler_ops.config.sections import FilterConfig, NotifyConfig, SourceConfig, StrictModel
+from crawler_ops.config.watch import WatchConfig
 
 ALL_CATEGORIES = "*"
 DAG_SCHEDULE = (
@@ -169,6 +170,11 @@ class CrawlTaskConfig(DagSettings):
         "missing and retyped top-level fields against earlier runs; its counts are of these sampled records; 0: none",
     )
     notify: NotifyConfig | None = Field(None, description="a signed webhook told about runs; null: none")
+    watch: WatchConfig | None = Field(
+        None,
+        description="runs started when the source's total moved, polled by an event trigger in the triggerer (with a "
+        "schedule, that stays as a safety net); null: the schedule alone",
+    )
 
     @field_validator("id")
     @classmethod
@@ -183,6 +189,26 @@ class CrawlTaskConfig(DagSettings):
     @model_validator(mode="after")
     def _feed_has_key(self) -> CrawlTaskConfig:
         self.source.paginator.check_task(self.kafka.unique_key_field, self.kafka.value_format)
+        return self
+
+    @model_validator(mode="after")
+    def _watch_needs_a_total(self) -> CrawlTaskConfig:
+        if self.watch is None:
+            return self
+        if self.source.paginator.crawl != "offsets":
+            raise ValueError(
+                f"watch: a {self.source.paginator.type} feed has no total to watch; drive it by its schedule"
+            )
+        if self.source.count_path is None:
+            raise ValueError(
+                "watch: the source has no count_path, and finding its total takes a dozen page requests or more; "
+                "set count_path, or drive the task by its schedule"
+            )
+        if self.schedule in SPECIAL_SCHEDULES:
+            raise ValueError(
+                f"watch: schedule {self.schedule} cannot run beside the watch; give a cron expression as a safety "
+                "net, or null for the watch alone"
+            )
         return self
 
     @property

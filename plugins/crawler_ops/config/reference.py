@@ -26,6 +26,7 @@ from crawler_ops.config.source_auth import KINDS as AUTH_KINDS
 from crawler_ops.config.source_paging import RequestConfig
 from crawler_ops.config.source_responses import ResponseRule, ResponseWhen
 from crawler_ops.config.source_window import WindowFilterConfig
+from crawler_ops.config.watch import WatchConfig
 
 SIMPLE_TYPES = {str: "string", int: "integer", float: "number", bool: "boolean", datetime: "date or date-time"}
 BOUNDS = {annotated_types.Gt: ">", annotated_types.Ge: "≥", annotated_types.Lt: "<", annotated_types.Le: "≤"}
@@ -110,6 +111,7 @@ SECTIONS = (
     Section("Filter", "filter", FilterConfig, "`filter:` of a crawl task (or of `defaults`)."),
     Section("Kafka", "kafka", KafkaConfig, "`kafka:` of a crawl task (or of `defaults`)."),
     Section("Notify", "notify", NotifyConfig, "`notify:` of a crawl task (or of `defaults`); absent: no webhook."),
+    Section("Watch", "watch", WatchConfig, "`watch:` of a crawl task (or of `defaults`); absent: the schedule alone."),
     Section(
         "Executor",
         "executor",

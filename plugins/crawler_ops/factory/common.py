@@ -25,6 +25,36 @@ def timetable_for(cfg: DagSettings) -> Any:
     return timetable(cfg.schedule, cfg.schedule_timezone)
 
 
+def schedule_for(cfg: CrawlTaskConfig) -> Any:
+    """A crawl DAG's schedule: its timetable (:func:`timetable_for`), or with ``watch`` the task's watch Asset, whose
+    event trigger fires when the source moved, alone or (with a cron ``schedule``) beside the clock as a safety net."""
+    if cfg.watch is None:
+        return timetable_for(cfg)
+    from airflow.sdk import AssetOrTimeSchedule
+
+    asset = watch_asset(cfg)
+    return asset if cfg.schedule is None else AssetOrTimeSchedule(timetable=timetable_for(cfg), assets=asset)
+
+
+def watch_asset(cfg: CrawlTaskConfig) -> Any:
+    """The Asset ``crawler_ops_watch_<id>`` a watched task's runs are scheduled on, watched by its trigger."""
+    from airflow.sdk import Asset, AssetWatcher
+
+    from crawler_ops.triggers.source_moved import SourceMovedTrigger
+
+    assert cfg.watch is not None
+    trigger = SourceMovedTrigger(
+        crawl_task=cfg.id,
+        source_task=cfg.source_task,
+        source=cfg.source.model_dump(mode="json"),
+        postgres_conn_id=cfg.postgres_conn_id,
+        every_s=cfg.watch.every_s,
+        refire_s=cfg.watch.refire_s,
+    )
+    name = f"crawler_ops_watch_{cfg.id}"
+    return Asset(name=name, watchers=[AssetWatcher(name=f"source_moved_{cfg.id}", trigger=trigger)])
+
+
 def timetable(schedule: str | None, zone: str) -> Any:
     """``schedule`` as :func:`timetable_for` reads it, in the IANA ``zone``."""
     if schedule is None or schedule in SPECIAL_SCHEDULES:

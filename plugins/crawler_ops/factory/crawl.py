@@ -7,7 +7,7 @@ from airflow.sdk.definitions.param import ParamsDict
 
 from crawler_ops.config import CrawlTaskConfig, LoadedConfig, load_config
 from crawler_ops.crawl.run import RunParams
-from crawler_ops.factory.common import TAGS, build_dags, dag_settings, timetable_for
+from crawler_ops.factory.common import TAGS, build_dags, dag_settings, schedule_for
 from crawler_ops.factory.shards import file_shard, in_shard, shard_of
 from crawler_ops.operators.crawl import (
     ANNOUNCE,
@@ -43,7 +43,7 @@ def build_crawl_dag(cfg: CrawlTaskConfig) -> DAG:
         description=f"Crawl {cfg.name or cfg.id} into Kafka topic {cfg.kafka.topic}",
         tags=[*TAGS, *cfg.tags],
         doc_md=doc_for(cfg),
-        schedule=timetable_for(cfg),
+        schedule=schedule_for(cfg),
         **dag_settings(cfg),
     ) as dag:
         # plan and crawl_chunk call the source: each takes one slot of the source connection's pool, which bounds the

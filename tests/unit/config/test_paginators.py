@@ -189,7 +189,7 @@ def test_a_hostile_link_header_is_read_in_time_linear_in_its_length():
     def cost(repeats: int) -> float:
         header = "<https://a/x>" + "; a " * repeats + "!"
         best = float("inf")
-        for _ in range(3):
+        for _ in range(7):  # the best of several: a shared machine's pauses inflate single timings
             started = time.perf_counter()
             assert parse_links([header]) == {}
             best = min(best, time.perf_counter() - started)
