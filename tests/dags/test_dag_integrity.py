@@ -311,6 +311,30 @@ def test_only_the_dag_being_run_is_built_when_a_task_starts(monkeypatch):
     assert set(load_bag(monkeypatch, SAMPLE).dag_ids) == {"crawl_jobs_shanghai"}
 
 
+def test_a_task_process_validates_its_own_task_alone(monkeypatch, tmp_path):
+    from crawler_ops.config import loading
+    from crawler_ops.factory.shards import shard_of
+
+    tasks = [{"id": f"t{i}", "kafka": {"topic": f"t{i}"}} for i in range(40)]
+    config = write_config(tmp_path, {"tasks": tasks})
+    validated: list[str] = []
+    real = loading.validate_entry
+
+    def counting(model, data, check_imports):
+        validated.append(data.get("id"))
+        return real(model, data, check_imports)
+
+    monkeypatch.setattr(loading, "validate_entry", counting)
+    monkeypatch.setenv("_AIRFLOW_PARSING_CONTEXT_DAG_ID", "crawl_t7")
+    monkeypatch.setenv("_AIRFLOW_PARSING_CONTEXT_TASK_ID", "plan")
+    monkeypatch.setenv("CRAWLER_OPS_CONFIG", str(config))
+    from crawler_ops.factory.crawl import build_crawl_dags
+
+    shard = f"crawl_dags_{shard_of('t7', 8) + 1}_of_8.py"
+    assert set(build_crawl_dags(shard_file=shard)) == {"crawl_t7"}
+    assert validated == ["t7"], "the shard's other tasks were validated for a task that runs t7"
+
+
 # --------------------------------------------------------------------------- bad config stays visible
 
 

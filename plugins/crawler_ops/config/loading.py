@@ -17,7 +17,7 @@ from typing import Any, TypeVar
 import yaml
 from pydantic import BaseModel, ValidationError
 
-from crawler_ops.config import paginators, source_auth
+from crawler_ops.config import document_cache, paginators, source_auth
 from crawler_ops.config.checks import missing_modules
 from crawler_ops.config.models import CrawlTaskConfig, DagSettings, ExecutorTaskConfig, LoadedConfig, MaintenanceConfig
 from crawler_ops.errors import ConfigError
@@ -268,10 +268,16 @@ def read_document(path: Path) -> Any:
             return json.loads(text)
         except json.JSONDecodeError as exc:
             raise ConfigError(f"{path} is not valid JSON: {exc}") from exc
+    known = document_cache.cached(text)
+    if known is not None:
+        return known
     try:
-        return yaml.load(text, Loader=SAFE_LOADER)
+        document = yaml.load(text, Loader=SAFE_LOADER)
     except yaml.YAMLError:
         pass
+    else:
+        document_cache.keep(text, document)
+        return document
     try:  # PyYAML's own loader says the same, and quotes the offending lines
         return yaml.load(text, Loader=yaml.SafeLoader)
     except yaml.YAMLError as exc:

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from airflow.sdk import DAG
+from airflow.sdk import DAG, get_parsing_context
 from airflow.sdk.definitions.param import ParamsDict
 
-from crawler_ops.config import CrawlTaskConfig, LoadedConfig, load_config
+from crawler_ops.config import CrawlTaskConfig, LoadedConfig, broken_dag_id, load_config
 from crawler_ops.crawl.run import RunParams
 from crawler_ops.factory.common import TAGS, build_dags, dag_settings, schedule_for
 from crawler_ops.factory.shards import file_shard, in_shard, shard_of
@@ -68,7 +68,12 @@ def build_crawl_dags(loaded: LoadedConfig | None = None, shard_file: str | None 
         return build_dags(loaded.tasks, loaded.errors, build_crawl_dag, "crawl_")
     index, count = file_shard(shard_file)
     # A shard file validates its own tasks only: validating every task of a large config in each file cost more
-    # than building the shard's DAGs.
-    loaded = loaded or load_config(check_imports=True, keep_task=lambda label: shard_of(label, count) == index)
+    # than building the shard's DAGs. A task process (Airflow names the DAG it runs) validates its own task alone.
+    wanted = get_parsing_context().dag_id
+
+    def keep(label: str) -> bool:
+        return shard_of(label, count) == index and (wanted is None or broken_dag_id(label, "crawl_") == wanted)
+
+    loaded = loaded or load_config(check_imports=True, keep_task=keep)
     tasks = tuple(in_shard({t.id: t for t in loaded.tasks}, index, count).values())
     return build_dags(tasks, in_shard(loaded.errors, index, count), build_crawl_dag, "crawl_")
