@@ -18,6 +18,7 @@ from crawler_ops.crawl.steps import commit_run, crawl_chunk, plan_run
 from crawler_ops.errors import DeliveryError, StatusTableError
 from tests.support import (
     Forwarded,
+    MissingTopic,
     done_batches,
     duplicated_offsets,
     duplicates,
@@ -186,17 +187,18 @@ def test_on_shrink_reset_forgets_the_watermark_and_crawls_what_the_source_has_no
 
 
 @pytest.mark.parametrize(
-    ("faults", "expected", "left_watermark"),
+    ("faults", "expected", "planned"),
     [
-        ({"malformed_rate": 1.0}, "malformed JSON", None),  # the plan's window probe fails: no watermark yet
-        ({"wrong_shape": True}, "has no list of records at 'data.data'", None),
+        # the plan's window probe fails: no watermark yet, and a plan without batches makes no topic
+        ({"malformed_rate": 1.0}, "malformed JSON", False),
+        ({"wrong_shape": True}, "has no list of records at 'data.data'", False),
         # the chunks fail; nothing is done, so the commit sets no watermark and the next run is a first crawl
-        ({"short_pages": True}, "expected 100 (short page", None),
+        ({"short_pages": True}, "expected 100 (short page", True),
     ],
     ids=["malformed-json", "wrong-shape", "short-pages"],
 )
 def test_unusable_pages_fail_the_run_with_a_clear_error_and_publish_nothing(
-    source, kafka_bootstrap, pg_uri, unique_id, faults, expected, left_watermark, run_dag
+    source, kafka_bootstrap, pg_uri, unique_id, faults, expected, planned, run_dag
 ):
     source.create(unique_id, total=500, ref=REF, in_window_share=1.0)
     source.faults(unique_id, **faults)
@@ -205,9 +207,13 @@ def test_unusable_pages_fail_the_run_with_a_clear_error_and_publish_nothing(
     assert run_dag(cfg, REF) == "failed"
 
     assert expected in json.dumps(run_record(pg_uri, unique_id)["errors"], ensure_ascii=False)
-    assert watermark(pg_uri, unique_id) == left_watermark
+    assert watermark(pg_uri, unique_id) is None
     assert done_batches(pg_uri, unique_id) == {}
-    assert read_topic(kafka_bootstrap, cfg.kafka.topic) == []
+    if planned:
+        assert read_topic(kafka_bootstrap, cfg.kafka.topic) == []
+    else:
+        with pytest.raises(MissingTopic):
+            read_topic(kafka_bootstrap, cfg.kafka.topic)
 
 
 def test_records_with_bad_dates_are_dead_lettered_with_the_reason(source, kafka_bootstrap, pg_uri, unique_id, run_dag):
