@@ -74,7 +74,7 @@ docs: $(STAMP)
 	mkdir -p docs
 	$(BIN)/python -m crawler_ops config-reference > docs/configuration.md.tmp && mv docs/configuration.md.tmp docs/configuration.md
 
-# Every figure of docs/performance.md (12-20 minutes on 2 cores); BENCH_ARGS to change.
+# Every figure of docs/performance.md, then the fleet's short run (20-28 minutes on 2 cores); BENCH_ARGS to change.
 BENCH_ARGS ?= --total 200000 --latencies 0,20,50,200 --totals 10000,100000,1000000 --skip-old-sleep \
 	--scheduler --scheduler-latency 50 --profile
 bench: stack-up
@@ -84,6 +84,7 @@ bench: stack-up
 	$(BIN)/python bench/window_bench.py
 	$(BIN)/python bench/window_bench.py --batch-size 100 --concurrency 8
 	$(BIN)/python bench/dag_shards_bench.py --tasks 1000
+	$(BIN)/python bench/fleet_bench.py --short
 
 # docker-compose.yaml under a real Docker engine (dev/compose/engine.sh starts it and builds stand-in images; root).
 # COMPOSE_TEST_ARGS=--keep leaves a failed project running for a look; docs/deploy.md has the phases and timings.

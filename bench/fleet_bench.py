@@ -1,0 +1,352 @@
+"""A fleet of crawl tasks on one source connection, scheduled by a real Airflow scheduler (the scenario of issue 47:
+the old service's shape, one API and a task per city): does every cron tick get its run, how late do runs start, do
+they all finish, is every topic exact, and what does Airflow's CPU cost per run against the old service's poll.
+
+    .venv/bin/python bench/fleet_bench.py [--tasks 100] [--cron '*/2 * * * *'] [--records 300] [--new-share 0.2]
+        [--append-every 20] [--minutes 14] [--drain 4] [--idle-phase-minutes 4] [--executor local|celery]
+        [--workers 2] [--json out.json]
+    .venv/bin/python bench/fleet_bench.py --short     # 20 tasks, 3 min, 1 min drain, 1.5 min idle (make bench)
+
+What one run does, in order:
+
+1. ``--tasks`` demo-source data sets of ``--records`` records, all within the 7 days before a reference a minute ago,
+   and as many crawl tasks (``crawl_<data set>``), all on the default source connection ``demo_source`` with the
+   default source settings (its pool ``crawler_source_demo_source``, rate limit and in-flight bound are what is
+   measured), each with its own topic; schedule ``--cron`` (UTC), created paused.
+2. Airflow on a private metadata DB: LocalExecutor (api-server, scheduler, dag-processor) or ``--executor celery``
+   (``dev/stack.py airflow-up --executor celery --workers N``). Once every DAG is registered, the old loop's idle
+   poll is timed (below), and the fleet is unpaused in one REST request: that moment is t0.
+3. For ``--minutes`` M: every ``--append-every`` s, 5-20 new records appended to ``round(--new-share x N)`` data sets
+   drawn at random (``--seed``); every 5 s the load average, the task instances of each pool by state and the runs
+   by state are sampled.
+4. At t0 + M the schedule is switched off (the config's ``schedule`` null, parsed again: a paused DAG's runs would
+   never finish, see :mod:`crawlbench.fleet.services`), and the runs drain: until none is queued or running, at most
+   ``--drain`` minutes.
+5. The figures, from the metadata DB and the crawler's run records (:mod:`crawlbench.fleet.runs`): cron ticks in
+   ``[t0, t0 + M)`` summed over the DAGs, the scheduled runs created for them, their states after the drain, start
+   lag, duration, task instances per run, and the runs whose plan found nothing new (``planned`` = 0).
+6. Every topic against the source's truth as far as its task has crawled (:mod:`crawlbench.fleet.topics`).
+7. Idle phase (``--idle-phase-minutes`` K > 0): every task's progress is set to its source's total with the project's
+   own ``crawler-ops import-progress`` (as after a migration from the old service, all caught up), the schedule is
+   switched on again for K minutes with nothing appended, then off and drained to the end (at most 10 minutes): every
+   run of it is an idle poll.
+8. CPU (:mod:`crawlbench.fleet.cpu`): every process the benchmark started and their descendants (the Airflow
+   services, executor workers, task processes), from the kernel's accounting, between t0 and the drained end of each
+   phase; per run ended in the phase. The services' background (CPU per second with the schedule off and no run
+   going) is read while the topics are checked, and the idle poll is also given over that background. The old
+   service's idle poll is one count request of a keep-alive httpx client (``GET /api/{task}/count``, the total
+   decoded), ``time.process_time()`` around each of 200, the median.
+
+Targets (issue 47, printed measured against goal): every tick served (runs created = ticks due), start lag p95 ≤ 30
+s, no run left queued or running after the drain, every topic exact, CPU per idle poll ≤ 10x the old count request.
+Exit status 1 when a topic is not exact (a correctness failure, also listed on stderr), or with ``--strict`` when any
+target is not met; 2 when the benchmark could not run. Needs the stack (``dev/stack.py up``).
+The machine is small and shared: compare ratios and medians, not absolute times.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import AbstractContextManager, contextmanager
+from dataclasses import asdict
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from crawlbench import environment
+from crawlbench.common import RESULTS_DIR, BenchError
+from crawlbench.fleet.cpu import CpuMeter, reap_orphans
+from crawlbench.fleet.fleet import Appender, Fleet, make_fleet, write_config
+from crawlbench.fleet.report import markdown, targets
+from crawlbench.fleet.runs import ended_between, fleet_runs, phase_figures
+from crawlbench.fleet.sampler import Sampler, load_figures, pool_figures
+from crawlbench.fleet.services import (
+    FleetAirflow,
+    active_runs,
+    celery_airflow,
+    drain,
+    local_airflow,
+    unpause_fleet,
+    wait_registered,
+    wait_schedule,
+)
+from crawlbench.fleet.topics import check_fleet, source_total
+from crawlbench.source import SourceAdmin
+
+BATCH = 100  # the config's default batch_size: the data sets' truth is read in pages of it
+POOL = "crawler_source_demo_source"
+OLD_COUNT_REQUESTS = 200
+IDLE_PREP_TIMEOUT_S = 600
+QUIET_S = 30.0
+FULL = {"tasks": 100, "minutes": 14.0, "drain": 4.0, "idle_phase_minutes": 4.0}
+SHORT = {"tasks": 20, "minutes": 3.0, "drain": 1.0, "idle_phase_minutes": 1.5}
+
+
+def parse_args() -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--tasks", type=int, help=f"crawl tasks and data sets (default {FULL['tasks']})")
+    parser.add_argument("--cron", default="*/2 * * * *", help="every task's schedule, UTC (default */2 * * * *)")
+    parser.add_argument("--records", type=int, default=300, help="records per data set at the start (default 300)")
+    parser.add_argument("--new-share", type=float, default=0.2, help="share of data sets appended to (default 0.2)")
+    parser.add_argument("--append-every", type=float, default=20, help="seconds between appends (default 20)")
+    parser.add_argument("--minutes", type=float, help=f"the measured window (default {FULL['minutes']:g})")
+    parser.add_argument("--drain", type=float, help=f"most minutes the runs drain (default {FULL['drain']:g})")
+    parser.add_argument(
+        "--idle-phase-minutes", type=float, help=f"idle phase, 0: none (default {FULL['idle_phase_minutes']:g})"
+    )
+    parser.add_argument("--executor", choices=("local", "celery"), default="local")
+    parser.add_argument("--workers", type=int, default=2, help="Celery workers (default 2)")
+    parser.add_argument("--seed", type=int, default=47, help="seed of the appends (default 47)")
+    parser.add_argument("--short", action="store_true", help=f"the short preset: {SHORT}")
+    parser.add_argument("--json", type=Path, help="also write every figure as JSON here")
+    parser.add_argument("--strict", action="store_true", help="exit 1 when any target is not met")
+    args = parser.parse_args()
+    for name, value in (SHORT if args.short else FULL).items():
+        if getattr(args, name) is None:
+            setattr(args, name, value)
+    return args
+
+
+def airflow_for(
+    args: argparse.Namespace, stack: environment.Stack, config: Path, logs: Path
+) -> AbstractContextManager[FleetAirflow]:
+    if args.executor == "celery":
+        return celery_airflow(stack, config, args.workers)
+    return local_airflow(stack, config, logs)
+
+
+def old_count_poll(source_url: str, name: str, requests: int = OLD_COUNT_REQUESTS) -> dict[str, Any]:
+    """The old service's idle poll: one count request of a keep-alive httpx client, its total decoded; CPU of this
+    process (``time.process_time``, no other thread running) and wall time per request, medians."""
+    cpu, wall = [], []
+    with httpx.Client(base_url=source_url, timeout=30) as client:
+        for _ in range(10):
+            client.get(f"/api/{name}/count").raise_for_status()
+        for _ in range(requests):
+            c0, w0 = time.process_time(), time.perf_counter()
+            int(client.get(f"/api/{name}/count").json()["data"]["total"])
+            cpu.append(time.process_time() - c0)
+            wall.append(time.perf_counter() - w0)
+    return {
+        "requests": requests,
+        "cpu_s_median": statistics.median(cpu),
+        "cpu_s_mean": statistics.fmean(cpu),
+        "wall_s_median": statistics.median(wall),
+    }
+
+
+def sleep_until(moment: float, appender: Appender | None = None) -> None:
+    while (left := moment - time.time()) > 0:
+        if appender is not None and appender.error is not None:
+            raise BenchError(f"appending failed: {appender.error!r}")
+        time.sleep(min(left, 1.0))
+
+
+def stop_and_drain(airflow: FleetAirflow, fleet: Fleet, config: Path, drain_min: float) -> dict[str, float]:
+    """Switch the schedule off, wait until the dag-processor has parsed it, let the runs drain."""
+    write_config(config, fleet, None)
+    off_s = wait_schedule(airflow, fleet, on=False)
+    drain_s = drain(airflow, fleet, drain_min * 60)
+    return {"switch_off_s": off_s, "drain_s": drain_s, "settled": time.time()}
+
+
+def main_phase(
+    args: argparse.Namespace, stack: environment.Stack, fleet: Fleet, config: Path, airflow: FleetAirflow,
+    meter: CpuMeter, sampler: Sampler,
+) -> dict[str, Any]:  # fmt: skip
+    """Unpause the fleet, append for ``--minutes``, stop it and drain; the phase's figures and its CPU."""
+    cpu0 = meter.total()
+    unpause_fleet(airflow, fleet)
+    t0 = time.time()
+    end = t0 + args.minutes * 60
+    appender = Appender(SourceAdmin(stack.source_url), fleet, args.new_share, args.append_every, end, args.seed)
+    appender.start()
+    sleep_until(end, appender)
+    appender.stop.set()
+    appender.join()
+    stopped = stop_and_drain(airflow, fleet, config, args.drain)
+    cpu = meter.total() - cpu0
+    runs = fleet_runs(airflow, fleet, stack.pg_uri)
+    figures = phase_figures(runs, fleet, args.cron, t0, end, stopped["settled"])
+    samples = sampler.samples.between(t0, stopped["settled"])
+    figures.update(stopped, t0=t0, end=end, pool=pool_figures(samples, POOL), load=load_figures(samples))
+    ended = ended_between(runs, t0, stopped["settled"])
+    figures.update(cpu_s=cpu, runs_ended=len(ended), appends=appender.appends)
+    return figures
+
+
+def import_caught_up(airflow: FleetAirflow, stack: environment.Stack, fleet: Fleet, folder: Path) -> None:
+    """Every task's progress set to its source's current total with ``crawler-ops import-progress --apply --force``
+    (the old service's status format: ``last_start_offset`` becomes the watermark)."""
+    with httpx.Client(base_url=stack.source_url, timeout=60) as source:
+        rows = [
+            {"task_id": name, "total": (total := source_total(source, name)), "last_start_offset": total,
+             "status": "completed", "filtered_count": 0, "produced_count": 0}
+            for name in fleet.names
+        ]  # fmt: skip
+    path = folder / "caught_up.json"
+    path.write_text(json.dumps(rows))
+    command = [sys.executable, "-m", "crawler_ops", "import-progress", str(path), "--apply", "--force"]
+    done = subprocess.run(command, env={**os.environ, **airflow.env}, capture_output=True, text=True)
+    (folder / "import-progress.log").write_text(done.stdout + done.stderr)
+    if done.returncode != 0:
+        raise BenchError(f"import-progress failed ({folder / 'import-progress.log'}):\n{done.stderr[-1500:]}")
+
+
+def idle_phase(
+    args: argparse.Namespace, stack: environment.Stack, fleet: Fleet, config: Path, airflow: FleetAirflow,
+    meter: CpuMeter, sampler: Sampler, folder: Path,
+) -> dict[str, Any]:  # fmt: skip
+    """Every task caught up, the schedule on for ``--idle-phase-minutes`` with nothing appended, then off and
+    drained: the figures of its runs, each an idle poll, and their CPU."""
+    waited = drain(airflow, fleet, IDLE_PREP_TIMEOUT_S)
+    if still := active_runs(airflow, fleet):
+        return {"skipped": f"runs of the main phase still active after {waited:.0f} s more: {still}"}
+    import_caught_up(airflow, stack, fleet, folder)
+    write_config(config, fleet, args.cron)
+    on_s = wait_schedule(airflow, fleet, on=True)
+    cpu0, start = meter.total(), time.time()
+    end = start + args.idle_phase_minutes * 60
+    sleep_until(end)
+    # Drained to the end (not --drain): the phase's CPU is divided by its runs, so each must have ended in it.
+    stopped = stop_and_drain(airflow, fleet, config, IDLE_PREP_TIMEOUT_S / 60)
+    cpu = meter.total() - cpu0
+    runs = fleet_runs(airflow, fleet, stack.pg_uri)
+    figures = phase_figures(runs, fleet, args.cron, start, end, stopped["settled"])
+    samples = sampler.samples.between(start, stopped["settled"])
+    ended = ended_between(runs, start, stopped["settled"])
+    figures.update(stopped, minutes=args.idle_phase_minutes, extra_wait_s=waited, switch_on_s=on_s)
+    figures.update(pool=pool_figures(samples, POOL), load=load_figures(samples))
+    figures.update(cpu_s=cpu, runs_ended=len(ended), nothing_new_ended=sum(1 for r in ended if r.planned == 0))
+    figures.update(duration_phase_s=stopped["settled"] - start)
+    return figures
+
+
+@contextmanager
+def quiet_cpu(meter: CpuMeter, airflow: FleetAirflow, fleet: Fleet) -> Iterator[dict[str, Any]]:
+    """Airflow's CPU per second while the body runs (in this process: the topic check) with the schedule off and no
+    run going, at least :data:`QUIET_S`: its services' own background (the scheduler's loop, the dag-processor's
+    parses, the api-server). Yields the figures' dict, filled on exit; ``cpu_per_s`` None when a run was going."""
+    figures: dict[str, Any] = {"cpu_per_s": None}
+    quiet = not active_runs(airflow, fleet)
+    cpu0, start = meter.total(), time.monotonic()
+    yield figures
+    time.sleep(max(0.0, QUIET_S - (time.monotonic() - start)))
+    if quiet and not active_runs(airflow, fleet):
+        seconds = time.monotonic() - start
+        figures.update(seconds=seconds, cpu_per_s=(meter.total() - cpu0) / seconds)
+
+
+def run_fleet(
+    args: argparse.Namespace, stack: environment.Stack, fleet: Fleet, config: Path, airflow: FleetAirflow,
+    meter: CpuMeter, folder: Path, started: float,
+) -> dict[str, Any]:  # fmt: skip
+    """Registration (from ``started``, when the services were started), the old poll, the main phase, the topics,
+    the idle phase, on a running Airflow."""
+    wait_registered(airflow, fleet)
+    result: dict[str, Any] = {"registration_s": time.time() - started}
+    result["startup_cpu_s"] = meter.total()
+    result["old_count"] = old_count_poll(stack.source_url, fleet.names[0])
+    sampler = Sampler(airflow, fleet, meter)
+    sampler.start()
+    try:
+        main = main_phase(args, stack, fleet, config, airflow, meter, sampler)
+        appends = main.pop("appends")
+        result["appends"] = {"count": len(appends.done), "records": appends.records}
+        result["main"] = main
+        with quiet_cpu(meter, airflow, fleet) as quiet:
+            total, inexact = check_fleet(stack.source_url, stack.bootstrap, stack.pg_uri, fleet)
+        result["quiet"] = quiet
+        result["topic"] = {"summary": total.short(), "exact": total.exact, "sum": asdict(total), "inexact": inexact}
+        if args.idle_phase_minutes > 0:
+            result["idle"] = idle_phase(args, stack, fleet, config, airflow, meter, sampler, folder)
+    finally:
+        sampler.stop.set()
+        sampler.join()
+    result["sampler_errors"] = sampler.errors[:10]
+    result["samples"] = [asdict(s) for s in sampler.samples.taken]
+    return result
+
+
+def cpu_figures(result: dict[str, Any], all_s: float, floor_s: float) -> dict[str, Any]:
+    main, idle, old = result["main"], result.get("idle") or {}, result["old_count"]
+    idle_runs = idle.get("runs_ended")
+    idle_per_run = idle["cpu_s"] / idle_runs if idle_runs else None
+    quiet = result["quiet"]["cpu_per_s"]
+    # What a poll adds over the services' background: the phase's CPU less the quiet rate over its duration.
+    marginal = (idle["cpu_s"] - quiet * idle["duration_phase_s"]) / idle_runs if quiet and idle_runs else None
+    return {
+        "startup_s": result["startup_cpu_s"],
+        "main_s": main["cpu_s"],
+        "main_runs": main["runs_ended"],
+        "main_per_run_s": main["cpu_s"] / main["runs_ended"] if main["runs_ended"] else None,
+        "idle_s": idle.get("cpu_s"),
+        "idle_runs": idle_runs,
+        "idle_nothing_new": idle.get("nothing_new_ended"),
+        "idle_per_run_s": idle_per_run,
+        "old_count_cpu_s": old["cpu_s_median"],
+        "idle_vs_old_count": idle_per_run / old["cpu_s_median"] if idle_per_run and old["cpu_s_median"] else None,
+        "quiet_per_s": quiet,
+        "idle_marginal_per_run_s": marginal,
+        "idle_marginal_vs_old_count": marginal / old["cpu_s_median"] if marginal and old["cpu_s_median"] else None,
+        "all_s": all_s,
+        "sampled_floor_s": floor_s,
+    }
+
+
+@contextmanager
+def results_folder() -> Iterator[Path]:
+    folder = RESULTS_DIR / f"fleet-{datetime.now(UTC):%Y%m%dT%H%M%SZ}-{os.getpid()}"
+    (folder / "logs").mkdir(parents=True)
+    yield folder
+
+
+def main() -> int:
+    args = parse_args()
+    stack = environment.load_stack()
+    with results_folder() as folder:
+        fleet = make_fleet(SourceAdmin(stack.source_url), args.tasks, args.records, BATCH)
+        config = folder / "fleet.yaml"
+        write_config(config, fleet, args.cron)
+        meter = CpuMeter()
+        started = time.time()
+        with airflow_for(args, stack, config, folder / "logs") as airflow:
+            meter.exclude |= airflow.not_airflow
+            result = run_fleet(args, stack, fleet, config, airflow, meter, folder, started)
+        reap_orphans()
+        result["cpu"] = cpu_figures(result, meter.total(), meter.sampled_floor())
+    result["pool"] = POOL
+    result["scenario"] = {
+        **{k: v for k, v in vars(args).items() if k != "json"},
+        "append_every_s": args.append_every,
+        "drain_minutes": args.drain,
+        "cores": os.cpu_count(),
+        "fleet": fleet.base,
+        "results": str(folder),
+    }
+    print(markdown(result))
+    if args.json:
+        args.json.write_text(json.dumps(result, indent=2, default=str))
+    if not result["topic"]["exact"]:
+        print(
+            f"CORRECTNESS MISMATCH: {result['topic']['summary']}; tasks: {result['topic']['inexact']}", file=sys.stderr
+        )
+        return 1
+    return 1 if args.strict and any(t.met is False for t in targets(result)) else 0
+
+
+if __name__ == "__main__":
+    try:
+        sys.exit(main())
+    except BenchError as exc:
+        print(f"fleet_bench: {exc}", file=sys.stderr)
+        sys.exit(2)
