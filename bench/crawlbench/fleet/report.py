@@ -87,7 +87,7 @@ def phase_rows(phase: dict[str, Any], pool: str) -> list[tuple[str, str]]:
         ),
         ("run duration s, p50 / p95 / max (finished runs)", spread_text(phase["duration_s"])),
         (
-            "task instances per finished run, p50 / max (of them ran)",
+            "task instances per finished run, p50 / max (of them ran in a process)",
             f"{seconds(phase['tis_per_run']['p50'])} / {seconds(phase['tis_per_run']['max'])} "
             f"({seconds(phase['tis_ran_per_run']['p50'])} / {seconds(phase['tis_ran_per_run']['max'])})",
         ),

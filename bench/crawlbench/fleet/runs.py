@@ -39,7 +39,7 @@ class Run:
     end: float | None
     first_ti_start: float | None
     tis: int
-    tis_ran: int
+    tis_ran: int  # task instances that ran in a process of their own (a pid): not those skipped
     chunks: int
     planned: int | None  # None: no run record (its plan never ran)
     fetched: int | None
@@ -59,7 +59,7 @@ def fleet_runs(airflow: FleetAirflow, fleet: Fleet, pg_uri: str) -> list[Run]:
     prefix = fleet.dag_prefix
     rows = airflow.rows(
         "SELECT r.dag_id, r.run_id, r.run_type, r.run_after, r.state, r.start_date, r.end_date, min(t.start_date), "
-        "count(t.task_id), count(t.start_date), "
+        "count(t.task_id), count(t.pid), "
         "count(t.task_id) FILTER (WHERE t.task_id = 'crawl_chunk' AND t.map_index >= 0) "
         "FROM dag_run r LEFT JOIN task_instance t ON t.dag_id = r.dag_id AND t.run_id = r.run_id "
         "WHERE substr(r.dag_id, 1, :n) = :prefix GROUP BY r.id",
