@@ -1,5 +1,5 @@
-"""A fleet of crawl tasks on one source connection, scheduled by a real Airflow scheduler (the scenario of issue 47:
-the old service's shape, one API and a task per city): does every cron tick get its run, how late do runs start, do
+"""A fleet of crawl tasks on one source connection, scheduled by a real Airflow scheduler (a team replacing the old
+service, in its shape: one API and a task per city): does every cron tick get its run, how late do runs start, do
 they all finish, is every topic exact, and what does Airflow's CPU cost per run against the old service's poll.
 
     .venv/bin/python bench/fleet_bench.py [--tasks 100] [--cron '*/2 * * * *'] [--records 300] [--new-share 0.2]
@@ -37,7 +37,7 @@ What one run does, in order:
    service's idle poll is one count request of a keep-alive httpx client (``GET /api/{task}/count``, the total
    decoded), ``time.process_time()`` around each of 200, the median.
 
-Targets (issue 47, printed measured against goal): every tick served (runs created = ticks due), start lag p95 ≤ 30
+Targets (the fleet's, printed measured against goal): every tick served (runs created = ticks due), start lag p95 ≤ 30
 s, no run left queued or running after the drain, every topic exact, CPU per idle poll ≤ 10x the old count request.
 Exit status 1 when a topic is not exact (a correctness failure, also listed on stderr), or with ``--strict`` when any
 target is not met; 2 when the benchmark could not run. Needs the stack (``dev/stack.py up``).

@@ -1,4 +1,4 @@
-"""The fleet benchmark's targets (issue 47: 100 tasks on a 2-minute cadence, a fifth of them with new records at each
+"""The fleet benchmark's targets (100 tasks on a 2-minute cadence, a fifth of them with new records at each
 tick), its markdown tables (stdout) and its JSON."""
 
 from __future__ import annotations
@@ -183,7 +183,7 @@ def markdown(result: dict[str, Any]) -> str:
     lines += ["", "### CPU (every Airflow process and task process, from their own accounting)", ""]
     lines += table(cpu_rows(result))
     lines += ["", "### Topic vs truth", "", result["topic"]["summary"]]
-    lines += ["", "### Targets (issue 47)", ""]
+    lines += ["", "### Targets", ""]
     if any(s[k] != v for k, v in ISSUE_SCENARIO.items()):
         lines += ["(Not the issue's scenario: the targets are for 100 tasks, `*/2 * * * *`, 20 % new per tick.)", ""]
     lines += ["| target | measured | goal | met |", "|---|---:|---:|---|"]
