@@ -33,7 +33,8 @@ What one run does, in order:
 8. CPU (:mod:`crawlbench.fleet.cpu`): every process the benchmark started and their descendants (the Airflow
    services, executor workers, task processes), from the kernel's accounting, between t0 and the drained end of each
    phase; per run ended in the phase. The services' background (CPU per second with the schedule off and no run
-   going) is read while the topics are checked, and the idle poll is also given over that background. The old
+   going) is read while the topics are checked (or for 30 s at the end, when runs were still going then), and the
+   idle poll is also given over that background. The old
    service's idle poll is one count request of a keep-alive httpx client (``GET /api/{task}/count``, the total
    decoded), ``time.process_time()`` around each of 200, the median.
 
@@ -269,6 +270,10 @@ def run_fleet(
         result["topic"] = {"summary": total.short(), "exact": total.exact, "sum": asdict(total), "inexact": inexact}
         if args.idle_phase_minutes > 0:
             result["idle"] = idle_phase(args, stack, fleet, config, airflow, meter, sampler, folder)
+        if result["quiet"]["cpu_per_s"] is None:  # runs were still going during the topic check: once more, now
+            with quiet_cpu(meter, airflow, fleet) as quiet:
+                pass
+            result["quiet"] = quiet
     finally:
         sampler.stop.set()
         sampler.join()
@@ -303,27 +308,27 @@ def cpu_figures(result: dict[str, Any], all_s: float, floor_s: float) -> dict[st
     }
 
 
-@contextmanager
-def results_folder() -> Iterator[Path]:
+def results_folder() -> Path:
+    """Where the run's config, service logs and import file go."""
     folder = RESULTS_DIR / f"fleet-{datetime.now(UTC):%Y%m%dT%H%M%SZ}-{os.getpid()}"
     (folder / "logs").mkdir(parents=True)
-    yield folder
+    return folder
 
 
 def main() -> int:
     args = parse_args()
     stack = environment.load_stack()
-    with results_folder() as folder:
-        fleet = make_fleet(SourceAdmin(stack.source_url), args.tasks, args.records, BATCH)
-        config = folder / "fleet.yaml"
-        write_config(config, fleet, args.cron)
-        meter = CpuMeter()
-        started = time.time()
-        with airflow_for(args, stack, config, folder / "logs") as airflow:
-            meter.exclude |= airflow.not_airflow
-            result = run_fleet(args, stack, fleet, config, airflow, meter, folder, started)
-        reap_orphans()
-        result["cpu"] = cpu_figures(result, meter.total(), meter.sampled_floor())
+    folder = results_folder()
+    fleet = make_fleet(SourceAdmin(stack.source_url), args.tasks, args.records, BATCH)
+    config = folder / "fleet.yaml"
+    write_config(config, fleet, args.cron)
+    meter = CpuMeter()
+    started = time.time()
+    with airflow_for(args, stack, config, folder / "logs") as airflow:
+        meter.exclude |= airflow.not_airflow
+        result = run_fleet(args, stack, fleet, config, airflow, meter, folder, started)
+    reap_orphans()
+    result["cpu"] = cpu_figures(result, meter.total(), meter.sampled_floor())
     result["pool"] = POOL
     result["scenario"] = {
         **{k: v for k, v in vars(args).items() if k != "json"},

@@ -3,7 +3,6 @@ tick), its markdown tables (stdout) and its JSON."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -57,6 +56,10 @@ def targets(result: dict[str, Any]) -> list[Target]:
             None if ratio is None else ratio <= IDLE_VS_OLD,
         ),
     ]
+
+
+def per(value: float | None) -> str:
+    return "–" if value is None else f"{value:.2f}"
 
 
 def ratio_text(value: float | None) -> str:
@@ -117,7 +120,6 @@ def phase_rows(phase: dict[str, Any], pool: str) -> list[tuple[str, str]]:
 
 def cpu_rows(result: dict[str, Any]) -> list[tuple[str, str]]:
     cpu, old = result["cpu"], result["old_count"]
-    per: Callable[[float | None], str] = lambda v: "–" if v is None else f"{v:.2f}"  # noqa: E731
     rows = [
         ("Airflow start and DAG registration (CPU s)", f"{cpu['startup_s']:.1f}"),
         (

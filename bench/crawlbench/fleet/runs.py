@@ -128,6 +128,7 @@ def phase_figures(runs: list[Run], fleet: Fleet, cron: str, start: float, end: f
         "nothing_new": sum(1 for r in window if r.planned == 0),
         "with_record": sum(1 for r in window if r.planned is not None),
         "fetched": sum(r.fetched or 0 for r in window),
+        # Of any phase: in the first, the runs created at unpause for the tick before t0.
         "runs_before_window": sum(1 for r in runs if r.run_type == "scheduled" and r.run_after < start),
         "runs_after_window": sum(1 for r in runs if r.run_type == "scheduled" and r.run_after >= end),
     }

@@ -20,6 +20,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import httpx
 
@@ -55,7 +56,7 @@ class FleetAirflow:
             self._http = httpx.Client(base_url=f"{self.url}/api/v2", headers=headers, timeout=120)
         return self._http
 
-    def rows(self, statement: str, **params: object) -> list[tuple]:
+    def rows(self, statement: str, **params: Any) -> list[tuple[Any, ...]]:
         return metadata_rows(self.db, statement, **params)
 
 
