@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import psycopg
+
 from crawler_ops.hooks.store.db import CrawlerDbHook, create_schema
 from crawler_ops.hooks.store.sqlfiles import read_sql
 
@@ -31,9 +33,13 @@ class WatchStoreHook(CrawlerDbHook):
     """
 
     def read(self) -> WatchState:
-        with self.transaction() as cur:
-            create_schema(cur)  # a stamped schema is left alone without a lock; a watch may come before any run
-            row = cur.execute(read_sql("watch/select"), {"task": self.task_id}).fetchone()
+        try:
+            with self.transaction() as cur:
+                row = cur.execute(read_sql("watch/select"), {"task": self.task_id}).fetchone()
+        except psycopg.errors.UndefinedTable:
+            with self.transaction() as cur:  # a watch may ask before any run made the schema: once, then again
+                create_schema(cur)
+                row = cur.execute(read_sql("watch/select"), {"task": self.task_id}).fetchone()
         assert row is not None
         committed, announced, age = row
         return WatchState(
