@@ -31,6 +31,19 @@ class SourcePausedError(SourceError):
     the hook does not retry it itself (Airflow's retries do, later)."""
 
 
+class SourceDeferral(CrawlerError):
+    """A chunk's request must wait longer than ``source.defer_after_s`` (a long Retry-After, a paused or busy shared
+    rate limit): the chunk stops at a batch boundary and hands its worker slot to Airflow's triggerer, which resumes
+    it once the source opens. Raised only by a hook a deferrable chunk built; never retried by the hook itself.
+
+    :param wait_s: how long the source asked to wait.
+    """
+
+    def __init__(self, message: str, wait_s: float) -> None:
+        super().__init__(message)
+        self.wait_s = wait_s
+
+
 class DeliveryError(CrawlerError):
     """Kafka did not confirm a delivery, or the topic is missing and cannot be created."""
 

@@ -91,9 +91,43 @@ class ChunkResult:
     label: str
     counts: RunCounts
     elapsed_s: float
+    deferrals: int = 0  # times it gave its worker slot back to wait for its source
 
     def to_dict(self) -> dict[str, Any]:
-        return {"label": self.label, **self.counts.to_dict(), "elapsed_s": round(self.elapsed_s, 3)}
+        elapsed_s = round(self.elapsed_s, 3)
+        return {"label": self.label, **self.counts.to_dict(), "elapsed_s": elapsed_s, "deferrals": self.deferrals}
+
+
+@dataclass(frozen=True)
+class ChunkResume:
+    """Where a deferrable chunk starts: at its batch ``index`` (plan order), after ``counts`` and ``elapsed_s`` of the
+    legs before it; ``deferrals``: the legs before it; ``stalls``: the deferrals in a row that finished no batch.
+    Travels through the deferral's trigger as JSON."""
+
+    index: int = 0
+    counts: RunCounts = field(default_factory=RunCounts)
+    elapsed_s: float = 0.0
+    deferrals: int = 0
+    stalls: int = 0
+
+    def to_kwargs(self) -> dict[str, Any]:
+        return {
+            "index": self.index,
+            "counts": self.counts.to_dict(),
+            "elapsed_s": self.elapsed_s,
+            "deferrals": self.deferrals,
+            "stalls": self.stalls,
+        }
+
+    @classmethod
+    def from_kwargs(cls, values: Mapping[str, Any]) -> ChunkResume:
+        return cls(
+            int(values["index"]),
+            RunCounts.from_dict(values.get("counts") or {}),
+            float(values.get("elapsed_s") or 0.0),
+            int(values.get("deferrals") or 0),
+            int(values.get("stalls") or 0),
+        )
 
 
 @dataclass(frozen=True)

@@ -52,6 +52,7 @@ def task_ids() -> dict[str, str]:
         "cancel": f"cancel_{suffix}",
         "status": f"status_{suffix}",
         "ui": f"ui_{suffix}",
+        "defer": f"defer_{suffix}",
     }
 
 
@@ -85,6 +86,7 @@ def session_tasks(task_ids: dict[str, str]) -> list[dict[str, Any]]:
         cancel_task(task_ids["cancel"]),
         make_task(task_ids["status"]),
         make_task(task_ids["ui"]),
+        deferring_task(task_ids["defer"]),
     ]
     return [{**task.model_dump(mode="json"), "paused": True} for task in tasks]
 
@@ -101,6 +103,12 @@ def exactly_once_backfill_task(task_id: str) -> CrawlTaskConfig:
     return make_task(
         task_id, schedule=TWICE_A_DAY, batch_size=50, max_chunks=1, retries=1, kafka=kafka, source={"concurrency": 1}
     )
+
+
+def deferring_task(task_id: str) -> CrawlTaskConfig:
+    """An exactly-once task whose chunk defers when its source asks it to wait more than a second."""
+    source = {"defer_after_s": 1, "max_retries": 8, "concurrency": 2}
+    return make_task(task_id, max_chunks=1, kafka={"delivery": "exactly_once"}, source=source)
 
 
 def cancel_task(task_id: str) -> CrawlTaskConfig:

@@ -24,7 +24,14 @@ from tests.integration.airflow_api import (
     wait_for_first_scheduled_run,
     wait_until_idle,
 )
-from tests.integration.airflow_session import SHANGHAI, TWICE_A_DAY, cancel_task, ops_task, window_backfill_task
+from tests.integration.airflow_session import (
+    SHANGHAI,
+    TWICE_A_DAY,
+    cancel_task,
+    deferring_task,
+    ops_task,
+    window_backfill_task,
+)
 from tests.support import (
     DemoSource,
     create_topic,
@@ -462,3 +469,40 @@ def test_airflow_backfill_create_reads_each_intervals_filtered_view_and_nothing_
         pages += -(-len(truth) // cfg.batch_size)
     assert source.requests_seen(task) == {"count": 4, "list": pages}, "per run one filtered count and its pages"
     assert watermark(pg_uri, task) == before
+
+
+def test_a_chunk_whose_source_pauses_defers_to_the_triggerer_frees_its_slots_and_resumes_exactly(
+    airflow, source_url, kafka_bootstrap, pg_uri, task_ids
+):
+    """Every 6th page request answers 429 with Retry-After: 4, more than defer_after_s: the chunk defers (its pool
+    slot is free while the triggerer waits) and resumes at its batch, until every batch is done."""
+    task = task_ids["defer"]
+    cfg = deferring_task(task)
+    source = DemoSource(source_url)
+    source.create(task, total=1_000, ref=datetime.now(UTC).replace(microsecond=0), in_window_share=1.0)
+    source.faults(task, rate_limit_every=6, retry_after_s=4)
+
+    response = airflow.trigger(cfg.dag_id)
+    assert response.status_code == 200, response.text
+    run_id = response.json()["dag_run_id"]
+    instances = f"/dags/{cfg.dag_id}/dagRuns/{run_id}/taskInstances"
+    deferred_in_pool: list[int] = []
+    deadline = time.monotonic() + RUN_TIMEOUT_S
+    while not deferred_in_pool and time.monotonic() < deadline:
+        states = {ti["task_id"]: ti["state"] for ti in airflow.http.get(instances).json()["task_instances"]}
+        if states.get("crawl_chunk") == "deferred":
+            pool = airflow.http.get(f"/pools/{cfg.chunk_pool[0]}").json()
+            deferred_in_pool.append(pool["deferred_slots"])
+        time.sleep(0.2)
+    assert deferred_in_pool and deferred_in_pool[0] >= 1, "the chunk deferred, outside its pool's running slots"
+
+    state = airflow.wait_for(cfg.dag_id, run_id)
+    assert state == "success", airflow.http.get(instances).json()
+    entry = airflow.http.get(f"{instances}/crawl_chunk/xcomEntries/return_value", params={"map_index": 0})
+    result = entry.json()["value"]
+    assert result["deferrals"] >= 1 and result["batches_done"] == 10
+    messages = read_topic(kafka_bootstrap, cfg.kafka.topic)
+    truth = source.truth(task, run_record(pg_uri, task)["ref_time"], days=7, tolerance_s=24 * 3600)
+    assert sorted(m.key for m in messages) == sorted(truth["in_window_ids"]) and len(messages) == 1_000
+    assert not duplicates(messages)
+    assert watermark(pg_uri, task) == 1_000

@@ -167,6 +167,16 @@ class SourceConfig(SourceShape):
         "the connection); a longer one, inf or a far HTTP date counts as this, a negative one as 0, NaN or an "
         "unreadable one as none",
     )
+    defer_after_s: float | None = Field(
+        60.0,
+        gt=0,
+        le=86_400,
+        description="seconds: a chunk that must wait longer than this for the source (a Retry-After, a pause or queue "
+        "of the shared rate limit) stops after its last finished batch and defers to Airflow's triggerer, freeing its "
+        "worker and pool slot; it resumes at the same batch once the connection's rate limit opens again (15 s later "
+        "at the earliest). At most max_retries deferrals in a row without a batch finished, then the chunk fails "
+        "(retriable). null: wait in the worker. Feeds always wait in the worker",
+    )
     max_response_mb: float = Field(
         64.0,
         gt=0,

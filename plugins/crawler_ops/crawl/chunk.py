@@ -44,12 +44,12 @@ from crawler_ops.crawl.page_check import PageChecker
 from crawler_ops.crawl.publishers import publisher_for
 from crawler_ops.crawl.run import RunContext
 from crawler_ops.drift import FieldProfile, profile_values
-from crawler_ops.errors import PageSkippedError, StatusTableError
+from crawler_ops.errors import PageSkippedError, SourceDeferral, SourceError, StatusTableError
 from crawler_ops.hooks.kafka.producer import Publisher
 from crawler_ops.hooks.source.budget import ByteBudget, PageAccount
 from crawler_ops.hooks.source.hook import SourceApiHook
 from crawler_ops.planning import Batch, ChunkPlan
-from crawler_ops.results import BatchOutcome, ChunkResult, RunCounts
+from crawler_ops.results import BatchOutcome, ChunkResult, ChunkResume, RunCounts
 
 log = logging.getLogger(__name__)
 
@@ -194,6 +194,16 @@ class Checkpoint:
         return held and renewed
 
 
+class ChunkDeferred(Exception):
+    """A deferrable chunk stopped at a batch boundary to wait for its source (``wait_s`` seconds, as asked): every
+    batch before ``resume.index`` is recorded done, the batches from there on are still this worker's claims (its
+    next leg, the same worker, takes them over at once) and no attempt was counted against them."""
+
+    def __init__(self, message: str, resume: ChunkResume, wait_s: float) -> None:
+        super().__init__(message)
+        self.resume, self.wait_s = resume, wait_s
+
+
 class ChunkCrawler:
     """Fetch, filter, publish and checkpoint one chunk's batches, newest first, on the module's threads (above).
 
@@ -209,6 +219,7 @@ class ChunkCrawler:
     :param batch_filter: turns pages into messages.
     :param ledger: where batches are claimed (by the fetch threads) and recorded done (by the checkpoint thread).
     :param publisher: where messages go.
+    :param start: the legs before this one, when the chunk deferred: ``batches`` are those from ``start.index`` on.
     """
 
     def __init__(
@@ -220,8 +231,10 @@ class ChunkCrawler:
         batch_filter: BatchFilter,
         ledger: Ledger,
         publisher: Publisher,
+        start: ChunkResume | None = None,
     ) -> None:
         self.cfg, self.batches, self.label = cfg, list(batches), label
+        self.start = start or ChunkResume()
         self.source, self.filter, self.ledger, self.publisher = source, batch_filter, ledger, publisher
         self.shared, self.in_flight = SharedCounts(), InFlight()
         self.memory = ByteBudget.for_source(cfg.source)
@@ -248,12 +261,45 @@ class ChunkCrawler:
                 checkpoint.submit(self.in_flight.sent).result()
                 self.in_flight.sent = None
                 self.release_sent()
+        except SourceDeferral as exc:
+            raise self.deferred(exc, time.monotonic() - started) from exc
         except Exception as exc:
             self.give_back(exc)
             raise
         finally:
             self.close()
-        return ChunkResult(self.label, self.shared.counts(), time.monotonic() - started)
+        elapsed = time.monotonic() - started + self.start.elapsed_s
+        return ChunkResult(self.label, self.start.counts + self.shared.counts(), elapsed, self.start.deferrals)
+
+    def deferred(self, exc: SourceDeferral, elapsed_s: float) -> Exception:
+        """The chunk stops at the batch whose request must wait (the batches before it are recorded done): where
+        its next leg starts. After ``max_retries`` deferrals in a row that finished no batch, it fails instead,
+        retriable, its batches in flight given back with the error."""
+        current = self.in_flight.current
+        assert current is not None and self.in_flight.sent is None, "a deferral is raised by a batch's fetch only"
+        counts = self.shared.counts()
+        stalls = 0 if counts.batches_done else self.start.stalls + 1
+        if stalls > self.cfg.source.max_retries:
+            error = SourceError(
+                f"task {self.cfg.id} chunk {self.label}: deferred {stalls} times in a row without finishing a batch "
+                f"(source.max_retries {self.cfg.source.max_retries}); last: {exc}",
+                retriable=True,
+            )
+            self.give_back(error)
+            return error
+        index = self.start.index + self.batches.index(current)
+        legs = self.start
+        resume = ChunkResume(index, legs.counts + counts, legs.elapsed_s + elapsed_s, legs.deferrals + 1, stalls)
+        log.info(
+            "task %s chunk %s: deferred at batch %s for %.3gs (%d batches done in this leg): %s",
+            self.cfg.id,
+            self.label,
+            current,
+            exc.wait_s,
+            counts.batches_done,
+            exc,
+        )
+        return ChunkDeferred(f"task {self.cfg.id} chunk {self.label}: {exc}", resume, exc.wait_s)
 
     def fetches(self, fetch_threads: ThreadPoolExecutor) -> Iterator[Ahead]:
         """Submit the claims and fetches of the batches ahead, ``concurrency`` deep; yield them in plan order."""
@@ -402,9 +448,12 @@ def read_page(
     return PageRead(page)
 
 
-def crawl_offsets(run: RunContext, payload: ChunkPlan) -> dict[str, Any]:
+def crawl_offsets(run: RunContext, payload: ChunkPlan, resume: ChunkResume | None = None) -> dict[str, Any]:
     """Crawl one planned chunk of batches (``payload``: its label, batches and whether it is a first crawl); returns
-    the chunk's result for XCom. The run's kind picks the ledger and the publisher, here and nowhere else."""
+    the chunk's result for XCom. The run's kind picks the ledger and the publisher, here and nowhere else.
+
+    ``resume``: the chunk may defer (:class:`ChunkDeferred`, with ``source.defer_after_s``), and starts where its
+    last leg stopped; None: it never defers."""
     owner = f"{run.run_id}|{run.map_index}"
     token = f"{owner}|{run.try_number}|{uuid.uuid4().hex[:12]}"
     batches = list(payload.batches)
@@ -412,7 +461,7 @@ def crawl_offsets(run: RunContext, payload: ChunkPlan) -> dict[str, Any]:
     ledger = ledger_for(run, owner, token)
     try:
         batch_filter = BatchFilter(run, early_stop=payload.early_stop, schema_id=payload.schema_id)
-        publisher = publisher_for(run, batches, ledger)
+        publisher = publisher_for(run, batches, ledger)  # every leg on the whole chunk's transactional id
     except Exception as exc:
         # A chunk that cannot start (a transform that does not import, Kafka transactions refused) names why on
         # the run, like a chunk that fails on a batch.
@@ -420,7 +469,9 @@ def crawl_offsets(run: RunContext, payload: ChunkPlan) -> dict[str, Any]:
         ledger.fail([], f"{type(exc).__name__}: {exc}")
         ledger.close()
         raise
-    crawler = ChunkCrawler(run.cfg, batches, label, run.source(), batch_filter, ledger, publisher)
+    start = resume or ChunkResume()
+    source = run.source(defers=resume is not None)
+    crawler = ChunkCrawler(run.cfg, batches[start.index :], label, source, batch_filter, ledger, publisher, start)
     result = crawler.crawl()
     # The last batch is recorded done after the loop's last progress line: the line of the chunk done.
     crawler.log_progress(min((b.lo for b in batches), default=0), result.elapsed_s)

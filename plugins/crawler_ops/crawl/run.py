@@ -207,10 +207,11 @@ class RunContext:
         return self.backfill_interval is not None and self.cfg.source.window_filter is not None
 
     # The clients are imported when a step asks for one: the DAG files import this module at parse time.
-    def source(self, filtered: bool | None = None) -> SourceApiHook:
+    def source(self, filtered: bool | None = None, defers: bool = False) -> SourceApiHook:
         """The source hook, paced by this process's limiter of the source connection, which shares the rate through
         the task's crawler database; ``filtered``: its count and pages are the window's filtered view (default:
-        :attr:`reads_filtered_view`)."""
+        :attr:`reads_filtered_view`); ``defers``: a wait past ``source.defer_after_s`` raises
+        :class:`~crawler_ops.errors.SourceDeferral` (a deferrable chunk's hook)."""
         from crawler_ops.hooks.source.hook import SourceApiHook
         from crawler_ops.hooks.source.paging import Paging
         from crawler_ops.hooks.source.ratelimit import limiter_for
@@ -222,8 +223,16 @@ class RunContext:
         view = self.reads_filtered_view if filtered is None else filtered
         paging = Paging.of_task(self.cfg, self.ref, (window.start, window.end), filtered=view)
         token = token_for(self.cfg.source, self.cfg.postgres_conn_id)
+        defer_after_s = self.cfg.source.defer_after_s if defers else None
         return SourceApiHook(
-            self.cfg.source, self.cfg.id, self.cfg.source_task, fields, limiter, paging=paging, token=token
+            self.cfg.source,
+            self.cfg.id,
+            self.cfg.source_task,
+            fields,
+            limiter,
+            paging=paging,
+            token=token,
+            defer_after_s=defer_after_s,
         )
 
     def topics(self, admin: Callable[[], AdminClient]) -> TaskTopics:

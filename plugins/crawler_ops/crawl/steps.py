@@ -25,7 +25,7 @@ from crawler_ops.crawl.feed import advance_feed, crawl_feed, plan_feed
 from crawler_ops.crawl.plan import plan_offsets
 from crawler_ops.crawl.run import RunContext
 from crawler_ops.planning import ChunkPlan
-from crawler_ops.results import RunSummary
+from crawler_ops.results import ChunkResume, RunSummary
 
 
 class CrawlStrategy(ABC):
@@ -41,8 +41,9 @@ class CrawlStrategy(ABC):
         """Step 1: what the run reads, in chunks."""
 
     @abstractmethod
-    def crawl(self, run: RunContext, payload: ChunkPlan) -> dict[str, Any]:
-        """Step 2: read, publish and record one chunk; its result for XCom."""
+    def crawl(self, run: RunContext, payload: ChunkPlan, resume: ChunkResume | None = None) -> dict[str, Any]:
+        """Step 2: read, publish and record one chunk; its result for XCom. ``resume``: the chunk may defer while its
+        source is paused, and starts where its last leg stopped (a strategy that cannot stop midway waits instead)."""
 
     #: Step 3's move of the watermark over what the run did.
     advance: Advance
@@ -54,8 +55,8 @@ class OffsetBatches(CrawlStrategy):
     def plan(self, run: RunContext) -> list[ChunkPlan]:
         return plan_offsets(run)
 
-    def crawl(self, run: RunContext, payload: ChunkPlan) -> dict[str, Any]:
-        return crawl_offsets(run, payload)
+    def crawl(self, run: RunContext, payload: ChunkPlan, resume: ChunkResume | None = None) -> dict[str, Any]:
+        return crawl_offsets(run, payload, resume)
 
     advance = staticmethod(advance_offsets)
 
@@ -66,7 +67,8 @@ class Feed(CrawlStrategy):
     def plan(self, run: RunContext) -> list[ChunkPlan]:
         return plan_feed(run)
 
-    def crawl(self, run: RunContext, payload: ChunkPlan) -> dict[str, Any]:
+    def crawl(self, run: RunContext, payload: ChunkPlan, resume: ChunkResume | None = None) -> dict[str, Any]:
+        # A feed's pages are reached one after another by their cursors: its chunk waits for the source in its worker.
         return crawl_feed(run, payload)
 
     advance = staticmethod(advance_feed)
@@ -86,9 +88,10 @@ def plan_run(run: RunContext) -> list[ChunkPlan]:
     return strategy_for(run.cfg).plan(run)
 
 
-def crawl_chunk(run: RunContext, payload: ChunkPlan) -> dict[str, Any]:
-    """Step 2, one instance of the DAG's mapped ``crawl_chunk`` task."""
-    return strategy_for(run.cfg).crawl(run, payload)
+def crawl_chunk(run: RunContext, payload: ChunkPlan, resume: ChunkResume | None = None) -> dict[str, Any]:
+    """Step 2, one instance of the DAG's mapped ``crawl_chunk`` task; ``resume``: it may defer
+    (:class:`~crawler_ops.crawl.chunk.ChunkDeferred`) and starts there."""
+    return strategy_for(run.cfg).crawl(run, payload, resume)
 
 
 def commit_run(run: RunContext, chunks: Sequence[ChunkPlan], results: Sequence[Any]) -> RunSummary:

@@ -22,8 +22,9 @@ file is parsed: parsing stays cheap, and a task process loads only what its own 
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from airflow.sdk import BaseOperator, SkipMixin, TriggerRule
 from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
@@ -33,13 +34,20 @@ from crawler_ops.crawl.run import RunContext, pulled_results
 from crawler_ops.operators.failures import crawler_cause, keep_error_on_run, no_retry_for_permanent_errors
 from crawler_ops.operators.lineage import CrawlLineage, ReportsLineage
 from crawler_ops.planning import ChunkPlan
+from crawler_ops.results import ChunkResume
 from crawler_ops.telemetry.notify import notify_run
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
     from airflow.sdk.definitions.mappedoperator import MappedOperator
 
+    from crawler_ops.crawl.chunk import ChunkDeferred
+
 log = logging.getLogger(__name__)
+
+#: A deferred chunk resumes no sooner than this: the scheduler must first take in the executor's report that the
+#: deferring process ended, or it fails the resumed try as "changed externally" (apache/airflow#72716).
+MIN_DEFERRAL_S = 15.0
 
 # The task ids of a crawl DAG, named here only: the steps find each other's XComs by them.
 PLAN = "plan"
@@ -118,6 +126,11 @@ class CrawlChunkOperator(ReportsLineage, CrawlStepOperator):
     """Crawl one planned chunk: fetch, filter, publish, mark its batches done; returns the chunk's result. Mapped
     over the plan's chunks (:meth:`over`), one instance per chunk, labelled by its offsets in the UI.
 
+    A chunk whose request must wait longer than ``source.defer_after_s`` (a Retry-After, a paused rate limit) defers
+    after its last finished batch: its worker and pool slots are free while
+    :class:`~crawler_ops.triggers.source_open.SourceOpenTrigger` waits in the triggerer, and :meth:`resume` goes on
+    at the batch it stopped at.
+
     Failure policy: a config error or a non-retriable source error fails without retries; a batch that fails is
     released with its error on the run (:mod:`crawler_ops.crawl.ledger`), so the next try or run takes it again.
 
@@ -145,6 +158,23 @@ class CrawlChunkOperator(ReportsLineage, CrawlStepOperator):
         return cls.partial(crawl=crawl, **(settings | kwargs)).expand(chunk=plan.output)
 
     def execute(self, context: Context) -> dict[str, Any]:
+        return self.crawl_from(context, ChunkResume())
+
+    def resume(self, context: Context, event: Mapping[str, Any]) -> dict[str, Any]:
+        """The chunk's next leg, once its source is open again (the trigger's ``event`` says where the last one
+        stopped)."""
+        start = ChunkResume.from_kwargs(event["resume"])
+        log.info(
+            "task %s: source %s is open again (%.3gs after the wait it asked for); resuming at batch %d of the chunk",
+            self.crawl.id,
+            event.get("source"),
+            event.get("late_s") or 0.0,
+            start.index,
+        )
+        return self.crawl_from(context, start)
+
+    def crawl_from(self, context: Context, start: ChunkResume) -> dict[str, Any]:
+        from crawler_ops.crawl.chunk import ChunkDeferred
         from crawler_ops.crawl.steps import crawl_chunk
 
         chunk = ChunkPlan.from_xcom(self.chunk)
@@ -152,11 +182,30 @@ class CrawlChunkOperator(ReportsLineage, CrawlStepOperator):
         context["chunk_label"] = chunk.label  # type: ignore[typeddict-unknown-key]
         run = self.run_of(context)
         self.lineage = CrawlLineage(self.crawl, publishes=not run.params.dry_run)
+        resume = start if self.crawl.source.defer_after_s is not None else None
         try:
-            return no_retry_for_permanent_errors(lambda: crawl_chunk(run, chunk))
+            return no_retry_for_permanent_errors(lambda: crawl_chunk(run, chunk, resume))
+        except ChunkDeferred as deferred:
+            self.defer_until_open(deferred)
         except Exception as exc:
             keep_error_on_run(run, f"crawl_chunk {chunk.label}", exc)
             raise
+
+    def defer_until_open(self, deferred: ChunkDeferred) -> NoReturn:
+        """Hand the worker slot back until the source is open (Airflow's signal to defer)."""
+        from crawler_ops.triggers.source_open import SourceOpenTrigger
+
+        source = self.crawl.source
+        assert source.defer_after_s is not None
+        trigger = SourceOpenTrigger(
+            source.model_dump(mode="json"),
+            self.crawl.postgres_conn_id,
+            not_before=time.time() + max(deferred.wait_s, MIN_DEFERRAL_S),
+            within_s=source.defer_after_s / 2,
+            max_wait_s=source.max_retry_after_s + source.deadline_s,
+            resume=deferred.resume.to_kwargs(),
+        )
+        self.defer(trigger=trigger, method_name="resume")
 
 
 class CommitCrawlOperator(CrawlStepOperator):

@@ -65,12 +65,15 @@ class Source:
     short: set[int] = field(default_factory=set)
     requested: list[int] = field(default_factory=list)
     events: Events | None = None
+    paused: dict[int, int] = field(default_factory=dict)  # offset -> its next requests answered 429 with this wait
 
     def handle(self, request: httpx.Request) -> httpx.Response:
         offset, limit = int(request.url.params["offset"]), int(request.url.params["limit"])
         self.requested.append(offset)
         if self.events is not None:
             self.events.add("get", offset)
+        if offset in self.paused:
+            return httpx.Response(429, headers={"Retry-After": str(self.paused[offset])})
         page = RECORDS[offset : offset + limit]
         if offset in self.short:
             page = page[:-1]
@@ -529,9 +532,12 @@ def chunk_parts(monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
         parts["run"], parts["owner"], parts["token"] = run, owner, token
         return parts["ledger"]
 
-    def source(run: RunContext) -> SourceApiHook:
-        hook = SourceApiHook(run.cfg.source, run.cfg.id, run.cfg.source_task)
-        transport = httpx.MockTransport(Source().handle)
+    parts["source"] = Source()
+
+    def source(run: RunContext, filtered: bool | None = None, defers: bool = False) -> SourceApiHook:
+        defer_after_s = run.cfg.source.defer_after_s if defers else None
+        hook = SourceApiHook(run.cfg.source, run.cfg.id, run.cfg.source_task, defer_after_s=defer_after_s)
+        transport = httpx.MockTransport(parts["source"].handle)
         hook.__dict__["client"] = httpx.Client(base_url="http://source.test", transport=transport)
         return hook
 
@@ -559,6 +565,87 @@ def test_a_chunk_crawls_its_planned_batches_as_its_claims_owner_and_returns_its_
     cutoff = max(o.cutoff for o in ledger.finished)
     assert cutoff == (600 if early_stop else 0)
     assert result["kept"] == sum(in_window(i) for i in range(TOTAL))
+
+
+def test_a_deferrable_chunk_stops_at_the_batch_that_must_wait_and_its_next_leg_crawls_the_rest_once(chunk_parts):
+    from crawler_ops.crawl.chunk import ChunkDeferred
+    from crawler_ops.crawl.steps import crawl_chunk
+    from crawler_ops.planning import ChunkPlan
+    from crawler_ops.results import ChunkResume
+
+    batches = tuple(Batch(lo, lo + BATCH) for lo in range(TOTAL - BATCH, -1, -BATCH))
+    plan = ChunkPlan("offsets 0-1000", batches, False)
+    run = run_of(make_cfg(source={"concurrency": 2, "max_retries": 1, "defer_after_s": 60}), dry_run=True)
+    ledger, source = chunk_parts["ledger"], chunk_parts["source"]
+    source.paused[500] = 120
+
+    with pytest.raises(ChunkDeferred) as stopped:
+        crawl_chunk(run, plan, ChunkResume())
+
+    resume = stopped.value.resume
+    assert stopped.value.wait_s == 120.0
+    assert (resume.index, resume.deferrals, resume.stalls) == (batches.index(Batch(500, 600)), 1, 0)
+    assert [o.batch.lo for o in ledger.finished] == [900, 800, 700, 600], "every batch before it is done"
+    assert resume.counts.batches_done == 4 and not ledger.failed, "no batch failed: no attempt is counted"
+
+    del source.paused[500]
+    result = crawl_chunk(run, plan, resume)
+
+    assert [o.batch.lo for o in ledger.finished] == [900, 800, 700, 600, 500, 400, 300, 200, 100, 0]
+    assert (result["batches_done"], result["deferrals"]) == (10, 1)
+    assert result["kept"] == sum(in_window(i) for i in range(TOTAL))
+
+
+def test_a_chunk_deferred_more_than_max_retries_times_without_a_batch_done_fails_and_gives_its_batch_back(
+    chunk_parts,
+):
+    from crawler_ops.crawl.chunk import ChunkDeferred
+    from crawler_ops.crawl.steps import crawl_chunk
+    from crawler_ops.errors import SourceError
+    from crawler_ops.planning import ChunkPlan
+    from crawler_ops.results import ChunkResume
+
+    batches = (Batch(100, 200), Batch(0, 100))
+    plan = ChunkPlan("offsets 0-200", batches, False)
+    run = run_of(make_cfg(source={"concurrency": 1, "max_retries": 2, "defer_after_s": 60}), dry_run=True)
+    chunk_parts["source"].paused[100] = 600
+    resume = ChunkResume()
+    for stalls in (1, 2):
+        with pytest.raises(ChunkDeferred) as stopped:
+            crawl_chunk(run, plan, resume)
+        resume = stopped.value.resume
+        assert (resume.index, resume.stalls, resume.deferrals) == (0, stalls, stalls)
+
+    with pytest.raises(SourceError, match="deferred 3 times in a row without finishing a batch") as failed:
+        crawl_chunk(run, plan, resume)
+
+    assert failed.value.retriable
+    assert [(batches_, "deferred" in error) for batches_, error in chunk_parts["ledger"].failed] == [
+        ([Batch(100, 200)], True)
+    ]
+
+
+def test_a_chunk_that_may_not_defer_waits_in_its_worker(chunk_parts, monkeypatch):
+    from crawler_ops.crawl.steps import crawl_chunk
+    from crawler_ops.hooks.source import hook as hook_module
+    from crawler_ops.planning import ChunkPlan
+
+    waits: list[float] = []
+    source, real_sleep = chunk_parts["source"], time.sleep
+
+    def sleep(seconds: float) -> None:  # the pause ends while the worker waits
+        if seconds < 1:  # not the source's wait
+            return real_sleep(seconds)
+        waits.append(seconds)
+        source.paused.clear()
+
+    monkeypatch.setattr(hook_module.time, "sleep", sleep)
+    source.paused[100] = 120
+    run = run_of(make_cfg(source={"concurrency": 1, "max_retries": 1, "defer_after_s": 60}), dry_run=True)
+
+    result = crawl_chunk(run, ChunkPlan("offsets 0-200", (Batch(100, 200), Batch(0, 100)), False))
+
+    assert waits == [120.0] and (result["batches_done"], result["deferrals"]) == (2, 0)
 
 
 def test_a_chunk_that_cannot_start_names_why_on_the_run_and_closes_its_ledger(chunk_parts, caplog):

@@ -12,7 +12,14 @@ import httpx
 from airflow.sdk import BaseHook
 
 from crawler_ops.config import SourceConfig
-from crawler_ops.errors import AnswerTooHeavyError, SourceError, SourcePausedError, StatusTableError, TokenExpiredError
+from crawler_ops.errors import (
+    AnswerTooHeavyError,
+    SourceDeferral,
+    SourceError,
+    SourcePausedError,
+    StatusTableError,
+    TokenExpiredError,
+)
 from crawler_ops.hooks.http import DeadlineTransport, base_url, deadline, environment_proxy
 from crawler_ops.hooks.source.auth import extra_headers, redact, source_auth
 from crawler_ops.hooks.source.feed import HeadedBody
@@ -82,6 +89,9 @@ class SourceApiHook(BaseHook):
         limited), and ``token`` its shared OAuth2 token (:func:`crawler_ops.hooks.source.tokens.token_for`): the
         caller builds both from the crawler database, the hook itself never talks to PostgreSQL.
     :param paging: how offsets become requests (:class:`Paging`); default: outside a run.
+    :param defer_after_s: a request that must wait longer than this (a Retry-After before its retry, or the shared
+        rate limit's next slot) raises :class:`SourceDeferral` instead of waiting: a deferrable chunk's hook. None:
+        every wait is waited.
     """
 
     conn_name_attr = "source_conn_id"
@@ -98,6 +108,7 @@ class SourceApiHook(BaseHook):
         limiter: SourceLimiter | None = None,
         paging: Paging | None = None,
         token: SharedToken | None = None,
+        defer_after_s: float | None = None,
     ) -> None:
         super().__init__()
         self.source = source
@@ -107,6 +118,7 @@ class SourceApiHook(BaseHook):
         self.split: Split | None = None  # finds a page's records in its body elsewhere (a chunk's page check)
         self.max_bytes = int(source.max_response_mb * 1024 * 1024)
         self.limiter, self.token = limiter, token
+        self.defer_after_s = defer_after_s
         self.attached = limiter is not None
         self.paging = paging or Paging.outside_a_run(source, source_task, DEFAULT_BATCH_SIZE)
         if limiter is not None:
@@ -175,10 +187,23 @@ class SourceApiHook(BaseHook):
                     renewed = True
 
         retry_on = partial(worth_retrying, has_parts=has_parts)
-        log, policy = self.log_retry, self.source.retry
-        return policy.run(once, SourceError, retry_on=retry_on, give_up=gave_up, on_retry=log, sleep=time.sleep)
+        policy = self.source.retry
+        try:
+            return policy.run(
+                once, SourceError, retry_on=retry_on, give_up=gave_up, on_retry=self.before_retry, sleep=time.sleep
+            )
+        except SourcePausedError as exc:
+            if self.defer_after_s is None or exc.retry_after is None:
+                raise
+            raise SourceDeferral(str(exc), exc.retry_after) from exc
 
-    def log_retry(self, exc: SourceError, retry: int, delay: float) -> None:
+    def before_retry(self, exc: SourceError, retry: int, delay: float) -> None:
+        """Told before the wait for retry ``retry``: a wait past ``defer_after_s`` defers instead."""
+        if self.defer_after_s is not None and delay > self.defer_after_s:
+            raise SourceDeferral(
+                f"{exc}; the retry would wait {delay:.3g}s, longer than source.defer_after_s ({self.defer_after_s:g}s)",
+                delay,
+            ) from exc
         retries = self.source.max_retries
         self.log.warning("task %s: %s; retry %d/%d in %.2fs", self.task_label, exc, retry, retries, delay)
 
@@ -186,7 +211,7 @@ class SourceApiHook(BaseHook):
         label = f"task {self.task_label}: {request.method} {request.path} {what}"
         # The wait for the source's rate limit comes before the request's deadline starts.
         try:
-            with self.limiter.request() if self.limiter is not None else nullcontext():
+            with self.limiter.request(self.defer_after_s) if self.limiter is not None else nullcontext():
                 body = self._fetch(request, label, what, max_bytes)
         except SourcePausedError as exc:  # the limiter: no slot before the deadline
             raise SourcePausedError(f"{label}: {exc}", retriable=True, retry_after=exc.retry_after) from exc

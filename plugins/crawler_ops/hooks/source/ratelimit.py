@@ -161,6 +161,11 @@ class SourceRateStore:
         )
         return Grant(now, first, interval, count, rate)
 
+    def opens_in(self) -> float:
+        """Seconds until the connection's next request slot is due (0: now)."""
+        (seconds,) = self.run("open_in")
+        return float(seconds)
+
     def throttle(self, retry_after: float | None) -> tuple[float, bool]:
         rate, cut = self.run(
             "throttle",
@@ -237,24 +242,25 @@ class SourceLimiter:
                 self.flight.close()
 
     @contextmanager
-    def request(self) -> Iterator[None]:
-        """Hold an in-flight permit and wait for a slot; the request is sent inside the block."""
+    def request(self, max_wait: float | None = None) -> Iterator[None]:
+        """Hold an in-flight permit and wait for a slot, at most ``max_wait`` seconds (at most ``deadline_s``); the
+        request is sent inside the block."""
         permit: AbstractContextManager[Any] = (
             self.flight.permit() if self.flight is not None else self.permits or nullcontext()
         )
         with permit:
-            self.wait_for_slot()
+            self.wait_for_slot(self.max_wait if max_wait is None else min(max_wait, self.max_wait))
             yield
 
-    def wait_for_slot(self) -> None:
+    def wait_for_slot(self, max_wait: float) -> None:
         if self.bucket is None:
             return
         while True:
             with self.lock:
                 at, throttles = self.next_slot(), self.throttles
             delay = at - self.clock()
-            if delay > self.max_wait:
-                raise self.paused(delay)
+            if delay > max_wait:
+                raise self.paused(delay, max_wait)
             if delay > 0:
                 self.sleep(delay)
             if self.clock() - at <= STALE_S and self.throttles == throttles:
@@ -271,15 +277,16 @@ class SourceLimiter:
         if not self.slots:
             grant = self.bucket.take(self.want)
             if grant.count == 0:  # none before the deadline: the bucket says how far the next one is
-                raise self.paused(grant.first - grant.now)
+                raise self.paused(grant.first - grant.now, self.max_wait)
             self.slots.extend(grant.local_times(self.clock()))
             self.note_rate(grant.rate)
         return self.slots.popleft()
 
-    def paused(self, wait: float) -> SourcePausedError:
+    def paused(self, wait: float, max_wait: float) -> SourcePausedError:
+        bound = "source.deadline_s" if max_wait >= self.max_wait else "source.defer_after_s"
         return SourcePausedError(
             f"source connection '{self.conn_id}' has no request slot for {wait:.3g}s (a Retry-After, or a queue of "
-            f"requests), longer than source.deadline_s ({self.max_wait:g}s); failing the request instead of waiting",
+            f"requests), longer than {bound} ({max_wait:g}s); failing the request instead of waiting",
             retriable=True,
             retry_after=wait,
         )

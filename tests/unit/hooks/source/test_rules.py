@@ -170,7 +170,7 @@ class Limiter:
 
     def detach(self) -> None: ...
 
-    def request(self) -> Any:
+    def request(self, max_wait: float | None = None) -> Any:
         from contextlib import nullcontext
 
         return nullcontext()

@@ -340,7 +340,7 @@ class RecordingLimiter:
     throttles: list[float | None] = field(default_factory=list)
 
     @contextmanager
-    def request(self) -> Iterator[None]:
+    def request(self, max_wait: float | None = None) -> Iterator[None]:
         self.requests += 1
         yield
 
@@ -456,7 +456,7 @@ def test_a_source_paused_beyond_the_deadline_fails_the_request_at_once_naming_ta
 
     class PausedLimiter(RecordingLimiter):
         @contextmanager
-        def request(self) -> Iterator[None]:
+        def request(self, max_wait: float | None = None) -> Iterator[None]:
             self.requests += 1
             raise SourcePausedError(
                 "source connection 'src' has no request slot for 3.6e+03s", retriable=True, retry_after=3600.0
@@ -473,6 +473,50 @@ def test_a_source_paused_beyond_the_deadline_fails_the_request_at_once_naming_ta
 
     assert err.value.retriable is True, "Airflow's retries take over"
     assert hook.limiter.requests == 1 and sleeps == [] and fake.requests == [], "no wait, no retry inside the hook"
+
+
+def deferrable_hook(defer_after_s: float, **source: Any) -> SourceApiHook:
+    """A deferrable chunk's hook: waits past ``defer_after_s`` raise instead."""
+    cfg = SourceConfig(conn_id="src", **{"backoff_s": 0.5, "max_backoff_s": 2.0, "max_retries": 3, **source})
+    return SourceApiHook(cfg, "jobs", "remote_jobs", defer_after_s=defer_after_s)
+
+
+def test_a_deferrable_hook_defers_a_retry_after_longer_than_defer_after_s_and_waits_a_shorter_one(
+    fake, connection, sleeps
+):
+    from crawler_ops.errors import SourceDeferral
+
+    fake.replies = [httpx.Response(429, headers={"Retry-After": "30"})]
+    with pytest.raises(SourceDeferral, match=r"retry would wait 30s, longer than source.defer_after_s \(10s\)") as err:
+        deferrable_hook(10).get_total()
+    assert err.value.wait_s == 30.0
+    assert sleeps == [] and len(fake.requests) == 1, "no wait in the worker"
+
+    fake.requests.clear()
+    fake.replies = [httpx.Response(429, headers={"Retry-After": "10"}), count_body(3)]
+    assert deferrable_hook(10).get_total() == 3
+    assert sleeps == [10.0], "a wait up to defer_after_s is waited"
+
+
+def test_a_deferrable_hook_waits_for_a_slot_at_most_defer_after_s_and_defers_a_paused_source(fake, connection, sleeps):
+    from crawler_ops.errors import SourceDeferral, SourcePausedError
+
+    waits: list[float | None] = []
+
+    class PausedLimiter(RecordingLimiter):
+        @contextmanager
+        def request(self, max_wait: float | None = None) -> Iterator[None]:
+            waits.append(max_wait)
+            raise SourcePausedError("no request slot for 3.6e+03s", retriable=True, retry_after=3600.0)
+            yield
+
+    hook = deferrable_hook(10)
+    hook.limiter = PausedLimiter()  # type: ignore[assignment]
+    with pytest.raises(SourceDeferral) as err:
+        hook.get_total()
+
+    assert err.value.wait_s == 3600.0 and waits == [10]
+    assert sleeps == [] and fake.requests == []
 
 
 # --------------------------------------------------------------------------- paginators and request templates
