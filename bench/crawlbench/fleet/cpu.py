@@ -62,6 +62,23 @@ def reap_orphans(timeout: float = 30.0) -> int:
     return reaped
 
 
+def tree_cpu(pid: int) -> float:
+    """CPU of the live process ``pid`` and of its descendants by the module's rule, since they started (the children
+    they reaped included): one service's own, e.g. the triggerer and its trigger runner. The difference of two
+    readings is what the service used in between; 0 when the process is gone."""
+    try:
+        root = psutil.Process(pid)
+        procs = [root, *root.children(recursive=True)]
+    except (psutil.NoSuchProcess, psutil.AccessDenied):
+        return 0.0
+    used = 0.0
+    for proc in procs:
+        with suppress(psutil.NoSuchProcess, psutil.AccessDenied):
+            times = proc.cpu_times()
+            used += times.user + times.system + times.children_user + times.children_system
+    return used
+
+
 class CpuMeter:
     """CPU seconds used by this process's descendants since the meter was made (see the module's rule)."""
 

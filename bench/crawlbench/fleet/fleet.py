@@ -55,39 +55,83 @@ def make_fleet(admin: SourceAdmin, tasks: int, records: int, batch: int) -> Flee
     return fleet
 
 
-def task_entry(fleet: Fleet, name: str, cron: str | None) -> dict[str, Any]:
+@dataclass(frozen=True)
+class Schedule:
+    """What starts the fleet's runs: a cron (UTC), a watch of the source's total every ``watch_every_s`` seconds (an
+    announced total not yet planned is announced again after ``max(600, 4 x every_s)``), or both (the cron then a
+    safety net beside the watch). Neither: the schedule is off, the DAGs get no new runs."""
+
+    cron: str | None
+    watch_every_s: float | None = None
+
+    @property
+    def watch(self) -> dict[str, float] | None:
+        every = self.watch_every_s
+        return None if every is None else {"every_s": every, "refire_s": max(600.0, 4 * every)}
+
+    def describe(self) -> str:
+        cron = f"`{self.cron}`" if self.cron else None
+        if self.watch_every_s is None:
+            return cron or "no schedule"
+        watched = f"a watch every {self.watch_every_s:g} s"
+        return f"{watched} (cron {cron} as the safety net)" if cron else f"{watched} alone (no cron)"
+
+
+OFF = Schedule(None)
+
+
+def task_entry(fleet: Fleet, name: str, schedule: Schedule) -> dict[str, Any]:
     """One crawl task with the defaults of a task on the default demo source connection (its pool, rate limit and
     in-flight bound are what is measured), created paused so that the whole fleet is unpaused at once."""
-    return {
+    entry: dict[str, Any] = {
         "id": name,
         "kafka": {"topic": fleet.topic(name)},
-        "schedule": cron,
+        "schedule": schedule.cron,
         "schedule_timezone": ZONE,
         "paused": True,
     }
+    if schedule.watch is not None:
+        entry["watch"] = schedule.watch
+    return entry
 
 
-def write_config(path: Path, fleet: Fleet, cron: str | None) -> None:
-    """The fleet's config at ``path``, replaced in one rename (a parse never reads half a file); ``cron`` None: no
-    schedule, the DAGs keep their runs but get no new ones. The crawl DAG files are touched, so the dag-processor
-    parses them again at its next refresh rather than after ``min_file_process_interval``."""
-    document = {"tasks": [task_entry(fleet, name, cron) for name in fleet.names]}
+def write_config(path: Path, fleet: Fleet, schedule: Schedule) -> None:
+    """The fleet's config at ``path``, replaced in one rename (a parse never reads half a file); :data:`OFF`: no
+    schedule and no watch, the DAGs keep their runs but get no new ones. The crawl DAG files are touched
+    (:func:`touch_dag_files`)."""
+    document = {"tasks": [task_entry(fleet, name, schedule) for name in fleet.names]}
     partial = path.with_name(path.name + ".partial")
     partial.write_text(yaml.safe_dump(document, sort_keys=False))
     partial.replace(path)
+    touch_dag_files()
+
+
+def touch_dag_files() -> None:
+    """The crawl DAG files touched, so the dag-processor parses them again at its next refresh rather than after
+    ``min_file_process_interval``."""
     for shard in SHARD_FILES:
         os.utime(shard)
 
 
+@dataclass(frozen=True)
+class Append:
+    """One append: when its request was sent (epoch), to which data set, how many records, the total it made."""
+
+    at: float
+    task: str
+    records: int
+    total: int
+
+
 @dataclass
 class Appends:
-    """What the appender did: (epoch, data set, records) per append."""
+    """What the appender did, in order."""
 
-    done: list[tuple[float, str, int]] = field(default_factory=list)
+    done: list[Append] = field(default_factory=list)
 
     @property
     def records(self) -> int:
-        return sum(n for _, _, n in self.done)
+        return sum(a.records for a in self.done)
 
 
 class Appender(threading.Thread):
@@ -108,9 +152,8 @@ class Appender(threading.Thread):
             next_at = time.time() + self.every_s
             while not self.stop.wait(max(0.0, next_at - time.time())) and next_at < self.until:
                 for name in self.rng.sample(self.fleet.names, count):
-                    n = self.rng.randint(5, 20)
-                    self.admin.append(name, n)
-                    self.appends.done.append((time.time(), name, n))
+                    n, sent = self.rng.randint(5, 20), time.time()
+                    self.appends.done.append(Append(sent, name, n, self.admin.append(name, n)))
                 next_at += self.every_s
         except BaseException as exc:  # noqa: BLE001 - reported by the main thread
             self.error = exc

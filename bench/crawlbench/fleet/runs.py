@@ -1,10 +1,12 @@
 """The fleet's runs as figures: every run of its DAGs from the metadata DB (``dag_run``, ``task_instance``) beside
 its record in the crawler's PostgreSQL (``crawler_ops.crawl_run``: what its plan planned and fetched).
 
-A phase's figures are those of the scheduled runs of its window ``[start, end)``: the cron's fire times in the window
-are the ticks due (per DAG; summed over the fleet), a run whose ``run_after`` (its tick) lies in the window served
-that tick. Its start lag is its first task instance's start minus its tick; a run that never started counts with the
-lag it had when the phase settled (a lower bound). Runs whose plan found nothing new have ``planned`` = 0.
+A phase's figures are those of the runs of its window ``[start, end)``: the cron's fire times in the window are the
+ticks due (per DAG; summed over the fleet), a scheduled run whose ``run_after`` (its tick) lies in the window served
+that tick. A watched fleet's runs are also those its watch Assets triggered (``asset_triggered``, ``run_after`` the
+moment the Asset's event was queued for the DAG). A run's start lag is its first task instance's start minus its
+``run_after``; a run that never started counts with the lag it had when the phase settled (a lower bound). Runs whose
+plan found nothing new have ``planned`` = 0.
 """
 
 from __future__ import annotations
@@ -24,6 +26,8 @@ from crawlbench.fleet.services import FleetAirflow
 from crawlbench.metadata import utc
 
 FINISHED = ("success", "failed")
+SCHEDULED = ("scheduled",)
+WATCHED = ("scheduled", "asset_triggered")
 
 
 @dataclass(frozen=True)
@@ -101,21 +105,28 @@ def spread(values: Sequence[float]) -> dict[str, float | None]:
     return {"p50": percentile(values, 0.5), "p95": percentile(values, 0.95), "max": max(values, default=None)}
 
 
-def phase_figures(runs: list[Run], fleet: Fleet, cron: str, start: float, end: float, settled: float) -> dict[str, Any]:
-    """The figures of the phase whose ticks lie in ``[start, end)`` and which settled (its runs drained) at
-    ``settled``."""
-    ticks = fire_times(cron, start, end)
-    window = [r for r in runs if r.run_type == "scheduled" and start <= r.run_after < end]
+def phase_figures(
+    runs: list[Run], fleet: Fleet, cron: str | None, start: float, end: float, settled: float,
+    run_types: tuple[str, ...] = SCHEDULED,
+) -> dict[str, Any]:  # fmt: skip
+    """The figures of the phase whose runs (of ``run_types``) and ticks (``cron`` None: none) lie in ``[start, end)``
+    and which settled (its runs drained) at ``settled``."""
+    ticks = fire_times(cron, start, end) if cron else []
+    window = [r for r in runs if r.run_type in run_types and start <= r.run_after < end]
+    scheduled = sum(1 for r in window if r.run_type == "scheduled")
     started = [r for r in window if r.first_ti_start is not None]
     lags = [r.first_ti_start - r.run_after for r in started if r.first_ti_start is not None]
     lags_bound = lags + [settled - r.run_after for r in window if r.first_ti_start is None]
     finished = [r for r in window if r.state in FINISHED]
     durations = [r.end - r.start for r in finished if r.end is not None and r.start is not None]
     return {
+        "cron": cron,
         "ticks_per_dag": len(ticks),
         "ticks_due": len(ticks) * fleet.size,
         "runs_created": len(window),
-        "served": len(window) / (len(ticks) * fleet.size) if ticks else None,
+        "runs_by_type": dict(Counter(r.run_type for r in window)),
+        "scheduled_created": scheduled,
+        "served": scheduled / (len(ticks) * fleet.size) if ticks else None,
         "states": dict(Counter(r.state for r in window)),
         "left_active": sum(1 for r in window if r.state not in FINISHED),
         "never_started": len(window) - len(started),
@@ -128,9 +139,10 @@ def phase_figures(runs: list[Run], fleet: Fleet, cron: str, start: float, end: f
         "nothing_new": sum(1 for r in window if r.planned == 0),
         "with_record": sum(1 for r in window if r.planned is not None),
         "fetched": sum(r.fetched or 0 for r in window),
-        # Of any phase: in the first, the runs created at unpause for the tick before t0.
-        "runs_before_window": sum(1 for r in runs if r.run_type == "scheduled" and r.run_after < start),
-        "runs_after_window": sum(1 for r in runs if r.run_type == "scheduled" and r.run_after >= end),
+        # Of any phase: in the first, the runs created at unpause for the tick before t0 (and a watched fleet's first
+        # crawls).
+        "runs_before_window": sum(1 for r in runs if r.run_type in run_types and r.run_after < start),
+        "runs_after_window": sum(1 for r in runs if r.run_type in run_types and r.run_after >= end),
     }
 
 

@@ -1,7 +1,7 @@
-"""What is read every few seconds while the fleet runs: the machine's 1-minute load average, the task instances of
-each pool by state (how many wait ``scheduled`` for a slot of the source connection's pool), the fleet's runs by
-state, and the process tree's CPU (each process's own time, the floor :class:`~crawlbench.fleet.cpu.CpuMeter`
-checks its total against)."""
+"""What is read every few seconds while the fleet runs: the machine's 1-minute load average and its CPU busy share
+since the previous sample (:mod:`.machine`), the task instances of each pool by state (how many wait ``scheduled``
+for a slot of the source connection's pool), the fleet's runs by state, and the process tree's CPU (each process's
+own time, the floor :class:`~crawlbench.fleet.cpu.CpuMeter` checks its total against)."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ from typing import Any
 
 from crawlbench.fleet.cpu import CpuMeter
 from crawlbench.fleet.fleet import Fleet
+from crawlbench.fleet.machine import busy_share, read_cpu_stat
 from crawlbench.fleet.services import FleetAirflow, active_runs
 
 EVERY_S = 5.0
@@ -25,6 +26,7 @@ class Sample:
     load1: float
     pools: dict[str, dict[str, int]]
     runs: dict[str, int]
+    busy: float | None = None  # the machine's CPU busy share since the previous sample
 
 
 @dataclass
@@ -58,15 +60,19 @@ class Sampler(threading.Thread):
         self.errors: list[str] = []
 
     def run(self) -> None:
+        previous = read_cpu_stat()
         while not self.stop.is_set():
             try:
                 self.meter.total()
+                stat = read_cpu_stat()
+                busy, previous = busy_share(previous, stat), stat
                 self.samples.taken.append(
                     Sample(
                         time.time(),
                         os.getloadavg()[0],
                         pool_states(self.airflow),
                         active_runs(self.airflow, self.fleet),
+                        busy,
                     )
                 )
             except Exception as exc:  # noqa: BLE001 - a missed sample is reported, not fatal
@@ -89,5 +95,11 @@ def pool_figures(samples: list[Sample], pool: str) -> dict[str, Any]:
 
 
 def load_figures(samples: list[Sample]) -> dict[str, float]:
+    """The load average and the machine's CPU busy share between two samples: median and peak."""
     loads = sorted(s.load1 for s in samples)
-    return {"load1_median": loads[len(loads) // 2], "load1_max": loads[-1]} if loads else {}
+    if not loads:
+        return {}
+    figures = {"load1_median": loads[len(loads) // 2], "load1_max": loads[-1]}
+    if busy := sorted(s.busy for s in samples if s.busy is not None):
+        figures.update(busy_median=busy[len(busy) // 2], busy_max=busy[-1])
+    return figures

@@ -1,12 +1,20 @@
 """The Airflow the fleet runs on, on a private metadata DB that holds only the benchmark's DAGs: LocalExecutor
-(api-server, scheduler, dag-processor started by :func:`crawlbench.scheduler.scheduler_services`) or CeleryExecutor
-(``dev/stack.py airflow-up --executor celery --workers N``: also a triggerer, Redis and the workers); its REST API
-(the fleet unpaused in one request) and the DAGs' and runs' states read from the metadata DB.
+(api-server, scheduler, dag-processor started by :func:`crawlbench.scheduler.scheduler_services`, and for a watched
+fleet a triggerer started the same way) or CeleryExecutor (``dev/stack.py airflow-up --executor celery --workers N``:
+also a triggerer, Redis and the workers); its REST API (the fleet unpaused in one request) and the DAGs', runs' and
+watch triggers' states read from the metadata DB.
 
 A paused DAG is no way to stop a fleet and let its runs finish: Airflow 3's scheduler neither examines the running
 runs of a paused DAG (``DagRun.get_running_dag_runs_to_examine``) nor queues their scheduled task instances, so they
-stay running. The fleet is stopped by switching its schedule off instead (the config's ``schedule`` null, parsed
-again): the DAGs get no new runs, and their runs go on to their end.
+stay running. The fleet is stopped by switching its schedule off instead (the config's ``schedule`` null and no
+``watch``, parsed again): the DAGs get no new runs, and their runs go on to their end.
+
+A watched DAG is scheduled on its watch Asset, whose AssetWatcher's trigger the dag-processor writes to the
+``trigger`` table when it parses the DAG, and only while the DAG is unpaused (Airflow's ``_find_active_assets``); the
+triggerer runs the triggers assigned to it there. Unpausing a watched fleet therefore takes a parse before its watches
+run (the DAG files are touched). Switched off, the DAG no longer references its Asset: the parse removes the Asset's
+watchers, the triggerer's ``Trigger.clean_unused`` deletes the triggers no watcher references, and the triggerer
+cancels the ones it no longer finds. The watches are gone when no ``SourceMovedTrigger`` row is left.
 """
 
 from __future__ import annotations
@@ -26,24 +34,28 @@ import httpx
 
 from crawlbench.common import REPO, BenchError
 from crawlbench.environment import Stack, airflow_env, devstack, metadata_db
-from crawlbench.fleet.fleet import Fleet
+from crawlbench.fleet.fleet import Fleet, Schedule, touch_dag_files
 from crawlbench.metadata import metadata_rows
 from crawlbench.scheduler import scheduler_services
 
 STACK_PY = [sys.executable, str(REPO / "dev" / "stack.py")]
 ACTIVE = ("queued", "running")
+WATCH_TRIGGER = "crawler_ops.triggers.source_moved.SourceMovedTrigger"
+WATCH_ASSET = "crawler_ops_watch_"  # + the task id: the Asset a watched task's DAG is scheduled on
+ON_ITS_ASSET = "EXISTS (SELECT 1 FROM dag_schedule_asset_reference r WHERE r.dag_id = d.dag_id)"
 
 
 @dataclass
 class FleetAirflow:
-    """A running Airflow: its executor, environment (for the CLI), metadata DB, api-server, and the processes that
-    are not Airflow's (left out of its CPU)."""
+    """A running Airflow: its executor, environment (for the CLI), metadata DB, api-server, the processes that are
+    not Airflow's (left out of its CPU) and its triggerer's pid (None: no triggerer)."""
 
     executor: str
     env: dict[str, str]
     db: str
     url: str
     not_airflow: set[int] = field(default_factory=set)
+    triggerer: int | None = None
     _http: httpx.Client | None = None
 
     def rest(self) -> httpx.Client:
@@ -61,10 +73,16 @@ class FleetAirflow:
 
 
 @contextmanager
-def local_airflow(stack: Stack, config: Path, log_dir: Path) -> Iterator[FleetAirflow]:
-    """api-server, scheduler (LocalExecutor) and dag-processor on a private metadata DB, stopped on exit."""
+def local_airflow(stack: Stack, config: Path, log_dir: Path, triggerer: bool) -> Iterator[FleetAirflow]:
+    """api-server, scheduler (LocalExecutor) and dag-processor on a private metadata DB, and with ``triggerer`` a
+    triggerer, spawned like them (its own session, its log beside theirs) and stopped first on exit."""
     with scheduler_services(stack, config, log_dir) as services:
-        yield FleetAirflow("local", services.env, metadata_db(services.env), f"http://127.0.0.1:{services.port}")
+        if triggerer:
+            command = [devstack.airflow_cli(), *devstack.airflow_service_args("triggerer", services.port)]
+            pid = devstack.spawn("triggerer", command, services.env, REPO, logs=log_dir, run=log_dir)
+            services.pids["triggerer"] = pid  # stopped with the others, the last started first
+        url, db = f"http://127.0.0.1:{services.port}", metadata_db(services.env)
+        yield FleetAirflow("local", services.env, db, url, triggerer=services.pids.get("triggerer"))
 
 
 @contextmanager
@@ -79,10 +97,9 @@ def celery_airflow(stack: Stack, config: Path, workers: int) -> Iterator[FleetAi
             up = [*STACK_PY, "airflow-up", "--executor", "celery", "--workers", str(workers)]
             subprocess.run(up, env=command_env, check=True, stdout=sys.stderr)
             url = json.loads(Path(devstack.STATE_FILE).read_text())["airflow"]["url"]
-            redis = devstack.read_pid("redis")
-            yield FleetAirflow(
-                "celery", env, env["AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"], url, {redis} if redis else set()
-            )
+            redis, triggerer = devstack.read_pid("redis"), devstack.read_pid("airflow-triggerer")
+            db = env["AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"]
+            yield FleetAirflow("celery", env, db, url, {redis} if redis else set(), triggerer)
         finally:
             subprocess.run([*STACK_PY, "airflow-down"], env=command_env, check=False, stdout=sys.stderr)
 
@@ -127,11 +144,54 @@ def unpause_fleet(airflow: FleetAirflow, fleet: Fleet) -> None:
         raise BenchError(f"{paused} DAGs of the fleet are still paused after PATCH /dags")
 
 
-def wait_schedule(airflow: FleetAirflow, fleet: Fleet, on: bool, timeout: float = 300) -> float:
-    """Until the dag-processor has parsed the config's schedule switched on (every DAG has a periodic timetable
-    again) or off (none has one, nor a next run to create); the seconds it took."""
-    where = "d.timetable_periodic" if on else "NOT d.timetable_periodic AND d.next_dagrun_create_after IS NULL"
-    return wait_for_dags(airflow, fleet, where, f"show the schedule {'on' if on else 'off'}", timeout)
+def wait_schedule(airflow: FleetAirflow, fleet: Fleet, schedule: Schedule, timeout: float = 300) -> float:
+    """Until the dag-processor has parsed ``schedule``: switched on, every DAG has its periodic timetable (a cron) and
+    is scheduled on its watch Asset (a watch), and the triggerer runs every watch; switched off, no DAG has either, nor
+    a next run to create, and every watch trigger is gone (module doc). The seconds it took."""
+    started = time.monotonic()
+    if schedule.cron is None and schedule.watch is None:
+        where = f"NOT d.timetable_periodic AND d.next_dagrun_create_after IS NULL AND NOT {ON_ITS_ASSET}"
+        wait_for_dags(airflow, fleet, where, "show the schedule off", timeout)
+        wait_watches(airflow, fleet, 0, timeout - (time.monotonic() - started))
+        return time.monotonic() - started
+    on = (["d.timetable_periodic"] if schedule.cron else []) + ([ON_ITS_ASSET] if schedule.watch else [])
+    wait_for_dags(airflow, fleet, " AND ".join(on), "show the schedule on", timeout)
+    if schedule.watch is not None:
+        touch_dag_files()  # the watches are written at a parse of the unpaused DAGs: the one above may predate it
+        wait_watches(airflow, fleet, fleet.size, timeout - (time.monotonic() - started))
+    return time.monotonic() - started
+
+
+def watch_triggers(airflow: FleetAirflow, fleet: Fleet) -> tuple[int, int]:
+    """The fleet's watch triggers that a triggerer runs (assigned, on a watcher of a fleet task's Asset), and every
+    watch trigger row left in the metadata DB (which holds only the fleet's)."""
+    prefix = f"{WATCH_ASSET}{fleet.base}_"
+    running = airflow.rows(
+        "SELECT count(DISTINCT t.id) FROM trigger t JOIN asset_watcher w ON w.trigger_id = t.id "
+        "JOIN asset a ON a.id = w.asset_id WHERE t.classpath = :classpath AND substr(a.name, 1, :n) = :prefix "
+        "AND t.triggerer_id IS NOT NULL",
+        classpath=WATCH_TRIGGER,
+        n=len(prefix),
+        prefix=prefix,
+    )
+    rows = airflow.rows("SELECT count(*) FROM trigger WHERE classpath = :classpath", classpath=WATCH_TRIGGER)
+    return int(running[0][0]), int(rows[0][0])
+
+
+def wait_watches(airflow: FleetAirflow, fleet: Fleet, running: int, timeout: float) -> float:
+    """Until the triggerer runs ``running`` of the fleet's watches (0: until no watch trigger is left at all); the
+    seconds it took. A watched fleet needs a triggerer: without one, nothing runs them."""
+    started = time.monotonic()
+    if running and airflow.triggerer is None:
+        raise BenchError("a watched fleet needs Airflow's triggerer, and this Airflow has none")
+    while True:
+        assigned, rows = watch_triggers(airflow, fleet)
+        if (assigned == running) if running else rows == 0:
+            return time.monotonic() - started
+        if time.monotonic() - started > timeout:
+            want = f"{running} watches running" if running else "no watch trigger left"
+            raise BenchError(f"{want}: {assigned} running, {rows} trigger rows after {timeout:.0f} s")
+        time.sleep(1)
 
 
 def active_runs(airflow: FleetAirflow, fleet: Fleet) -> dict[str, int]:
