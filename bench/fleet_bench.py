@@ -18,7 +18,7 @@ What one run does, in order:
    task also has ``watch: {every_s: S, refire_s: max(600, 4 S)}``: its DAG is scheduled on its watch Asset, whose
    trigger in Airflow's triggerer asks the source's count every S s, with the cron beside it as a safety net, or
    alone with ``--cron none`` (or ``''``).
-2. Airflow on a private metadata DB: LocalExecutor (api-server, scheduler, dag-processor, and with a watch a
+2. Airflow on a private metadata DB: LocalExecutor (api-server, scheduler, dag-processor and a
    triggerer, all children of this process) or ``--executor celery`` (``dev/stack.py airflow-up --executor celery
    --workers N``, which starts a triggerer too). Once every DAG is registered, the old loop's idle poll is timed
    (below), and the fleet is unpaused in one REST request: that moment is t0. A watched fleet first warms up: its
@@ -157,7 +157,8 @@ def airflow_for(
 ) -> AbstractContextManager[FleetAirflow]:
     if args.executor == "celery":
         return celery_airflow(stack, config, args.workers)
-    return local_airflow(stack, config, logs, triggerer=args.watch_every is not None)
+    # A triggerer on cron too, as every deployment runs one: a chunk that waits past source.defer_after_s resumes there.
+    return local_airflow(stack, config, logs, triggerer=True)
 
 
 def old_count_poll(source_url: str, name: str, requests: int = OLD_COUNT_REQUESTS) -> dict[str, Any]:

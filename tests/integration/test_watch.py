@@ -13,7 +13,7 @@ import pytest
 
 from crawler_ops.factory.crawl import build_crawl_dag
 from crawler_ops.triggers.source_moved import SourceMovedTrigger
-from tests.support import make_task, watermark
+from tests.support import make_task, query, watermark
 
 pytestmark = pytest.mark.integration
 
@@ -75,3 +75,29 @@ def test_the_run_loop_yields_one_event_per_move_and_asks_again_after_a_source_er
     events = asyncio.run(asyncio.wait_for(first_events(2), timeout=60))
 
     assert [e["total"] for e in events] == [100, 105]
+
+
+def test_the_watches_of_a_process_share_one_database_connection_and_one_client_and_survive_a_lost_connection(
+    source, pg_uri, unique_id, use_config
+):
+    from crawler_ops.triggers.source_moved import watch_store
+
+    tasks = [make_task(f"{unique_id}_{i}", watch={"every_s": 5, "refire_s": 600}) for i in range(3)]
+    for cfg in tasks:
+        source.create(cfg.id, total=50, ref=REF, in_window_share=1.0)
+    use_config(tasks[0], "tasks")
+    triggers = [trigger_of(cfg) for cfg in tasks]
+
+    assert [t.poll()["total"] for t in triggers] == [50, 50, 50]  # type: ignore[index]
+
+    assert len({id(t.hook().client) for t in triggers}) == 1, "one keep-alive client for the source connection"
+    store = watch_store(tasks[0].postgres_conn_id)
+    backend = store.db.info.backend_pid
+    query(pg_uri, "SELECT pg_terminate_backend(%s)", backend)
+    source.append(tasks[1].id, 5)
+
+    assert triggers[1].poll() == {"task": tasks[1].id, "total": 55, "committed": None}, "asked on a new connection"
+    assert store.db.info.backend_pid != backend
+    assert len(query(pg_uri, "SELECT 1 FROM pg_stat_activity WHERE pid = %s", store.db.info.backend_pid)) == 1
+    for trigger in triggers:
+        asyncio.run(trigger.cleanup())

@@ -8,6 +8,11 @@ shared rate limit and requests in flight, and its deadlines, as a crawl asks) an
 already (unless ``watch.refire_s`` passed since). The crawl DAG is scheduled on that Asset, so a run exists only when
 there is something to plan.
 
+A poll is a count request and two statements: the watches of one triggerer process share, per source connection,
+one keep-alive HTTP client and the connection's limiter (whose PostgreSQL connections stay open while a watch holds
+it), and one connection to the crawler database for their rows; each watch keeps its source hook from its first
+poll to its cleanup.
+
 What was announced is kept in PostgreSQL (``crawler_ops.source_watch``) after the event is handed to the triggerer:
 a triggerer that restarts compares with it and with the last commit, so a change made while it was down is
 announced on its first ask, and an event lost with a triggerer that died before handing it on is announced again
@@ -18,13 +23,20 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import threading
 from collections.abc import AsyncIterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from airflow.triggers.base import BaseEventTrigger, TriggerEvent
 
 from crawler_ops.config import SourceConfig
 from crawler_ops.hooks.store.watch import WatchState, WatchStoreHook
+
+if TYPE_CHECKING:
+    import httpx
+
+    from crawler_ops.hooks.source.hook import SourceApiHook
+    from crawler_ops.hooks.source.tokens import SharedToken
 
 log = logging.getLogger(__name__)
 
@@ -67,6 +79,7 @@ class SourceMovedTrigger(BaseEventTrigger):
         self.postgres_conn_id = postgres_conn_id
         self.every_s = every_s
         self.refire_s = refire_s
+        self._hook: SourceApiHook | None = None
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
         return CLASSPATH, {
@@ -97,12 +110,8 @@ class SourceMovedTrigger(BaseEventTrigger):
 
     def poll(self) -> dict[str, Any] | None:
         """One ask of the source's total, compared with the task's rows: the event's payload when it is news."""
-        total = self.source_total()
-        store = WatchStoreHook(self.postgres_conn_id, self.crawl_task)
-        try:
-            state = store.read()
-        finally:
-            store.close()
+        total = self.hook().get_total()
+        state = watch_store(self.postgres_conn_id).read(self.crawl_task)
         if not should_announce(total, state, self.refire_s):
             return None
         log.info(
@@ -112,26 +121,54 @@ class SourceMovedTrigger(BaseEventTrigger):
 
     def keep(self, total: int) -> None:
         """The announcement of ``total``, kept once the triggerer has the event."""
-        store = WatchStoreHook(self.postgres_conn_id, self.crawl_task)
-        try:
-            store.announced(total)
-        finally:
-            store.close()
+        watch_store(self.postgres_conn_id).announced(self.crawl_task, total)
 
-    def source_total(self) -> int:
-        from crawler_ops.hooks.source.hook import SourceApiHook
-        from crawler_ops.hooks.source.ratelimit import limiter_for
-        from crawler_ops.hooks.source.tokens import token_for
+    def hook(self) -> SourceApiHook:
+        """The task's source hook, built on the first poll and kept: the process's client, limiter and token of the
+        source connection."""
+        if self._hook is None:
+            from crawler_ops.hooks.source.hook import SourceApiHook
+            from crawler_ops.hooks.source.ratelimit import limiter_for
+            from crawler_ops.hooks.source.tokens import token_for
 
-        source = SourceConfig.model_validate(self.source)
-        hook = SourceApiHook(
-            source,
-            self.crawl_task,
-            self.source_task,
-            limiter=limiter_for(source, self.postgres_conn_id),
-            token=token_for(source, self.postgres_conn_id),
-        )
-        try:
-            return hook.get_total()
-        finally:
-            hook.close()
+            source = SourceConfig.model_validate(self.source)
+            token = token_for(source, self.postgres_conn_id)
+            limiter = limiter_for(source, self.postgres_conn_id)
+            client = shared_client(source, self.postgres_conn_id, token)
+            self._hook = SourceApiHook(
+                source, self.crawl_task, self.source_task, limiter=limiter, token=token, client=client
+            )
+        return self._hook
+
+    async def cleanup(self) -> None:
+        if self._hook is not None:
+            self._hook.close()  # lets go of the limiter; the shared client stays for the process's other watches
+            self._hook = None
+
+
+_shared_lock = threading.Lock()
+_stores: dict[str, WatchStoreHook] = {}
+_clients: dict[tuple[str, str], httpx.Client] = {}
+
+
+def watch_store(postgres_conn_id: str) -> WatchStoreHook:
+    """The watched tasks' rows on one connection for every watch of the process."""
+    with _shared_lock:
+        store = _stores.get(postgres_conn_id)
+        if store is None:
+            store = _stores[postgres_conn_id] = WatchStoreHook(postgres_conn_id)
+        return store
+
+
+def shared_client(source: SourceConfig, postgres_conn_id: str, token: SharedToken | None) -> httpx.Client:
+    """One keep-alive HTTP client per source connection (and its settings) for every watch of the process: a poll
+    sends its count request on a connection already open instead of building a client (and a TLS context)."""
+    from crawler_ops.hooks.source.hook import SourceApiHook, http_client
+
+    key = (postgres_conn_id, source.model_dump_json())
+    with _shared_lock:
+        client = _clients.get(key)
+        if client is None:
+            conn = SourceApiHook.get_connection(source.conn_id)
+            client = _clients[key] = http_client(conn, source, source.conn_id, token)
+        return client

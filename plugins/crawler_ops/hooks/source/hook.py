@@ -89,6 +89,8 @@ class SourceApiHook(BaseHook):
         limited), and ``token`` its shared OAuth2 token (:func:`crawler_ops.hooks.source.tokens.token_for`): the
         caller builds both from the crawler database, the hook itself never talks to PostgreSQL.
     :param paging: how offsets become requests (:class:`Paging`); default: outside a run.
+    :param client: an HTTP client of the connection to send through (:func:`http_client`), shared with other hooks and
+        closed by the caller; default: the hook builds its own on first use and closes it.
     :param defer_after_s: a request that must wait longer than this (a Retry-After before its retry, or the shared
         rate limit's next slot) raises :class:`SourceDeferral` instead of waiting: a deferrable chunk's hook. None:
         every wait is waited.
@@ -109,6 +111,7 @@ class SourceApiHook(BaseHook):
         paging: Paging | None = None,
         token: SharedToken | None = None,
         defer_after_s: float | None = None,
+        client: httpx.Client | None = None,
     ) -> None:
         super().__init__()
         self.source = source
@@ -119,6 +122,9 @@ class SourceApiHook(BaseHook):
         self.max_bytes = int(source.max_response_mb * 1024 * 1024)
         self.limiter, self.token = limiter, token
         self.defer_after_s = defer_after_s
+        self.owns_client = client is None
+        if client is not None:
+            self.__dict__["client"] = client
         self.attached = limiter is not None
         self.paging = paging or Paging.outside_a_run(source, source_task, DEFAULT_BATCH_SIZE)
         if limiter is not None:
@@ -129,7 +135,7 @@ class SourceApiHook(BaseHook):
         return http_client(self.get_connection(self.source.conn_id), self.source, self.task_label, self.token)
 
     def close(self) -> None:
-        if "client" in self.__dict__:
+        if "client" in self.__dict__ and self.owns_client:
             self.client.close()
         if self.limiter is not None and self.attached:
             self.limiter.detach()
