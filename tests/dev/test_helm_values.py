@@ -95,3 +95,12 @@ def test_the_migration_job_creates_the_crawler_database_and_the_pools(values):
     assert all(step in script for step in steps) and script.index(steps[0]) < script.index(steps[1])
     assert (REPO / "include" / "deploy" / "create_crawler_db.py").is_file()
     assert values["createUserJob"]["enabled"] is False
+
+
+def test_a_triggerer_runs_with_the_same_capacity_as_in_the_compose_file(values):
+    """Watched tasks and deferred chunks need a triggerer that holds them all, on Kubernetes as with compose."""
+    compose = yaml.safe_load((REPO / "docker-compose.yaml").read_text())
+    setting = compose["x-airflow-common"]["environment"]["AIRFLOW__TRIGGERER__CAPACITY"]
+    assert setting == "${AIRFLOW_TRIGGERER_CAPACITY:-1000}"
+    assert values["triggerer"]["enabled"] is True and values["triggerer"]["replicas"] >= 1
+    assert values["config"]["triggerer"]["capacity"] == 1000
