@@ -5,9 +5,11 @@ does Airflow's CPU cost per run and per poll against the old service's poll.
 
     .venv/bin/python bench/fleet_bench.py [--tasks 100] [--cron '*/2 * * * *'|none] [--watch-every S]
         [--records 300] [--new-share 0.2] [--append-every 20] [--minutes 14] [--drain 4] [--idle-phase-minutes 4]
-        [--executor local|celery] [--workers 2] [--json out.json]
+        [--caught-up] [--executor local|celery] [--workers 2] [--json out.json]
     .venv/bin/python bench/fleet_bench.py --short     # 20 tasks, 3 min, 1 min drain, 1.5 min idle (make bench)
     .venv/bin/python bench/fleet_bench.py --tasks 20 --watch-every 20 --cron none --minutes 3 --drain 2
+    .venv/bin/python bench/fleet_bench.py --tasks 1000 --caught-up --watch-every 300 --cron none --new-share 0.01 \
+        --append-every 300 --minutes 30
 
 What one run does, in order:
 
@@ -24,6 +26,15 @@ What one run does, in order:
    (below), and the fleet is unpaused in one REST request: that moment is t0. A watched fleet first warms up: its
    DAGs parsed again (the dag-processor writes the watch triggers only for unpaused DAGs), every watch running in
    the triggerer, and the first crawls the watches announce (each data set is new) finished; t0 is then.
+
+   ``--caught-up``: once every DAG is registered and before the unpause, every task's progress is set to its
+   source's total with the project's own ``crawler-ops import-progress`` (:func:`import_caught_up`), as after a
+   migration from the old service with every task caught up. No task then makes a full first crawl before the window
+   (the first crawls of a thousand tasks take the whole machine for long): on a cron a tick's run finds nothing
+   unless its data set got appends; watched, no watch announces anything until its source moves, so the warm-up is
+   only until every watch runs in the triggerer and has asked its source once since the unpause (the data set's
+   count requests grew by more than its task's plans since then); t0 is then. The topics hold only what was crawled
+   after the import (step 6).
 3. For ``--minutes`` M: every ``--append-every`` s, 5-20 new records appended to ``round(--new-share x N)`` data sets
    drawn at random (``--seed``), each append noted with the total it made; every 5 s the load average, the machine's
    CPU busy share, the task instances of each pool by state and the runs by state are sampled.
@@ -46,7 +57,9 @@ What one run does, in order:
    window, their Asset events; repeats counted apart) and the idle runs (``planned`` = 0); the CPU per poll (the
    triggerer's, also over its own background, and all of Airflow's, in the window, over the polls made); and the
    polls made after the watches were gone, to the drained end (0 when switching off stopped them).
-6. Every topic against the source's truth as far as its task has crawled (:mod:`crawlbench.fleet.topics`).
+6. Every topic against the source's truth as far as its task has crawled (:mod:`crawlbench.fleet.topics`); a task
+   that started caught up at watermark W0 must hold exactly the records at offsets W0 up to the total its last
+   successful run counted (none below W0; nothing when no crawl came after the import).
 7. Idle phase (``--idle-phase-minutes`` K > 0): every task's progress is set to its source's total with the project's
    own ``crawler-ops import-progress`` (as after a migration from the old service, all caught up), the schedule (and
    watch) is switched on again for K minutes with nothing appended, then off and drained to the end (at most 10
@@ -133,6 +146,11 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument(
         "--idle-phase-minutes", type=float, help=f"idle phase, 0: none (default {FULL['idle_phase_minutes']:g})"
     )
+    parser.add_argument(
+        "--caught-up",
+        action="store_true",
+        help="before the unpause, set every task's progress to its source's total (import-progress): no first crawls",
+    )
     parser.add_argument("--executor", choices=("local", "celery"), default="local")
     parser.add_argument("--workers", type=int, default=2, help="Celery workers (default 2)")
     parser.add_argument("--seed", type=int, default=47, help="seed of the appends (default 47)")
@@ -195,7 +213,7 @@ def main_phase(bench: Bench) -> dict[str, Any]:
     unpause_fleet(bench.airflow, bench.fleet)
     t0, warmed = time.time(), {}
     if bench.watched:
-        warmed = warm_up(bench)
+        warmed = warm_up(bench, before)
         before = bench.reading()
         t0 = before.at
     end = t0 + bench.args.minutes * 60
@@ -212,22 +230,24 @@ def main_phase(bench: Bench) -> dict[str, Any]:
     return figures
 
 
-def import_caught_up(bench: Bench) -> None:
+def import_caught_up(bench: Bench, stage: str) -> None:
     """Every task's progress set to its source's current total with ``crawler-ops import-progress --apply --force``
-    (the old service's status format: ``last_start_offset`` becomes the watermark)."""
+    (the old service's status format: ``last_start_offset`` becomes the watermark); its file and log in the results
+    folder named after ``stage``."""
     with httpx.Client(base_url=bench.stack.source_url, timeout=60) as source:
         rows = [
             {"task_id": name, "total": (total := source_total(source, name)), "last_start_offset": total,
              "status": "completed", "filtered_count": 0, "produced_count": 0}
             for name in bench.fleet.names
         ]  # fmt: skip
-    path = bench.folder / "caught_up.json"
+    path = bench.folder / f"caught_up_{stage}.json"
     path.write_text(json.dumps(rows))
     command = [sys.executable, "-m", "crawler_ops", "import-progress", str(path), "--apply", "--force"]
     done = subprocess.run(command, env={**os.environ, **bench.airflow.env}, capture_output=True, text=True)
-    (bench.folder / "import-progress.log").write_text(done.stdout + done.stderr)
+    log = bench.folder / f"import-progress_{stage}.log"
+    log.write_text(done.stdout + done.stderr)
     if done.returncode != 0:
-        raise BenchError(f"import-progress failed ({bench.folder / 'import-progress.log'}):\n{done.stderr[-1500:]}")
+        raise BenchError(f"import-progress failed ({log}):\n{done.stderr[-1500:]}")
 
 
 def idle_phase(bench: Bench) -> dict[str, Any]:
@@ -236,7 +256,7 @@ def idle_phase(bench: Bench) -> dict[str, Any]:
     waited = drain(bench.airflow, bench.fleet, IDLE_PREP_TIMEOUT_S)
     if still := active_runs(bench.airflow, bench.fleet):
         return {"skipped": f"runs of the main phase still active after {waited:.0f} s more: {still}"}
-    import_caught_up(bench)
+    import_caught_up(bench, "idle")
     write_config(bench.config, bench.fleet, bench.schedule)
     on_s = wait_schedule(bench.airflow, bench.fleet, bench.schedule)
     before = bench.reading()
@@ -271,12 +291,16 @@ def quiet_cpu(bench: Bench) -> Iterator[dict[str, Any]]:
 
 
 def run_fleet(bench: Bench, started: float) -> dict[str, Any]:
-    """Registration (from ``started``, when the services were started), the old poll, the main phase, the topics,
-    the idle phase, on a running Airflow."""
+    """Registration (from ``started``, when the services were started), with ``--caught-up`` every task's progress
+    imported, the old poll, the main phase, the topics, the idle phase, on a running Airflow."""
     stack, fleet = bench.stack, bench.fleet
     wait_registered(bench.airflow, fleet)
     result: dict[str, Any] = {"registration_s": time.time() - started}
     result["startup_cpu_s"] = bench.meter.total()
+    if bench.caught_up:
+        at = time.time()
+        import_caught_up(bench, "start")
+        result["caught_up"] = {"seconds": time.time() - at, "cpu_s": bench.meter.total() - result["startup_cpu_s"]}
     result["old_count"] = old_count_poll(stack.source_url, fleet.names[0])
     bench.sampler = sampler = Sampler(bench.airflow, fleet, bench.meter)
     sampler.start()

@@ -1,20 +1,25 @@
 """The fleet benchmark's arithmetic, without services: the cron ticks it counts in its window, the nearest-rank
 percentiles of start lag and duration, the targets it reports met or not, and a watched fleet's figures: polls due
-and made, the change lag that matches each append to the first plan that counted it, the changes the watches
-announced, CPU per poll, and the machine's CPU busy share from two readings of /proc/stat."""
+and made, the watches that asked once (a caught-up fleet's warm-up), the change lag that matches each append to the
+first plan that counted it, the changes the watches announced, CPU per poll, the machine's CPU busy share from two
+readings of /proc/stat, and the keys each topic must hold, from empty or from an imported watermark."""
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from collections import Counter
+from datetime import UTC, datetime, timedelta
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from crawlbench.common import BenchError
+from crawlbench.fleet import topics
 from crawlbench.fleet.fleet import Append, Schedule
 from crawlbench.fleet.machine import CpuStat, busy_share, parse_cpu_stat
 from crawlbench.fleet.report import targets
 from crawlbench.fleet.runs import fire_times, percentile
+from crawlbench.fleet.topics import RunRecord, compare, crawled_from, expected_and_tail, received_keys
 from crawlbench.fleet.watch import (
     Announcement,
     Plan,
@@ -27,6 +32,7 @@ from crawlbench.fleet.watch import (
     poll_figures,
     polls_due,
     polls_made,
+    tasks_asked,
 )
 
 T0 = datetime(2026, 12, 7, 10, 0, 30, tzinfo=UTC).timestamp()
@@ -146,6 +152,17 @@ def test_poll_figures_and_cpu_per_poll_come_from_the_two_readings():
     assert cpu["triggerer_marginal_per_poll_s"] == pytest.approx((0.9 - 0.003 * 180) / 18)
     assert cpu["airflow_per_poll_s"] == pytest.approx(1.0)
     assert poll_cpu({**polls, "made": 0}, 0.0005, None)["triggerer_per_poll_s"] is None
+
+
+def test_a_watch_has_asked_once_when_its_count_requests_grew_by_more_than_its_plans_since_the_first_reading():
+    before = {"a": 10, "b": 10, "c": 10, "d": 10}
+    after = {"a": 11, "b": 11, "c": 12, "d": 10, "e": 1}
+    plans = [
+        Plan("b", "r1", 105.0, 310, 1),  # b's one request was its plan's count: its watch has not asked
+        Plan("c", "r2", 105.0, 310, 1),  # c: one plan, two requests
+        Plan("a", "r0", 99.0, 300, 0),  # before the first reading: a's request was its watch's
+    ]
+    assert tasks_asked(before, after, plans, since=100.0) == {"a", "c", "e"}
 
 
 # --- change lag
@@ -269,3 +286,131 @@ def test_a_machine_only_idle_is_not_busy_and_one_never_idle_is_fully_busy():
     base = CpuStat(busy=100, total=300)
     assert busy_share(base, CpuStat(100, 400)) == 0
     assert busy_share(base, CpuStat(200, 400)) == 1
+
+
+# --- topics: the keys each task's topic must hold
+
+
+REF = datetime(2026, 12, 7, 10, 0, tzinfo=UTC)
+
+
+def ids_at(start: int, end: int) -> set[str]:
+    """The demo source's ids by offset, as the checker reads them from its pages."""
+    return {f"r{i}" for i in range(start, end)}
+
+
+def no_truth(ref: datetime) -> frozenset[str]:
+    raise AssertionError("a caught-up task's expected keys come from the source's pages, not from its truth")
+
+
+def record(mode: str, status: str, total: int | None, watermark: int | None, at: float) -> RunRecord:
+    """A run record that started at ``at`` and finished a second later (its reference ``at`` minutes after REF)."""
+    return RunRecord(mode, status, total, watermark, REF + timedelta(minutes=at), at, at + 1.0)
+
+
+IMPORT = record("import", "success", 300, 300, 0.0)
+
+
+def test_a_task_never_crawled_after_its_import_expects_nothing_and_every_record_since_is_its_tail():
+    crawled = crawled_from([IMPORT])
+    assert (crawled.total, crawled.imported, crawled.crawled) == (300, 300, False)
+    expected, tail = expected_and_tail(crawled, 312, ids_at, no_truth)
+    assert expected == set()
+    assert tail == ids_at(300, 312)
+    check = compare(expected, tail, Counter(), crawled)  # a topic never created reads as empty
+    assert check.exact
+    assert (check.expected, check.tail, check.no_success, check.imported) == (0, 12, 1, 1)
+
+
+def test_a_caught_up_task_expects_the_records_from_its_imported_watermark_to_its_last_successful_total():
+    records = [
+        record("incremental", "success", 318, 318, 20.0),  # the last to finish: T = 318
+        IMPORT,
+        record("incremental", "success", 310, 310, 10.0),
+        record("incremental", "failed", 325, None, 30.0),  # counted more, but failed: promised nothing
+    ]
+    crawled = crawled_from(records)
+    assert (crawled.total, crawled.imported, crawled.crawled) == (318, 300, True)
+    expected, tail = expected_and_tail(crawled, 325, ids_at, no_truth)
+    assert expected == ids_at(300, 318)
+    assert tail == ids_at(318, 325)
+
+    exact = Counter(expected | {"r320"})  # a tail record published by the failed run
+    check = compare(expected, tail, exact, crawled)
+    assert check.exact
+    assert (check.expected, check.ahead, check.tail) == (18, 1, 7)
+
+    below = compare(expected, tail, exact + Counter({"r299": 1}), crawled)  # the old service's, not this topic's
+    assert (below.exact, below.extra) == (False, 1)
+    missing = compare(expected, tail, exact - Counter({"r305": 1}), crawled)
+    assert (missing.exact, missing.missing) == (False, 1)
+    twice = compare(expected, tail, exact + Counter({"r305": 1}), crawled)
+    assert (twice.exact, twice.duplicates) == (False, 1)
+
+
+def test_the_watermark_imported_is_the_one_the_expected_records_start_from_not_the_total():
+    crawled = crawled_from([record("import", "success", 300, 280, 0.0), record("incremental", "success", 305, 305, 5)])
+    assert expected_and_tail(crawled, 305, ids_at, no_truth) == (ids_at(280, 305), set())
+
+
+def test_a_task_that_started_from_empty_expects_the_truths_of_its_first_and_last_success_less_the_tail():
+    truths = {
+        REF + timedelta(minutes=1): frozenset({"a", "b", "r300"}),
+        REF + timedelta(minutes=3): frozenset({"z"}),  # neither the first nor the last success
+        REF + timedelta(minutes=5): frozenset({"c", "r301"}),
+    }
+    records = [
+        record("first", "success", 300, 300, 1.0),
+        record("incremental", "success", 300, 300, 3.0),
+        record("incremental", "success", 301, 301, 5.0),
+        record("incremental", "failed", 303, None, 7.0),
+    ]
+    crawled = crawled_from(records)
+    assert (crawled.total, crawled.imported, crawled.crawled) == (301, None, True)
+    expected, tail = expected_and_tail(crawled, 303, ids_at, lambda ref: truths.get(ref, frozenset()))
+    assert tail == {"r301", "r302"}
+    assert expected == {"a", "b", "r300", "c"}
+
+
+def test_a_task_with_no_record_expects_nothing_and_everything_is_its_tail():
+    crawled = crawled_from([])
+    assert (crawled.total, crawled.imported, crawled.crawled) == (0, None, False)
+    assert expected_and_tail(crawled, 3, ids_at, lambda ref: frozenset({"x"})) == (set(), ids_at(0, 3))
+
+
+@given(
+    st.integers(0, 400),
+    st.lists(st.tuples(st.integers(0, 60), st.sampled_from(["success", "failed", "running"])), max_size=8),
+    st.integers(0, 30),
+)
+def test_a_caught_up_tasks_expected_records_and_tail_split_what_came_after_its_import(w0, crawls, ahead):
+    """Whatever crawls followed the import, the expected records are [W0, T) with T the last successful total, and
+    with the tail they are every record from W0 to the current total."""
+    records = [record("import", "success", w0, w0, 0.0)]
+    records += [record("incremental", status, w0 + grew, None, 1.0 + i) for i, (grew, status) in enumerate(crawls)]
+    successes = [w0 + grew for grew, status in crawls if status == "success"]
+    last = successes[-1] if successes else w0
+    current = max([last, *(w0 + grew for grew, _ in crawls)]) + ahead
+    crawled = crawled_from(records)
+    expected, tail = expected_and_tail(crawled, current, ids_at, no_truth)
+    assert expected == ids_at(w0, last)
+    assert not expected & tail
+    assert expected | tail == ids_at(w0, current)
+    assert compare(expected, tail, Counter(expected), crawled).exact
+    if w0 > 0:
+        assert not compare(expected, tail, Counter(expected | {f"r{w0 - 1}"}), crawled).exact
+
+
+def test_a_topic_that_was_never_created_reads_as_empty_and_other_errors_are_raised(monkeypatch):
+    def missing(bootstrap: str, topic: str) -> Counter[str]:
+        raise BenchError(f"topic {topic} does not exist")
+
+    monkeypatch.setattr(topics, "topic_keys", missing)
+    assert received_keys("broker:9092", "bench.000") == Counter()
+
+    def down(bootstrap: str, topic: str) -> Counter[str]:
+        raise BenchError(f"topic {topic}: no message within 30s")
+
+    monkeypatch.setattr(topics, "topic_keys", down)
+    with pytest.raises(BenchError, match="no message"):
+        received_keys("broker:9092", "bench.000")

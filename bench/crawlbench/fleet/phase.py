@@ -24,12 +24,14 @@ from crawlbench.fleet.watch import (
     announcements,
     change_lags,
     changes,
+    count_requests,
     lag_figures,
     plan_records,
     plans_between,
     poll_figures,
     polls_made,
     take_reading,
+    tasks_asked,
     tasks_crawled,
     window_figures,
 )
@@ -37,6 +39,7 @@ from crawlbench.source import SourceAdmin
 
 POOL = "crawler_source_demo_source"
 WARM_UP_TIMEOUT_S = 600
+ASKS_EVERY_S = 5.0  # a caught-up fleet's warm-up reads the counters of the watches not yet seen asking this often
 
 
 @dataclass
@@ -63,6 +66,11 @@ class Bench:
         return self.args.watch_every is not None
 
     @property
+    def caught_up(self) -> bool:
+        """Every task's progress was set to its source's total before the unpause (``--caught-up``)."""
+        return bool(self.args.caught_up)
+
+    @property
     def run_types(self) -> tuple[str, ...]:
         return WATCHED if self.watched else SCHEDULED
 
@@ -82,11 +90,21 @@ def stop_and_drain(bench: Bench, drain_min: float) -> tuple[dict[str, float], Re
     return {"switch_off_s": off_s, "drain_s": drain_s, "settled": settled.at}, off, settled
 
 
-def warm_up(bench: Bench) -> dict[str, float]:
-    """A watched fleet just unpaused: until every watch runs in the triggerer and the first crawls they announced
-    (every data set is new) have succeeded and no run is going; the seconds each took."""
+def warm_up(bench: Bench, before: Reading) -> dict[str, float]:
+    """A watched fleet just unpaused (``before``: the reading taken just before the unpause), until its window may
+    start: every watch runs in the triggerer (its trigger assigned to one), and then
+
+    - started from empty: the first crawls the watches announced (every data set is new) have succeeded and no run
+      is going;
+    - started caught up (``--caught-up``): every watch has asked its source at least once since the unpause (its data
+      set's count requests grew by more than the task's plans recorded since then). There is no first crawl to wait
+      for: each watch finds the total its task's progress holds and announces nothing.
+
+    The seconds each step took."""
     up_s = wait_schedule(bench.airflow, bench.fleet, bench.schedule)
     started = time.monotonic()
+    if bench.caught_up:
+        return {"watches_up_s": up_s, "first_asks_s": wait_first_asks(bench, before, started)}
     while True:
         done = tasks_crawled(bench.stack.pg_uri, bench.fleet)
         if done == bench.fleet.size and not active_runs(bench.airflow, bench.fleet):
@@ -94,6 +112,24 @@ def warm_up(bench: Bench) -> dict[str, float]:
         if time.monotonic() - started > WARM_UP_TIMEOUT_S:
             raise BenchError(f"only {done} of {bench.fleet.size} first crawls succeeded after {WARM_UP_TIMEOUT_S} s")
         time.sleep(2)
+
+
+def wait_first_asks(bench: Bench, before: Reading, started: float) -> float:
+    """Until every watch has asked its source since the reading ``before`` (:func:`.watch.tasks_asked`), the data
+    sets' counters read again only for the watches not seen asking yet, every :data:`ASKS_EVERY_S`; the seconds from
+    ``started`` (monotonic)."""
+    if before.counts is None:
+        raise ValueError("a watched fleet's reading holds the source's counters")
+    waiting = set(bench.fleet.names)
+    while True:
+        now = count_requests(bench.admin, sorted(waiting))
+        waiting -= tasks_asked(before.counts, now, plan_records(bench.stack.pg_uri, bench.fleet), before.at)
+        if not waiting:
+            return time.monotonic() - started
+        if time.monotonic() - started > WARM_UP_TIMEOUT_S:
+            asked = bench.fleet.size - len(waiting)
+            raise BenchError(f"only {asked} of {bench.fleet.size} watches asked after {WARM_UP_TIMEOUT_S} s")
+        time.sleep(ASKS_EVERY_S)
 
 
 def watch_figures(

@@ -237,11 +237,18 @@ def watch_rows(phase: dict[str, Any]) -> list[tuple[str, str]]:
                 f"{micro(polls['airflow_per_poll_s'])} ({ratio_text(polls['airflow_vs_old'])})",
             ),
         ]
-    if "watches_up_s" in phase:
+    if "first_crawls_s" in phase:
         rows.append(
             (
                 "warm-up: watches running after unpause / first crawls done, s",
                 f"{phase['watches_up_s']:.0f} / {phase['first_crawls_s']:.0f}",
+            )
+        )
+    elif "first_asks_s" in phase:
+        rows.append(
+            (
+                "warm-up (caught up, no first crawls): watches running after unpause / every watch asked once, s",
+                f"{phase['watches_up_s']:.0f} / {phase['first_asks_s']:.0f}",
             )
         )
     return rows
@@ -286,6 +293,14 @@ def cpu_rows(result: dict[str, Any]) -> list[tuple[str, str]]:
     return rows
 
 
+def caught_up_line(caught_up: dict[str, float]) -> str:
+    return (
+        f"Started caught up: every task's progress set to its source's total with `crawler-ops import-progress` "
+        f"before the unpause ({caught_up['seconds']:.0f} s, {caught_up['cpu_s']:.1f} CPU s); no first crawls, the "
+        "topics hold only what was crawled after it."
+    )
+
+
 def markdown(result: dict[str, Any]) -> str:
     s = result["scenario"]
     pool = result["pool"]
@@ -298,6 +313,7 @@ def markdown(result: dict[str, Any]) -> str:
         f"min; then the schedule switched off and the runs drained (≤ {s['drain_minutes']:g} min). Registration of "
         f"the {s['tasks']} DAGs took {result['registration_s']:.0f} s; {result['appends']['count']} appends, "
         f"{result['appends']['records']:,} records. Machine: {s['cores']} cores, shared: compare ratios.",
+        *([caught_up_line(result["caught_up"])] if result.get("caught_up") else []),
         "",
         "### Main phase",
         "",

@@ -1,19 +1,34 @@
 """Each task's topic against the source's ground truth, as far as the task has crawled, exactly.
 
-The rule, per task: let ``T`` be the source total its last successful run counted (``crawler_ops.crawl_run.total``
-of the latest run with status ``success``; 0 when none succeeded). A successful run has published every record of
-the window below its total, so the topic must hold exactly
+The rule, per task, from its run records in ``crawler_ops.crawl_run``: let ``T`` be the source total its last
+successful run counted (``total`` of the latest record with status ``success``, in the order they finished; 0 when
+none succeeded), and ``tail`` the records at offsets ``T ..`` the current total, read from the source's pages: the
+records appended after that run counted, which no successful run has promised yet. The topic must hold exactly
+``expected``, where
 
-    expected = (truth at the first successful run's ref_time  ∪  truth at the last one's)  −  tail
+- a task that started from empty (its first record, in the order they started, is a crawl):
 
-where the truth is the demo source's ``/admin/tasks/{task}/truth`` for the 7-day window (+24 h) ending at that
-reference time, and ``tail`` is the records at offsets ``T ..`` the current total, read from the source's pages: the
-records appended after that run counted, which no successful run has promised yet. The union of two truths is the
-union over every run: the window's start only moves forward, and every appended record lies within the 24 h
-tolerance of every reference. Then
+      expected = (truth at the first successful run's ref_time  ∪  truth at the last one's)  −  tail
+
+  with the truth the demo source's ``/admin/tasks/{task}/truth`` for the 7-day window (+24 h) ending at that
+  reference time. A successful run has published every record of the window below its total; the union of two
+  truths is the union over every run: the window's start only moves forward, and every appended record lies within
+  the 24 h tolerance of every reference.
+- a task that started caught up (its first record is an import, mode ``import``: ``crawler-ops import-progress``
+  set its watermark ``W0``, recorded as that record's ``new_watermark``, and its progress total, as a successful
+  run whose ``total`` is the one imported):
+
+      expected = the records at offsets W0 .. T − 1, read from the source's pages
+
+  nothing below ``W0`` (the old service published it, not this topic) and every record a crawl after the import
+  counted (each is an appended one, inside every run's window). The import itself counts as a successful run, so a
+  task never crawled after it has ``T = W0``: nothing expected, its topic empty. A topic that was never created
+  (nothing published to it) is read as empty.
+
+Then
 
 - missing: expected keys not in the topic;
-- extra: keys in the topic neither expected nor in the tail;
+- extra: keys in the topic neither expected nor in the tail (for a caught-up task, also any record below ``W0``);
 - ahead: tail keys already in the topic (published by a run that had not finished, or had failed, when read);
 - duplicates: messages beyond the first of a key.
 
@@ -24,6 +39,7 @@ succeeded after them, and are then expected.
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 from datetime import datetime
@@ -34,15 +50,18 @@ import psycopg
 
 from crawlbench.common import SOURCE_MAX_LIMIT, BenchError
 from crawlbench.fleet.fleet import Fleet
+from crawlbench.fleet.watch import IMPORTED
 from crawlbench.source import SourceAdmin, get_page
 from crawlbench.topics import topic_keys
 
 READERS = 4
+SUCCESS = "success"
 
 
 @dataclass
 class TopicCheck:
-    """One task's topic (or the fleet's, summed) against its expected keys."""
+    """One task's topic (or the fleet's, summed) against its expected keys. ``no_success``: tasks with no successful
+    crawl (an import is not one); ``imported``: tasks that started caught up (their first record an import)."""
 
     tasks: int = 1
     expected: int = 0
@@ -53,6 +72,7 @@ class TopicCheck:
     duplicates: int = 0
     tail: int = 0
     no_success: int = 0
+    imported: int = 0
 
     @property
     def exact(self) -> bool:
@@ -64,21 +84,96 @@ class TopicCheck:
 
     def short(self) -> str:
         verdict = "exact" if self.exact else "**NOT exact**"
+        started = f"; {self.imported} of {self.tasks} started caught up" if self.imported else ""
         return (
             f"{verdict}: {self.expected:,} expected, missing {self.missing}, extra {self.extra}, dup {self.duplicates}"
-            f"; tail {self.tail:,} not yet due ({self.ahead} of them already published)"
+            f"; tail {self.tail:,} not yet due ({self.ahead} of them already published){started}"
         )
 
 
-def successful_runs(pg_uri: str, task: str) -> list[tuple[int, datetime]]:
-    """(total, ref_time) of the task's successful runs, in the order they finished."""
+@dataclass(frozen=True)
+class RunRecord:
+    """One record of a task in ``crawler_ops.crawl_run``: its mode (``import`` for an import), status, the total it
+    counted (an import's: the total imported), the watermark it left (an import's: the one imported), its reference
+    time and when it started and finished (epoch s; a record not finished has ``finished`` None)."""
+
+    mode: str
+    status: str
+    total: int | None
+    watermark: int | None
+    ref: datetime
+    started: float
+    finished: float | None
+
+
+@dataclass(frozen=True)
+class Crawled:
+    """How far a task has crawled, by the module's rule: ``T`` (``total``), the reference times whose truths are
+    expected (``refs``, a task that started from empty), ``W0`` (``imported``: the watermark its first record
+    imported; None: it started from empty) and whether any crawl succeeded (an import is not a crawl)."""
+
+    total: int
+    refs: tuple[datetime, ...]
+    imported: int | None
+    crawled: bool
+
+
+def crawled_from(records: Sequence[RunRecord]) -> Crawled:
+    """The module's rule read from a task's run records, in any order."""
+    successes = sorted((r for r in records if r.status == SUCCESS), key=lambda r: r.finished or 0.0)
+    last = successes[-1].total or 0 if successes else 0
+    crawls = [r for r in successes if r.mode != IMPORTED]
+    first = min(records, key=lambda r: r.started, default=None)
+    if first is not None and first.mode == IMPORTED:
+        return Crawled(last, (), first.watermark if first.watermark is not None else first.total or 0, bool(crawls))
+    refs = (successes[0].ref, successes[-1].ref) if successes else ()
+    return Crawled(last, refs, None, bool(crawls))
+
+
+IdsAt = Callable[[int, int], set[str]]  # the ids of the records at offsets [start, end)
+TruthAt = Callable[[datetime], frozenset[str]]  # the ids the truth holds at a reference time
+
+
+def expected_and_tail(crawled: Crawled, current: int, ids_at: IdsAt, truth_at: TruthAt) -> tuple[set[str], set[str]]:
+    """The task's expected keys and its tail (module rule), given how far it crawled, the source's ``current``
+    total, the ids at offsets ``[start, end)`` (``ids_at``) and the truth at a reference time (``truth_at``)."""
+    tail = ids_at(crawled.total, current)
+    if crawled.imported is not None:
+        return ids_at(crawled.imported, crawled.total), tail
+    truth: set[str] = set()
+    for ref in dict.fromkeys(crawled.refs):
+        truth |= truth_at(ref)
+    return truth - tail, tail
+
+
+def compare(expected: set[str], tail: set[str], keys: Counter[str], crawled: Crawled) -> TopicCheck:
+    """A topic's keys (with multiplicity) against its expected keys and tail."""
+    found = set(keys)
+    return TopicCheck(
+        expected=len(expected),
+        received=sum(keys.values()),
+        missing=len(expected - found),
+        extra=len(found - expected - tail),
+        ahead=len(found & tail),
+        duplicates=sum(n - 1 for n in keys.values() if n > 1),
+        tail=len(tail),
+        no_success=0 if crawled.crawled else 1,
+        imported=0 if crawled.imported is None else 1,
+    )
+
+
+def run_records(pg_uri: str, task: str) -> list[RunRecord]:
+    """Every record of the task in ``crawler_ops.crawl_run``, imports included."""
     with psycopg.connect(pg_uri) as conn:
         rows = conn.execute(
-            "SELECT total, ref_time FROM crawler_ops.crawl_run WHERE task_id = %s AND status = 'success' "
-            "ORDER BY finished_at",
+            "SELECT mode, status, total, new_watermark, ref_time, extract(epoch FROM started_at)::float8, "
+            "extract(epoch FROM finished_at)::float8 FROM crawler_ops.crawl_run WHERE task_id = %s",
             (task,),
         ).fetchall()
-    return [(int(total or 0), ref) for total, ref in rows]
+    return [
+        RunRecord(mode, status, None if total is None else int(total), None if mark is None else int(mark), ref, s, f)
+        for mode, status, total, mark, ref, s, f in rows
+    ]
 
 
 def tail_ids(source: httpx.Client, name: str, start: int, total: int) -> set[str]:
@@ -108,23 +203,14 @@ def check_task(
     admin: SourceAdmin, source: httpx.Client, bootstrap: str, pg_uri: str, fleet: Fleet, name: str
 ) -> TopicCheck:
     """One task's topic by the module's rule."""
-    runs = successful_runs(pg_uri, name)
-    crawled = runs[-1][0] if runs else 0
-    tail = tail_ids(source, name, crawled, source_total(source, name))
-    truth = admin.truth(name, runs[0][1]) | admin.truth(name, runs[-1][1]) if runs else frozenset()
-    expected = set(truth) - tail
-    keys = received_keys(bootstrap, fleet.topic(name))
-    found = set(keys)
-    return TopicCheck(
-        expected=len(expected),
-        received=sum(keys.values()),
-        missing=len(expected - found),
-        extra=len(found - expected - tail),
-        ahead=len(found & tail),
-        duplicates=sum(n - 1 for n in keys.values() if n > 1),
-        tail=len(tail),
-        no_success=0 if runs else 1,
+    crawled = crawled_from(run_records(pg_uri, name))
+    expected, tail = expected_and_tail(
+        crawled,
+        source_total(source, name),
+        lambda start, end: tail_ids(source, name, start, end),
+        lambda ref: admin.truth(name, ref),
     )
+    return compare(expected, tail, received_keys(bootstrap, fleet.topic(name)), crawled)
 
 
 def check_fleet(source_url: str, bootstrap: str, pg_uri: str, fleet: Fleet) -> tuple[TopicCheck, dict[str, Any]]:

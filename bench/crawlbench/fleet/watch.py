@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -119,6 +120,13 @@ def plan_records(pg_uri: str, fleet: Fleet) -> list[Plan]:
 def plans_between(plans: Iterable[Plan], start: float, end: float) -> int:
     """How many plans were recorded in ``[start, end)``: one count request each."""
     return sum(1 for p in plans if start <= p.started < end)
+
+
+def tasks_asked(before: Mapping[str, int], after: Mapping[str, int], plans: Iterable[Plan], since: float) -> set[str]:
+    """The tasks whose watch asked the source at least once between two readings of the counters, the first taken
+    at ``since``: more count requests answered for the task's data set than its plans recorded since then."""
+    own = Counter(p.task for p in plans if p.started >= since)
+    return {name for name, n in after.items() if n - before.get(name, 0) - own[name] > 0}
 
 
 def polls_due(tasks: int, seconds: float, every_s: float) -> float:
@@ -257,10 +265,12 @@ def window_figures(before: Reading, after: Reading) -> dict[str, Any]:
 
 
 def tasks_crawled(pg_uri: str, fleet: Fleet) -> int:
-    """How many of the fleet's tasks have a successful crawl run (a watched fleet's first crawls, at its start)."""
+    """How many of the fleet's tasks have a successful crawl run, an import not counted (a watched fleet's first
+    crawls, at its start)."""
     with psycopg.connect(pg_uri) as conn:
         row = conn.execute(
-            "SELECT count(DISTINCT task_id) FROM crawler_ops.crawl_run WHERE task_id = ANY(%s) AND status = 'success'",
-            (fleet.names,),
+            "SELECT count(DISTINCT task_id) FROM crawler_ops.crawl_run WHERE task_id = ANY(%s) AND status = 'success' "
+            "AND mode <> %s",
+            (fleet.names, IMPORTED),
         ).fetchone()
     return int(row[0]) if row else 0
