@@ -40,9 +40,9 @@ def main() -> None:
 
     from crawler_ops.config import SourceConfig
     from crawler_ops.crawl.page_check import PageChecker
+    from crawler_ops.hooks.answers import read_bounded
     from crawler_ops.hooks.http import DeadlineTransport, deadline
     from crawler_ops.hooks.source.hook import SourceApiHook
-    from crawler_ops.hooks.source.responses import read_bounded
     from crawler_ops.hooks.source.wire import WireTransport
     from crawler_ops.message.records import HeadReader
 

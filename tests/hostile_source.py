@@ -1,11 +1,14 @@
 """A hostile HTTP source on loopback, for service-free tests and benchmarks: a canned reply per kind of request
-(the last path segment: ``count``, ``list``), sent at once or trickled one byte at a time."""
+(the last path segment: ``count``, ``list``; a POST's body is read and answered the same way), sent at once or
+trickled one byte at a time."""
 
 from __future__ import annotations
 
 import contextlib
 import threading
 import time
+import tracemalloc
+from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
@@ -42,6 +45,10 @@ class HostileSource:
                         time.sleep(source.drips[kind])
                     source.finished.append(kind)
 
+            def do_POST(self) -> None:
+                self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                self.do_GET()
+
             def log_message(self, format: str, *args: Any) -> None:
                 return None
 
@@ -55,3 +62,16 @@ class HostileSource:
     def close(self) -> None:
         self.server.shutdown()
         self.server.server_close()
+
+
+def peak_bytes(call: Callable[[], Any]) -> tuple[int, BaseException | None]:
+    """Peak Python memory allocated while ``call`` ran, and what it raised."""
+    tracemalloc.start()
+    try:
+        call()
+        raised = None
+    except Exception as exc:  # noqa: BLE001 - returned to the test
+        raised = exc
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    return peak, raised

@@ -1,12 +1,12 @@
 """The package's layering: imports only go down, and no module imports itself in a circle.
 
 Layers, bottom to top: the pure core (the modules at the package root, ``config`` and ``message``), ``hooks`` (in
-three sub-layers: ``hooks.store`` and the shared ``hooks.http``; ``hooks.kafka``; ``hooks.source``, whose rate limits
-and shared tokens live in the crawler database), ``telemetry``,
-``crawl`` and ``executor`` (side by side, neither importing the other), ``ops``, ``migration``, ``operators`` (the
-steps as operators a DAG uses), ``factory`` and the CLI (``__main__``). Every import counts, the ones inside
-functions too: a lazy import is still a dependency. The graph is read from the source with :mod:`ast`, so the test
-needs nothing installed.
+three sub-layers: ``hooks.store`` and the shared ``hooks.http`` and ``hooks.answers``; ``hooks.kafka``;
+``hooks.source``, whose rate limits and shared tokens live in the crawler database), ``telemetry``, ``crawl`` and
+``executor`` (side by side, neither importing the other), ``ops``, ``migration``, ``operators`` (the steps as
+operators a DAG uses), ``factory`` and the CLI (``__main__``). Every import counts, the ones inside functions too: a
+lazy import is still a dependency. The graph is read from the source with :mod:`ast`, so the test needs nothing
+installed.
 """
 
 from __future__ import annotations

@@ -49,6 +49,12 @@ def deadline(seconds: float) -> Iterator[float]:
         _DEADLINE.reset(token)
 
 
+def current_deadline() -> float | None:
+    """The monotonic time by which the current block's HTTP calls must end (None: no deadline); a retry loop waits
+    no further."""
+    return _DEADLINE.get()
+
+
 def bounded(timeout: float | None, expired: type[Exception]) -> float | None:
     """``timeout`` cut to what is left of the current deadline; ``expired`` raised when nothing is left."""
     end = _DEADLINE.get()

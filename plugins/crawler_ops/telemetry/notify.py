@@ -19,8 +19,8 @@ import httpx
 from airflow.sdk import BaseHook
 
 from crawler_ops.config import NotifyConfig
+from crawler_ops.hooks.answers import error_excerpt
 from crawler_ops.hooks.http import DeadlineTransport, deadline, environment_proxy
-from crawler_ops.hooks.source.responses import error_excerpt
 from crawler_ops.retry import RetryPolicy, retry_after_seconds
 from crawler_ops.telemetry.webhook import DELIVERY_HEADER, EVENT_HEADER, SIGNATURE_HEADER, TIMESTAMP_HEADER, sign
 
@@ -158,7 +158,7 @@ def send(
 ) -> tuple[int | None, str, float | None]:
     """POST once: the answer's status (None when there was none), what was wrong, and the ``Retry-After`` it asked
     for. A 2xx answer's body is not read at all; of an error's, at most ``ERROR_BODY_BYTES`` are read from the wire
-    and a compressed one is inflated no further (:func:`~crawler_ops.hooks.source.responses.error_excerpt`)."""
+    and a compressed one is inflated no further (:func:`~crawler_ops.hooks.answers.error_excerpt`)."""
     try:
         with client.stream("POST", url, content=body, headers=headers) as response:
             if response.is_success:

@@ -19,8 +19,9 @@ from urllib.parse import quote
 import httpx
 from airflow.sdk import BaseHook
 
-from crawler_ops.errors import RegistryError
-from crawler_ops.hooks.http import base_url
+from crawler_ops.errors import RegistryError, SourceError
+from crawler_ops.hooks.answers import read_bounded
+from crawler_ops.hooks.http import DeadlineTransport, base_url, current_deadline, deadline, environment_proxy
 from crawler_ops.message.values import framed, unframed
 from crawler_ops.retry import RETRIABLE_STATUS, RetryPolicy, retry_after_seconds
 
@@ -30,6 +31,8 @@ CONTENT_TYPE = "application/vnd.schemaregistry.v1+json"
 SchemaType = Literal["AVRO", "JSON"]
 #: A registry that did not answer, or answered 5xx / 429, is asked again: three more times within 10 s of waiting.
 REGISTRY_RETRY = RetryPolicy(retries=3, backoff_s=0.5, max_backoff_s=4.0, max_retry_after_s=10.0, max_wait_s=10.0)
+#: The most of a registry's answer that is read (inflated): a schema is a few KiB, a subject's list of versions less.
+MAX_ANSWER_BYTES = 4 * 1024 * 1024
 
 
 def subject_of(topic: str) -> str:
@@ -51,7 +54,8 @@ class Registered:
 class SchemaRegistryHook(BaseHook):
     """The registry behind the Airflow connection ``registry_conn_id``.
 
-    :param timeout_s: bound of each request (connect, and each read).
+    :param timeout_s: bound of each request, from its connect to the last byte of its answer (a registry trickling
+        its answer fails as a timeout then); its answer is read to :data:`MAX_ANSWER_BYTES` at most.
     """
 
     conn_name_attr = "registry_conn_id"
@@ -70,11 +74,15 @@ class SchemaRegistryHook(BaseHook):
         if self._client is None:
             conn = self.get_connection(self.registry_conn_id)
             auth = httpx.BasicAuth(conn.login, conn.password or "") if conn.login else None
+            base = base_url(conn)
+            limits = httpx.Limits(max_connections=2, max_keepalive_connections=2)
+            transport = DeadlineTransport(base.lower().startswith("https://"), limits, environment_proxy(base))
             self._client = httpx.Client(
-                base_url=base_url(conn),
+                base_url=base,
                 auth=auth,
                 headers={"Content-Type": CONTENT_TYPE, "Accept": CONTENT_TYPE},
                 timeout=self.timeout_s,
+                transport=transport,
             )
         return self._client
 
@@ -142,25 +150,38 @@ class SchemaRegistryHook(BaseHook):
         connection, ``what`` was asked and the registry's own message otherwise."""
         where = f"schema registry (connection '{self.registry_conn_id}')"
         return REGISTRY_RETRY.run(
-            lambda: self._call_once(method, path, f"{where}: {what}", absent, body), RegistryError, sleep=time.sleep
+            lambda: self._call_once(method, path, f"{where}: {what}", absent, body),
+            RegistryError,
+            sleep=time.sleep,
+            until=current_deadline(),  # an enclosing deadline (the status view's check) ends the retries too
         )
 
     def _call_once(self, method: str, path: str, what: str, absent: int | None, body: Mapping[str, Any] | None) -> Any:
         try:
-            response = self.client.request(method, path, json=body)
+            with deadline(self.timeout_s), self.client.stream(method, path, json=body) as response:
+                status, retry_after = response.status_code, response.headers.get("retry-after")
+                answer = read_bounded(response, MAX_ANSWER_BYTES, what, "answer", f"{MAX_ANSWER_BYTES // 2**20} MiB")
+        except httpx.TimeoutException as exc:
+            raise RegistryError(f"{what}: no whole answer within {self.timeout_s:g}s", retriable=True) from exc
         except httpx.HTTPError as exc:
             raise RegistryError(f"{what}: {exc!r}", retriable=True) from exc
-        if response.status_code == absent:
+        except SourceError as exc:  # an answer over its cap, or one that does not inflate
+            raise RegistryError(str(exc), retriable=exc.retriable) from exc
+        if status == absent:
             return None
-        if response.status_code != 200:
-            try:
-                detail = response.json().get("message") or response.text
-            except ValueError:
-                detail = response.text
+        try:
+            document = json.loads(answer)
+        except ValueError:
+            document = None
+        if status != 200:
+            detail = document.get("message") if isinstance(document, dict) else None
+            detail = detail or answer[:500].decode("utf-8", "replace")
             raise RegistryError(
-                f"{what}: HTTP {response.status_code}: {str(detail)[:500]}",
-                retriable=response.status_code in RETRIABLE_STATUS,
-                status=response.status_code,
-                retry_after=retry_after_seconds(response.headers.get("retry-after"), REGISTRY_RETRY.max_retry_after_s),
+                f"{what}: HTTP {status}: {str(detail)[:500]}",
+                retriable=status in RETRIABLE_STATUS,
+                status=status,
+                retry_after=retry_after_seconds(retry_after, REGISTRY_RETRY.max_retry_after_s),
             )
-        return response.json()
+        if not isinstance(document, dict):
+            raise RegistryError(f"{what}: the answer is not a JSON object ({len(answer)} bytes)", retriable=True)
+        return document

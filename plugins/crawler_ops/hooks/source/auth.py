@@ -16,7 +16,6 @@ from __future__ import annotations
 import logging
 import re
 import threading
-import time
 from collections import deque
 from collections.abc import Callable, Generator
 from typing import TYPE_CHECKING, Any
@@ -26,10 +25,10 @@ import httpx
 from crawler_ops.config import SourceConfig
 from crawler_ops.config.source_auth import OAuth2Auth as OAuth2Kind
 from crawler_ops.errors import SourceError, StatusTableError
+from crawler_ops.hooks.answers import read_bounded
 from crawler_ops.hooks.http import DeadlineTransport, deadline, environment_proxy
-from crawler_ops.hooks.source.responses import read_bounded
 from crawler_ops.hooks.source.tokens import DEFAULT_LIFETIME_S, Grant, Issued, SharedToken, seed_of
-from crawler_ops.retry import RETRIABLE_STATUS, retry_after_seconds
+from crawler_ops.retry import RETRIABLE_STATUS, RetryPolicy, retry_after_seconds
 
 if TYPE_CHECKING:
     pass
@@ -37,6 +36,10 @@ if TYPE_CHECKING:
 TOKEN_BODY_BYTES = 64 * 1024
 MASK = "***"
 _OAUTH_ERROR = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
+#: A secret sent in a header: printable ASCII, no space at either end, at most MAX_HEADER_SECRET characters. Anything
+#: else (a line break copied with it, a control character) makes the HTTP client fail with the header quoted.
+_HEADER_VALUE = re.compile(r"[\x21-\x7e]([\x20-\x7e]*[\x21-\x7e])?")
+MAX_HEADER_SECRET = 8192
 
 _secrets: deque[str] = deque(maxlen=1000)
 _secrets_lock = threading.Lock()
@@ -49,6 +52,11 @@ def remember(*secrets: str | None) -> None:
         for secret in secrets:
             if secret and len(secret) >= 4 and secret not in _secrets:
                 _secrets.append(secret)
+
+
+def sendable(value: str) -> bool:
+    """Whether ``value`` can go in a request header as it is (see ``_HEADER_VALUE``)."""
+    return len(value) <= MAX_HEADER_SECRET and _HEADER_VALUE.fullmatch(value) is not None
 
 
 def redact(text: str) -> str:
@@ -171,7 +179,13 @@ class TokenGrant:
             retriable=retriable,
         )
 
+    @property
+    def retry(self) -> RetryPolicy:
+        """How a failed token request is tried again (the source's policy), by the caller, outside the row lock."""
+        return self.source.retry
+
     def request(self, refresh_token: str | None) -> Issued:
+        """One token request (no retry: the caller holds the token row meanwhile, and retries after releasing it)."""
         form = self.auth.grant(refresh_token or self.first_refresh)
         if self.auth.scope:
             form["scope"] = self.auth.scope
@@ -182,7 +196,7 @@ class TokenGrant:
             form["client_id"] = self.client_id
             if self.client_secret:
                 form["client_secret"] = self.client_secret
-        return self.source.retry.run(lambda: self.post(form, basic), SourceError, sleep=time.sleep)
+        return self.post(form, basic)
 
     def post(self, form: dict[str, str], basic: httpx.Auth | None) -> Issued:
         limits = httpx.Limits(max_connections=1, max_keepalive_connections=0)
@@ -216,6 +230,12 @@ class TokenGrant:
         token = document.get("access_token") if isinstance(document, dict) else None
         if not isinstance(token, str) or not token:
             raise self.error(f"{what}: the answer holds no access_token", retriable=True)
+        if not sendable(token):
+            raise self.error(
+                f"{what}: the answer's access_token cannot be sent in a header (a line break, a space at an end, a "
+                f"control or non-ASCII character, or over {MAX_HEADER_SECRET} characters); not stored",
+                retriable=True,
+            )
         expires_in = document.get("expires_in", DEFAULT_LIFETIME_S)
         if isinstance(expires_in, str) and expires_in.isdigit():
             expires_in = int(expires_in)
@@ -272,4 +292,11 @@ def source_auth(conn: Any, source: SourceConfig, base: str, label: str, token: S
     if credential is None:
         return None
     remember(credential.value)
+    if credential.where == "header" and not sendable(credential.value):
+        raise SourceError(
+            f"task {label}: auth {auth.type} of source connection '{source.conn_id}': its secret cannot be sent in "
+            "a header (a line break or a space at an end, a control or non-ASCII character, or over "
+            f"{MAX_HEADER_SECRET} characters); set it again in the connection, without the line break",
+            retriable=False,
+        )
     return CARRIERS[credential.where](credential.name, credential.value)

@@ -3,7 +3,7 @@
 ``source.max_response_mb`` caps one body; a chunk reads ``concurrency`` pages ahead, and a page's messages keep slices
 of its body until Kafka confirmed them, so without a shared bound a chunk could hold ``concurrency`` times the cap (and
 twice that while bodies are joined). A :class:`ByteBudget` counts the bytes of the bodies a chunk holds, as they arrive
-(inflated, see :func:`crawler_ops.hooks.source.responses.read_bounded`), from the first byte until the page's batch is
+(inflated, see :func:`crawler_ops.hooks.answers.read_bounded`), from the first byte until the page's batch is
 done.
 
 The rule: the page the chunk's thread needs next (the oldest one not yet filtered, *the head*) may always read; every

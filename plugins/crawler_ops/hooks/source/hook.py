@@ -20,22 +20,14 @@ from crawler_ops.errors import (
     StatusTableError,
     TokenExpiredError,
 )
+from crawler_ops.hooks.answers import ERROR_EXCERPT_CHARS, error_excerpt, read_bounded, read_start
 from crawler_ops.hooks.http import DeadlineTransport, base_url, deadline, environment_proxy
 from crawler_ops.hooks.source.auth import extra_headers, redact, source_auth
+from crawler_ops.hooks.source.budget import current_account
 from crawler_ops.hooks.source.feed import HeadedBody
 from crawler_ops.hooks.source.paging import DEFAULT_BATCH_SIZE, PageCall, Paging, Send, join_pages, probe_total
 from crawler_ops.hooks.source.parts import read_in_parts
-from crawler_ops.hooks.source.responses import (
-    COUNT_BODY_BYTES,
-    ERROR_EXCERPT_CHARS,
-    Split,
-    count_total,
-    decode_body,
-    decode_page,
-    error_excerpt,
-    read_bounded,
-    read_start,
-)
+from crawler_ops.hooks.source.responses import COUNT_BODY_BYTES, Split, count_total, decode_body, decode_page
 from crawler_ops.hooks.source.rule_actions import check_answer, renew_token
 from crawler_ops.hooks.source.rules import wanted_statuses
 from crawler_ops.hooks.source.wire import WireTransport
@@ -236,8 +228,10 @@ class SourceApiHook(BaseHook):
                 with self.client.stream(**request.httpx()) as response:
                     if response.status_code != 200:
                         refused(response, label, self.source, self.limiter)
-                    cap = () if max_bytes is None else (f"{what} answer", f"{max_bytes // 1024} KiB")
-                    body = read_bounded(response, max_bytes or self.max_bytes, label, *cap)
+                    if max_bytes is None:
+                        body = read_bounded(response, self.max_bytes, label, account=current_account(), max_ratio=None)
+                    else:
+                        body = read_bounded(response, max_bytes, label, f"{what} answer", f"{max_bytes // 1024} KiB")
                     check_answer(response, body, label, self.source, self.limiter)
                     if max_bytes is None and request.answer_headers:
                         kept = {name: response.headers.get_list(name) for name in request.answer_headers}
@@ -278,7 +272,7 @@ def refused(response: httpx.Response, label: str, source: SourceConfig, limiter:
     status; a 429 or a Retry-After also slows down every worker on the connection (``limiter``)."""
     status = response.status_code
     if status in wanted_statuses(source.responses):
-        start = read_start(response)
+        start = read_start(response, COUNT_BODY_BYTES)
         check_answer(response, start, label, source, limiter)
         quoted = start[:ERROR_EXCERPT_CHARS].decode("utf-8", "replace")
     else:

@@ -1,30 +1,19 @@
-"""What the source hook does with a response's bytes: read a body within its size cap, quote the start of an error
-body, decode a page envelope in one pass, and map decoding problems to :class:`SourceError`."""
+"""What the source hook does with a body's bytes (read within their bounds by :mod:`crawler_ops.hooks.answers`):
+decode a page envelope in one pass, read a count, and map decoding problems to :class:`SourceError`."""
 
 from __future__ import annotations
 
 import functools
-import zlib
-from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from typing import Any
 
-import httpx
 import msgspec
 
-from crawler_ops.errors import AnswerTooHeavyError, SourceError
-from crawler_ops.hooks.source.budget import current_account
+from crawler_ops.errors import SourceError
 from crawler_ops.message.pages import Page, head_struct, json_path
 
-if TYPE_CHECKING:
-    pass
-
-# Of an error response, this much of the body is read (and inflated, if compressed); this much is quoted.
-ERROR_BODY_BYTES = 1024
-ERROR_EXCERPT_CHARS = 200
 #: A count answer is a few bytes; it is read to this size at most.
 COUNT_BODY_BYTES = 64 * 1024
-#: A compressed body is inflated at most this much at a time, so the size cap is checked before a bomb goes off.
-INFLATE_PIECE = 64 * 1024
 
 
 @functools.cache
@@ -68,115 +57,6 @@ def unwrap(envelope: Any, records_path: str) -> Any:
     for _ in records_path.split("."):
         envelope = envelope.v
     return envelope
-
-
-def error_excerpt(response: httpx.Response) -> str:
-    """The start of an error response's body as text: at most ``ERROR_BODY_BYTES`` read from the wire, and a
-    compressed body inflated only that far, so a hostile error body costs neither memory nor time."""
-    if response.is_stream_consumed:  # a body in memory already (decoded): nothing more to read
-        return response.content[:ERROR_EXCERPT_CHARS].decode("utf-8", "replace")
-    raw = b""
-    for part in response.iter_raw():
-        raw += part
-        if len(raw) >= ERROR_BODY_BYTES:
-            break
-    raw = raw[:ERROR_BODY_BYTES]
-    encoding = response.headers.get("content-encoding", "").strip().lower()
-    if encoding in ("gzip", "deflate"):
-        try:  # wbits 47: a gzip or zlib header, detected
-            raw = zlib.decompressobj(wbits=47).decompress(raw, ERROR_BODY_BYTES)
-        except zlib.error:
-            return f"({encoding} body that does not inflate)"
-    elif encoding and encoding != "identity":
-        return f"({encoding} body)"
-    return raw[:ERROR_EXCERPT_CHARS].decode("utf-8", "replace")
-
-
-def read_bounded(
-    response: httpx.Response, max_bytes: int, label: str, what: str = "response", cap: str = "source.max_response_mb"
-) -> bytes:
-    """The body of ``response``, inflated a piece at a time (:func:`inflated`); a body over ``max_bytes`` (declared or
-    streamed) is an error, not retried. Inside a chunk's fetch, the body's bytes count against the chunk's memory
-    budget (:mod:`crawler_ops.hooks.source.budget`) as they arrive; the caller's account keeps them until the page is
-    done.
-
-    :param what: what the error calls the body; ``cap``: how it names the limit.
-    """
-    declared = response.headers.get("content-length")
-    if declared and declared.isdigit() and int(declared) > max_bytes:
-        raise AnswerTooHeavyError(f"{label}: {what} of {declared} bytes exceeds {cap}", retriable=False)
-    account = current_account()
-    # The pieces joined once at the end: one copy of the body. Growing one buffer instead copied it twice (each
-    # growth, then into bytes), 0.5-0.8 ms of CPU a page of 1.7 MB.
-    parts: list[bytes] = []
-    size = 0
-    try:
-        for part in inflated(response, label):
-            if size + len(part) > max_bytes:
-                raise AnswerTooHeavyError(f"{label}: {what} exceeds {cap}", retriable=False)
-            if account is not None:
-                account.take(len(part))
-            parts.append(part)
-            size += len(part)
-        if account is None:
-            return b"".join(parts)
-        account.take(size)  # the joined copy: both exist for a moment
-        body = b"".join(parts)
-        parts.clear()
-        account.give(size)
-        return body
-    except BaseException:
-        parts.clear()  # the error's traceback keeps this frame: not its bytes
-        if account is not None:
-            account.give(size)
-        raise
-
-
-def read_start(response: httpx.Response, most: int = COUNT_BODY_BYTES) -> bytes:
-    """The first ``most`` bytes of a body (inflated), the rest left unread: what rules read of an error answer."""
-    start = bytearray()
-    for part in inflated(response, "error answer"):
-        start += part
-        if len(start) >= most:
-            break
-    return bytes(start[:most])
-
-
-def inflated(response: httpx.Response, label: str) -> Iterator[bytes]:
-    """The body's bytes, gzip and deflate undone here (as httpx would, layer by layer, skipping encodings it does not
-    know) but never more than :data:`INFLATE_PIECE` bytes at a time: httpx inflates each read whole, and 64 KiB of a
-    gzip bomb become 64 MiB at once, before any cap is checked."""
-    if response.is_stream_consumed:  # a body in memory already (a mock transport's): httpx decodes it
-        return response.iter_bytes()
-    parts: Iterator[bytes] = response.iter_raw()
-    encodings = [e.strip().lower() for e in response.headers.get("content-encoding", "").split(",")]
-    for encoding in reversed(encodings):
-        if encoding in ("gzip", "x-gzip", "deflate"):
-            parts = inflate(parts, label)
-    return parts
-
-
-def inflate(parts: Iterator[bytes], label: str) -> Iterator[bytes]:
-    """One gzip or zlib layer (or raw deflate, as some servers send for ``deflate``), in bounded pieces."""
-    inflater = zlib.decompressobj(wbits=47)  # a gzip or zlib header, detected
-    started = False
-    for part in parts:
-        data = part
-        while data and not inflater.eof:
-            try:
-                piece = inflater.decompress(data, INFLATE_PIECE)
-            except zlib.error as exc:
-                if started:
-                    raise SourceError(f"{label}: compressed body does not inflate: {exc}", retriable=True) from exc
-                inflater, started = zlib.decompressobj(wbits=-zlib.MAX_WBITS), True
-                continue
-            started = True
-            data = inflater.unconsumed_tail
-            if piece:
-                yield piece
-    tail = inflater.flush()
-    if tail:
-        yield tail
 
 
 def count_total(document: Any, total_path: str, label: str) -> int:

@@ -27,9 +27,10 @@ from typing import Any, Protocol
 
 import psycopg
 
-from crawler_ops.errors import StatusTableError
+from crawler_ops.errors import SourceError, StatusTableError
 from crawler_ops.hooks.store.db import CrawlerDbHook, row_connection
 from crawler_ops.hooks.store.sqlfiles import read_sql
+from crawler_ops.retry import RetryPolicy
 
 #: Most seconds before the provider's expiry a token is renewed.
 MARGIN_S = 30.0
@@ -147,11 +148,14 @@ class SourceTokenStore:
 
 class Grant(Protocol):
     """How a token is asked for (:class:`crawler_ops.hooks.source.auth.TokenGrant`): the seed its refresh token starts
-    from and the request itself."""
+    from, the request itself (one attempt) and how a failed one is tried again."""
 
     seed: str | None
     #: names the task in errors
     label: str
+
+    @property
+    def retry(self) -> RetryPolicy: ...
 
     def request(self, refresh_token: str | None) -> Issued: ...
 
@@ -190,6 +194,12 @@ class SharedToken:
             return self.renew_locked(grant, failed)
 
     def renew_locked(self, grant: Grant, failed: str | None) -> str:
+        """A token renewed through the row, the token request tried again as ``grant.retry`` says: each try holds
+        the row for one request at most, and every wait between tries is spent with the row released (another worker
+        may renew it meanwhile, which the next try then finds)."""
+        return grant.retry.run(lambda: self.renew_once(grant, failed), SourceError, sleep=time.sleep)
+
+    def renew_once(self, grant: Grant, failed: str | None) -> str:
         with self.store.locked() as (row, cur):
             # Read again under the row lock: a worker that held it before may have renewed the token meanwhile.
             found = row.valid_unless(failed)
@@ -237,8 +247,8 @@ def reset_tokens() -> None:
 def token_for(source: Any, postgres_conn_id: str | None) -> SharedToken | None:
     """The shared token a source hook of ``source`` (a :class:`~crawler_ops.config.SourceConfig`) needs: one for the
     OAuth2 auth types with a crawler database, else None. A renewal holds the row at most as long as its token
-    request may take with every retry, so that bounds the wait of the others."""
+    request may take (its deadline; retries wait with the row released), so that bounds the wait of the others."""
     if not source.auth.oauth2 or postgres_conn_id is None:
         return None
-    renewal_s = (source.max_retries + 1) * (source.deadline_s + source.max_backoff_s) + 10
+    renewal_s = source.deadline_s + 10
     return shared_token(postgres_conn_id, source.conn_id, renewal_s)

@@ -103,7 +103,9 @@ def connection(airflow_connection: Callable[..., None]) -> Callable[..., None]:
 
 
 def hook(auth: dict[str, Any], token: SharedToken | None = None, **source: Any) -> SourceApiHook:
-    return SourceApiHook(SourceConfig(conn_id="src", auth=auth, max_retries=0, **source), "jobs", "j", token=token)
+    return SourceApiHook(
+        SourceConfig(**{"conn_id": "src", "auth": auth, "max_retries": 0, **source}), "jobs", "j", token=token
+    )
 
 
 @pytest.mark.parametrize(
@@ -268,3 +270,66 @@ def test_postgresql_failing_under_the_token_fails_the_request_retriable_naming_t
     with pytest.raises(SourceError, match="task jobs: the OAuth2 token of source 'src': PostgreSQL failed") as failure:
         hook(oauth2(), SharedToken(row)).get_total()
     assert failure.value.retriable and provider.requests == []
+
+
+# --------------------------------------------------------------------------- secrets that cannot be sent
+
+
+@pytest.mark.parametrize("bad", ["tok-canary\n", "tok-canary\r\nX-Injected: 1", "tok-\x7fcanary"])
+def test_a_static_header_secret_that_cannot_be_sent_fails_clearly_without_quoting_it(provider, connection, bad):
+    connection(password=bad)
+
+    with pytest.raises(SourceError, match="its secret cannot be sent in a header") as failure:
+        hook({"type": "bearer"}).get_total()
+
+    assert "canary" not in str(failure.value) and not failure.value.retriable
+    assert "source connection 'src'" in str(failure.value) and "task jobs" in str(failure.value)
+    assert provider.requests == [], "nothing was sent"
+
+
+@pytest.mark.parametrize("bad", ["at-canary\n", "at-canary\r\nX-Injected: 1", "at-" + "c" * 9000, "at-金丝雀"])
+def test_an_issued_token_that_cannot_be_sent_is_refused_and_not_stored(connection, monkeypatch, bad):
+    connection(login="app", password="cs-1")
+    issued = httpx.Response(200, json={"access_token": bad, "expires_in": 600})
+    route_clients(monkeypatch, lambda request: issued)
+    row = MemoryRow()
+
+    with pytest.raises(SourceError, match="cannot be sent in a header") as failure:
+        hook(oauth2(), SharedToken(row)).get_total()
+
+    assert "canary" not in str(failure.value) and "金丝雀" not in str(failure.value)
+    assert failure.value.retriable, "a provider's glitch: asked again later"
+    assert row.token is None, "the shared row keeps no token that fails every worker"
+
+
+def test_a_failing_token_request_waits_between_tries_with_the_row_released(connection, monkeypatch):
+    connection(login="app", password="cs-1")
+    answers = iter([httpx.Response(503), httpx.Response(503), None])
+
+    def provider(request: httpx.Request) -> httpx.Response:
+        if request.url.path != "/token":
+            return COUNT
+        return next(answers) or httpx.Response(200, json={"access_token": "at-1", "expires_in": 600})
+
+    route_clients(monkeypatch, provider)
+    row = MemoryRow()
+    held = []
+    locked = row.locked
+
+    @contextmanager
+    def tracked() -> Iterator[tuple[TokenRow, Any]]:
+        held.append(True)
+        try:
+            with locked() as found:
+                yield found
+        finally:
+            held.pop()
+
+    row.locked = tracked  # type: ignore[method-assign]
+    slept: list[tuple[float, bool]] = []
+    monkeypatch.setattr("time.sleep", lambda s: slept.append((s, bool(held))))
+
+    assert hook(oauth2(), SharedToken(row), max_retries=2, backoff_s=0.01).get_total() == 7
+
+    assert [while_held for _, while_held in slept] == [False, False], "no wait with the token row locked"
+    assert row.locks == 3 and row.token == "at-1", "each try takes the row again, and reads it again"

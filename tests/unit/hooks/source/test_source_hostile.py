@@ -4,16 +4,14 @@ from __future__ import annotations
 
 import gzip
 import re
-import tracemalloc
 from collections.abc import Callable, Iterator
-from typing import Any
 
 import pytest
 
 from crawler_ops.config import SourceConfig
 from crawler_ops.errors import SourceError
 from crawler_ops.hooks.source.hook import SourceApiHook
-from tests.hostile_source import HostileSource
+from tests.hostile_source import HostileSource, peak_bytes
 
 # 64 MiB of text inflating from about 64 KiB: an HTTP 500 carrying it must not be inflated.
 BOMB = gzip.compress(b"<html>internal error " + b"A" * (64 * 2**20), compresslevel=9)
@@ -31,19 +29,6 @@ def hostile(airflow_connection: Callable[..., None]) -> Iterator[HostileSource]:
 def hook() -> SourceApiHook:
     cfg = SourceConfig(conn_id="src", backoff_s=0.01, max_backoff_s=0.01, max_retries=2)
     return SourceApiHook(cfg, "jobs", "remote_jobs")
-
-
-def peak_bytes(call: Callable[[], Any]) -> tuple[int, BaseException | None]:
-    """Peak Python memory allocated while ``call`` ran, and what it raised."""
-    tracemalloc.start()
-    try:
-        call()
-        raised = None
-    except Exception as exc:  # noqa: BLE001 - returned to the test
-        raised = exc
-    peak = tracemalloc.get_traced_memory()[1]
-    tracemalloc.stop()
-    return peak, raised
 
 
 def test_a_gzip_bomb_on_an_error_reads_a_kilobyte_and_quotes_its_start(hostile):
