@@ -9,6 +9,12 @@ Profiling reads the first ``drift_sample`` published records of each page only (
 typing a record's fields costs about as much as filtering, keying and encoding it (the top level decoded as
 ``dict[str, msgspec.Raw]``, each value typed by its first byte; ``bench/drift_bench.py``), so every count here is of
 *sampled* records (``sampled_records``), not of all records.
+
+A source decides the field names, so what is kept of them is bounded: a profile names at most :data:`MAX_FIELDS`
+fields (those most records held; the rest are counted together under :data:`OTHER`, by type), each name at most
+:data:`MAX_NAME_CHARS` characters, and a drift report lists at most :data:`MAX_LISTED` changes of each kind (with
+how many more there were). A run record, the baseline, a chunk's XCom and the status view stay small, whatever the
+records carry.
 """
 
 from __future__ import annotations
@@ -29,6 +35,14 @@ ROOT = "$"
 INVALID = "invalid"
 # Published records profiled per page (per batch), from its first one: the default of the task's ``drift_sample``.
 SAMPLE_PER_PAGE = 20
+#: Fields a profile names; the others are counted together under OTHER.
+MAX_FIELDS = 500
+#: A longer field name is cut to this many characters (and an ellipsis).
+MAX_NAME_CHARS = 200
+#: The fields past MAX_FIELDS, counted together by type.
+OTHER = "(other fields)"
+#: Changes of each kind a drift report lists.
+MAX_LISTED = 50
 
 _FIRST_BYTE = {
     ord('"'): "string",
@@ -69,7 +83,7 @@ class FieldProfile:
             into = merged.setdefault(name, {})
             for kind, n in types.items():
                 into[kind] = into.get(kind, 0) + n
-        return FieldProfile(self.sampled_records + other.sampled_records, merged)
+        return FieldProfile(self.sampled_records + other.sampled_records, bounded(merged))
 
     def __bool__(self) -> bool:
         return self.sampled_records > 0
@@ -90,8 +104,12 @@ class FieldProfile:
         """The profile of :meth:`to_json`'s form (None or empty: no records)."""
         if not value:
             return cls()
-        fields = {str(k): {str(t): int(n) for t, n in v.items()} for k, v in (value.get("fields") or {}).items()}
-        return cls(int(value.get("sampled_records") or 0), fields)
+        fields: dict[str, dict[str, int]] = {}
+        for k, v in (value.get("fields") or {}).items():
+            into = fields.setdefault(field_name(str(k)), {})
+            for t, n in v.items():
+                into[str(t)] = into.get(str(t), 0) + int(n)
+        return cls(int(value.get("sampled_records") or 0), bounded(fields))
 
     def compare(self, run: FieldProfile, sample_per_page: int = SAMPLE_PER_PAGE) -> Drift:
         """The drift of ``run`` against this profile, the baseline. Without a baseline (no record profiled yet) the run
@@ -111,7 +129,36 @@ class FieldProfile:
             for kind in run.types(name)
             if kind not in self.fields[name]
         )
-        return Drift(False, run.sampled_records, sample_per_page, new, missing, retyped)
+        unlisted = sum(max(0, len(found) - MAX_LISTED) for found in (new, missing, retyped))
+        return Drift(
+            False,
+            run.sampled_records,
+            sample_per_page,
+            new[:MAX_LISTED],
+            missing[:MAX_LISTED],
+            retyped[:MAX_LISTED],
+            unlisted,
+        )
+
+
+def field_name(name: str) -> str:
+    """A field name as a profile keeps it: at most :data:`MAX_NAME_CHARS` characters."""
+    return name if len(name) <= MAX_NAME_CHARS else name[:MAX_NAME_CHARS] + "…"
+
+
+def bounded(fields: dict[str, dict[str, int]], most: int = MAX_FIELDS) -> dict[str, dict[str, int]]:
+    """``fields`` with at most ``most`` names: those most records held (then by name), the rest counted together
+    under :data:`OTHER`, type by type (as ``include/sql/add_run_counts.sql`` merges a run's batches)."""
+    if len(fields) <= most:
+        return fields
+    named = sorted((n for n in fields if n != OTHER), key=lambda n: (-sum(fields[n].values()), n))
+    kept = {name: fields[name] for name in named[:most]}
+    other = dict(fields.get(OTHER, {}))
+    for name in named[most:]:
+        for kind, n in fields[name].items():
+            other[kind] = other.get(kind, 0) + n
+    kept[OTHER] = other
+    return kept
 
 
 def ordered(types: Iterable[str]) -> list[str]:
@@ -136,11 +183,11 @@ def profile_values(values: Iterable[bytes | msgspec.Raw], sample: int | None = S
             continue
         for name, raw in top.items():
             text = bytes(raw)
-            counts[name, first_byte(text[0]) or json_type(text)] += 1
+            counts[field_name(name), first_byte(text[0]) or json_type(text)] += 1
     fields: dict[str, dict[str, int]] = {}
     for (name, kind), n in counts.items():
         fields.setdefault(name, {})[kind] = n
-    return FieldProfile(records, fields)
+    return FieldProfile(records, bounded(fields))
 
 
 def root_type(value: bytes | msgspec.Raw) -> str:
@@ -217,6 +264,7 @@ class Drift:
         drift is reported.
     :param sampled_records: the run's records profiled.
     :param sample_per_page: the published records profiled per page, from its first.
+    :param unlisted: the changes found past the :data:`MAX_LISTED` listed of each kind.
     """
 
     baseline: bool
@@ -225,10 +273,11 @@ class Drift:
     new: tuple[NewField, ...] = ()
     missing: tuple[MissingField, ...] = ()
     retyped: tuple[RetypedField, ...] = ()
+    unlisted: int = 0
 
     @property
     def drifted(self) -> bool:
-        return bool(self.new or self.missing or self.retyped)
+        return bool(self.new or self.missing or self.retyped or self.unlisted)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -239,6 +288,7 @@ class Drift:
             "new": [f.to_json() for f in self.new],
             "missing": [f.to_json() for f in self.missing],
             "retyped": [f.to_json() for f in self.retyped],
+            "unlisted": self.unlisted,
         }
 
     def describe(self) -> str:
@@ -250,4 +300,5 @@ class Drift:
         if not self.drifted:
             return f"drift: none ({self.sampled_records} sampled records)"
         changes = [f.describe() for f in self.new] + [f.describe() for f in self.missing]
-        return "drift: " + "; ".join(changes + [f.describe() for f in self.retyped])
+        more = [f"and {self.unlisted} more changes not listed"] if self.unlisted else []
+        return "drift: " + "; ".join(changes + [f.describe() for f in self.retyped] + more)

@@ -17,7 +17,7 @@ from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic, Resourc
 
 from crawler_ops.message.filtering import DateRule, record_date
 from crawler_ops.message.shaping import epoch_ms
-from tests.support import REPO, make_task, read_topic, routed_topics, run_record, watermark
+from tests.support import REPO, make_task, query, read_topic, routed_topics, run_record, watermark
 
 pytestmark = pytest.mark.integration
 
@@ -213,3 +213,31 @@ def test_a_topic_template_routes_each_record_once_to_its_city_topic_created_with
         assert topic_settings(kafka_bootstrap, topic)["retention.ms"] == "-1"
     assert read_topic(kafka_bootstrap, cfg.kafka.topic) == [], "every record had a city: none on the task topic"
     assert run_record(pg_uri, unique_id)["published"] == len(truth)
+
+
+def test_a_topic_template_creates_at_most_max_new_topics_and_routes_only_to_routed_topics(
+    source, kafka_bootstrap, pg_uri, unique_id, run_dag
+):
+    source.create(unique_id, total=300, ref=REF, in_window_share=1.0, city_codes=True)
+    prefix = f"test.{unique_id}.city."
+    capped = make_task(
+        unique_id,
+        batch_size=300,
+        kafka={"topic_template": prefix + "{city_code}", "max_new_topics": 2},
+    )
+
+    assert run_dag(capped, REF) == "failed"
+
+    assert len(routed_topics(kafka_bootstrap, prefix)) == 2, "a source naming many cities made two topics"
+    errors = " ".join(run_record(pg_uri, unique_id)["errors"])
+    assert "kafka.max_new_topics (2)" in errors and f"Kafka topic '{prefix}" in errors
+    assert all(m == [] for m in read_routed(kafka_bootstrap, prefix, "read_uncommitted").values()), "none produced"
+
+    # Routed only where the config allows: the two topics made, by pattern; every other city dead-lettered.
+    made = sorted(routed_topics(kafka_bootstrap, prefix))
+    allowed = make_task(unique_id, kafka={"topic_template": prefix + "{city_code}", "routed_topics": made})
+    assert run_dag(allowed, REF, {"reset": True}) == "success"
+    routed = read_routed(kafka_bootstrap, prefix)
+    dead = query(pg_uri, "SELECT reason FROM crawler_ops.crawl_error WHERE kind = 'record' AND task_id = %s", unique_id)
+    assert sorted(routed) == made and sum(len(m) for m in routed.values()) + len(dead) == 300
+    assert dead and all("not one of kafka.routed_topics" in reason for (reason,) in dead)

@@ -10,7 +10,19 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from crawler_ops.drift import INVALID, JSON_TYPES, ROOT, FieldProfile, json_type, profile_values
+from crawler_ops import drift as drift_module
+from crawler_ops.drift import (
+    INVALID,
+    JSON_TYPES,
+    MAX_FIELDS,
+    MAX_LISTED,
+    MAX_NAME_CHARS,
+    OTHER,
+    ROOT,
+    FieldProfile,
+    json_type,
+    profile_values,
+)
 
 encode = msgspec.json.encode
 
@@ -152,6 +164,7 @@ def test_new_missing_and_retyped_fields_are_reported_with_their_counts() -> None
             {"field": "city", "baseline_types": ["string"], "baseline_records": 4, "baseline_sampled_records": 4}
         ],
         "retyped": [{"field": "salary", "from": ["integer"], "to": "string", "sampled_records": 3}],
+        "unlisted": 0,
     }
     assert drift.describe() == (
         "drift: new field remote (boolean, 3 sampled records); missing field city (string; in 4 of 4 baseline "
@@ -189,3 +202,38 @@ def test_a_task_that_profiles_nothing_says_so() -> None:
     drift = FieldProfile().compare(FieldProfile(), sample_per_page=0)
 
     assert drift.describe() == "drift: not profiled (drift_sample is 0)" and not drift.drifted
+
+
+def test_a_source_with_countless_field_names_gets_a_small_profile_and_a_short_report() -> None:
+    # 200,000 distinct field names (long ones too) in 40 records, beside the fields every record holds.
+    records = [
+        encode({"id": i, "aae397": "2026-12-01", **{f"f{i}-{j}-" + "x" * (j % 300): j for j in range(5_000)}})
+        for i in range(40)
+    ]
+
+    profile = profile_values(records, sample=None)
+    baseline = profile_values([encode({"id": 1, "aae397": "2026-12-01", "gone": 1})])
+    drift = baseline.compare(profile)
+    stored = encode(profile.to_json())
+    report = encode(drift.to_json())
+
+    assert len(profile.fields) == MAX_FIELDS + 1 and profile.fields["id"] == {"integer": 40}
+    assert sum(profile.fields[OTHER].values()) == 40 * 5_000 - (MAX_FIELDS - 2), "every field counted once"
+    assert all(len(name) <= MAX_NAME_CHARS + 1 for name in profile.fields)
+    assert len(stored) < 150_000, f"{len(stored)} bytes stored per profile"
+    assert len(drift.new) == MAX_LISTED and drift.unlisted == MAX_FIELDS + 1 - 2 - MAX_LISTED
+    assert drift.missing[0].name == "gone" and drift.drifted
+    assert len(report) < 30_000 and drift.describe().endswith(f"and {drift.unlisted} more changes not listed")
+    assert len((profile + profile).fields) == MAX_FIELDS + 1, "profiles added stay bounded"
+
+
+@given(st.dictionaries(st.text(min_size=1, max_size=3), st.dictionaries(json_types, st.integers(1, 9)), max_size=40))
+def test_bounding_keeps_every_count_and_the_most_held_fields(fields: dict[str, dict[str, int]]) -> None:
+    kept = drift_module.bounded({k: dict(v) for k, v in fields.items()}, most=5)
+
+    assert len(kept) <= 5 + 1
+    total = sum(n for types in fields.values() for n in types.values())
+    assert sum(n for types in kept.values() for n in types.values()) == total
+    held = sorted((sum(types.values()) for name, types in fields.items() if name != OTHER), reverse=True)
+    named = sorted((sum(types.values()) for name, types in kept.items() if name != OTHER), reverse=True)
+    assert named == held[:5], "the fields most records held keep their names"

@@ -57,6 +57,18 @@ class KafkaTopicConfig(StrictModel):
         "'jobs.{city_code}'; a record lacking a field goes to topic; a routed topic is created and checked as topic "
         "is, when a batch first sends to it; a name Kafka refuses dead-letters the record",
     )
+    routed_topics: tuple[str, ...] = Field(
+        (),
+        description="the topics topic_template may route to, as shell-style patterns ('jobs.*', 'jobs.bj'); a record "
+        "routed elsewhere is dead-lettered naming its topic; empty: any name Kafka accepts",
+    )
+    max_new_topics: int = Field(
+        20,
+        ge=0,
+        le=10_000,
+        description="topics one chunk may create for topic_template (a source decides the names): the batch that "
+        "needs one more fails naming it; raise it, create the topics, or narrow routed_topics",
+    )
     timestamp: Literal["record_date", "produce_time"] = Field(
         "record_date",
         description="the message timestamp: the record's date (the date the filter read, so retention, windows and "
@@ -164,6 +176,7 @@ class KafkaTopicConfig(StrictModel):
             record_time=self.timestamp == "record_date",
             topic=topic,
             reserved=reserved,
+            routes=self.routed_topics,
         )
 
     @property

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import threading
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
@@ -29,6 +30,10 @@ DEFAULT_CONFIG = Path(__file__).resolve().parents[3] / "include" / "crawler_task
 SAFE_LOADER: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 #: The suffixes of config files: YAML, or JSON (read about fifty times faster: for configs a program writes).
 CONFIG_SUFFIXES = (".yaml", ".yml", ".json")
+#: The most values a config document may hold once its YAML aliases are expanded (a config of 10,000 tasks holds
+#: about half a million): aliases of aliases share their values when loaded, but everything that reads the document
+#: afterwards (validation, the JSON cache) walks every copy, so a few hundred bytes could cost hours.
+MAX_CONFIG_VALUES = 5_000_000
 
 M = TypeVar("M", bound=BaseModel)
 D = TypeVar("D", bound=DagSettings)
@@ -256,6 +261,41 @@ def load_config(
     return merge_configs(parts)
 
 
+_current_lock = threading.Lock()
+_current: tuple[Any, LoadedConfig | ConfigError] | None = None
+
+
+def config_signature(path: Path) -> Any:
+    """What tells the config's files apart without reading them: each one's name, size, inode and times; None when a
+    file cannot be looked at (the config is then read again)."""
+    try:
+        files = [path] if not path.is_dir() else sorted(p for p in path.iterdir() if p.suffix in CONFIG_SUFFIXES)
+        stats = [(str(f), f.stat()) for f in files]
+    except OSError:
+        return None
+    return str(path), tuple((name, s.st_size, s.st_ino, s.st_mtime_ns, s.st_ctime_ns) for name, s in stats)
+
+
+def current_config() -> LoadedConfig:
+    """The config as :func:`load_config` reads it (``check_imports`` off), for a long-lived process (the api-server):
+    read again only when one of its files changed, so each request does not pay for a whole config, whatever it
+    holds. A config that fails is kept as its error until it changes."""
+    global _current
+    path = config_path()
+    signature = config_signature(path)
+    with _current_lock:
+        if signature is None or _current is None or _current[0] != signature:
+            try:
+                found: LoadedConfig | ConfigError = load_config(path, check_imports=False)
+            except ConfigError as exc:
+                found = exc
+            _current = (signature, found)
+        result = _current[1]
+    if isinstance(result, ConfigError):
+        raise ConfigError(str(result))  # a new one: raising the kept one again would grow its traceback each time
+    return result
+
+
 def read_document(path: Path) -> Any:
     try:
         text = path.read_text(encoding="utf-8")
@@ -276,12 +316,44 @@ def read_document(path: Path) -> Any:
     except yaml.YAMLError:
         pass
     else:
+        check_expansion(document, path)
         document_cache.keep(text, document)
         return document
     try:  # PyYAML's own loader says the same, and quotes the offending lines
-        return yaml.load(text, Loader=yaml.SafeLoader)
+        document = yaml.load(text, Loader=yaml.SafeLoader)
     except yaml.YAMLError as exc:
         raise ConfigError(f"{path} is not valid YAML: {exc}") from exc
+    check_expansion(document, path)
+    return document
+
+
+def expanded_size(document: Any) -> int:
+    """How many values ``document`` holds with every shared value (a YAML alias) counted each time it is used; in
+    time linear in its distinct values (each container is sized once)."""
+    sizes: dict[int, int] = {}
+    # Containers in post-order, iteratively: an alias chain may nest deeper than Python's recursion limit.
+    stack: list[tuple[Any, bool]] = [(document, False)]
+    while stack:
+        node, ready = stack.pop()
+        if not isinstance(node, dict | list) or id(node) in sizes:
+            continue
+        children = list(node.values()) if isinstance(node, dict) else node
+        if not ready:
+            stack.append((node, True))
+            stack.extend((child, False) for child in children if isinstance(child, dict | list))
+            continue
+        sizes[id(node)] = 1 + sum(sizes.get(id(c), 1) if isinstance(c, dict | list) else 1 for c in children)
+    return sizes.get(id(document), 1)
+
+
+def check_expansion(document: Any, path: Path) -> None:
+    """A YAML document whose aliases expand past :data:`MAX_CONFIG_VALUES` values is refused (a "billion laughs")."""
+    size = expanded_size(document)
+    if size > MAX_CONFIG_VALUES:
+        raise ConfigError(
+            f"{path}: its YAML aliases (*name) expand to {size:,} values, more than {MAX_CONFIG_VALUES:,}; write "
+            "the shared parts out, or use fewer aliases of aliases"
+        )
 
 
 def merge_configs(parts: Sequence[tuple[str, LoadedConfig, Any]]) -> LoadedConfig:

@@ -8,6 +8,7 @@ placeholder without a spec keeps its type (a number in a JSON body or a query pa
 
 from __future__ import annotations
 
+import re
 import string
 from collections.abc import Iterator, Mapping
 from datetime import UTC, datetime
@@ -33,6 +34,10 @@ SAMPLE_VALUES: Mapping[str, Any] = {
     "ref": _SAMPLE_TIME,
 }
 _FORMATTER = string.Formatter()
+#: The widest a format spec may pad or cut a value (``{page:03d}``): a width of a billion costs a gigabyte a request.
+MAX_SPEC_WIDTH = 64
+_WIDTH = re.compile(r"\d+")
+_DATE_WIDTH = re.compile(r"%[-_0^#]*(\d+)")
 
 
 class _Section(BaseModel):
@@ -83,6 +88,12 @@ def template_names(template: str) -> list[str]:
             raise ValueError(f"{template!r} uses the unknown placeholder {{{name}}}; known: {known}")
         if conversion is not None:
             raise ValueError(f"{template!r}: {{{name}!{conversion}}} converts; use a format spec after ':' instead")
+        # A date's spec is strftime's, where only a directive's flags carry a width (%010Y); digits elsewhere are text.
+        widths = _DATE_WIDTH if isinstance(SAMPLE_VALUES[name], datetime) else _WIDTH
+        if max((int(d) for d in widths.findall(spec or "")), default=0) > MAX_SPEC_WIDTH:
+            raise ValueError(
+                f"{template[:80]!r}: the format spec of {{{name}}} pads or cuts wider than {MAX_SPEC_WIDTH} characters"
+            )
         try:
             format(SAMPLE_VALUES[name], spec or "")
         except ValueError as exc:

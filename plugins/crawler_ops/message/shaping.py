@@ -9,6 +9,7 @@ a record lacking a field, or holding null or ``""`` in it, has no value for the 
 
 from __future__ import annotations
 
+import fnmatch
 import hashlib
 import re
 from collections.abc import Mapping, Sequence
@@ -116,6 +117,7 @@ class MessageShape:
     :param topic: the template of the topic a record is routed to; None, or a record with no value for it: the
         task's topic.
     :param reserved: topics no record may be routed to (the dead-letter and marker topics).
+    :param routes: shell-style patterns of the topics a record may be routed to (empty: any).
     """
 
     key: Template | None = None
@@ -123,6 +125,7 @@ class MessageShape:
     record_time: bool = True
     topic: Template | None = None
     reserved: frozenset[str] = frozenset()
+    routes: tuple[str, ...] = ()
 
     @classmethod
     def of(cls, key: str | None, headers: Mapping[str, str] | None = None, record_time: bool = True) -> MessageShape:
@@ -153,6 +156,8 @@ class MessageShape:
             return f"topic_template gives {name[:300]!r}, not a Kafka topic name (1 to 249 of A-Z a-z 0-9 . _ -)"
         if name in self.reserved or name.startswith(RESERVED_PREFIX):
             return f"topic_template gives {name!r}, a topic of dead letters or markers; not published"
+        if self.routes and not any(fnmatch.fnmatchcase(name, pattern) for pattern in self.routes):
+            return f"topic_template gives {name!r}, not one of kafka.routed_topics; not published"
         return None
 
     @property

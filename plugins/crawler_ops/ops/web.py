@@ -30,7 +30,7 @@ from fastapi import Depends, FastAPI, HTTPException, Query, Request
 from fastapi.responses import HTMLResponse
 from jinja2 import Environment, FileSystemLoader, select_autoescape
 
-from crawler_ops.config import LoadedConfig, broken_dag_id, load_config
+from crawler_ops.config import LoadedConfig, broken_dag_id, current_config
 from crawler_ops.errors import ConfigError
 from crawler_ops.ops.charts import run_charts
 from crawler_ops.ops.check import check_within
@@ -108,7 +108,7 @@ def visible_report(
     try:
         # Names only: looking for a transform's or function's module imports its parent packages, which would run
         # user code inside the api-server (it holds the JWT secret and the metadata DB's address).
-        loaded = load_config(check_imports=False)
+        loaded = current_config()
     except ConfigError as exc:
         if may_read_every_dag(user):
             raise HTTPException(status_code=500, detail=f"crawler_ops config: {exc}") from exc
@@ -296,7 +296,7 @@ def checked(user: Any, request: Request, task: str) -> dict[str, Any]:
     if request.headers.get("sec-fetch-site") == "cross-site":  # a form on another site must not make us ask a source
         raise HTTPException(status_code=403, detail="a source check is started from the status view only")
     try:
-        loaded = load_config(check_imports=False)
+        loaded = current_config()
     except ConfigError as exc:
         raise HTTPException(status_code=500, detail=GENERIC_CONFIG_ERROR) from exc
     cfg = next((t for t in loaded.tasks if t.id == task), None)

@@ -10,7 +10,7 @@ from datetime import UTC, datetime
 
 import pytest
 
-from crawler_ops.drift import FieldProfile
+from crawler_ops.drift import MAX_FIELDS, OTHER, FieldProfile
 from crawler_ops.hooks.store.hook import CrawlStoreHook
 from crawler_ops.planning import Batch
 from crawler_ops.results import BatchOutcome, RunCounts, RunRecord
@@ -89,3 +89,26 @@ def test_the_baseline_reads_back_with_the_run_that_last_added_to_it(store, task)
         saved = store.drift.read_baseline(cur)
 
     assert saved is not None and (saved.profile, saved.run_id, saved.before) == (after, RUN, before)
+
+
+def test_a_run_of_batches_with_countless_field_names_keeps_a_bounded_profile_that_sql_and_python_agree_on(store):
+    # Each batch brings MAX_FIELDS names of its own (a hostile source), beside a field every record holds.
+    batches = [
+        FieldProfile(4, {"id": {"string": 4}, **{f"b{i}-{j}": {"integer": 1 + j % 3} for j in range(MAX_FIELDS)}})
+        for i in range(6)
+    ]
+    with store.transaction() as cur:
+        for i, profile in enumerate(batches):
+            store.add_batch_counts(cur, RUN, BatchOutcome(Batch(i * 10, i * 10 + 10), RunCounts(), profile=profile))
+        record = store.read_run(cur, RUN)
+
+    assert record is not None
+    expected = FieldProfile()
+    for profile in batches:
+        expected += profile
+    assert len(record.profile.fields) == MAX_FIELDS + 1
+    assert record.profile == expected, "the row's merge is FieldProfile.__add__'s"
+    assert record.profile.fields["id"] == {"string": 24}
+    every = sum(n for p in batches for types in p.fields.values() for n in types.values())
+    assert sum(n for types in record.profile.fields.values() for n in types.values()) == every
+    assert OTHER in record.profile.fields

@@ -257,6 +257,20 @@ def test_no_record_is_routed_to_the_dead_letter_or_a_marker_topic() -> None:
         assert result.messages == [] and "a topic of dead letters or markers" in result.dead_letters[0].reason
 
 
+def test_a_record_routed_outside_the_routed_topics_is_dead_lettered_naming_its_topic() -> None:
+    routed = shape(topic_template="jobs.{city}", routed_topics=["jobs.bj", "jobs.s?"])
+    records = [{"id": i, "city": city, "aae397": "2026-11-19 08:00:00"} for i, city in enumerate(["bj", "sh", "x1"])]
+
+    result = build_messages(raw_page(records), 0, RULE, WINDOW, routed, HEADERS, run=RUN)
+
+    assert [m.topic for m in result.messages] == ["jobs.bj", "jobs.sh"]
+    (dead,) = result.dead_letters
+    assert (
+        dead.offset == 2
+        and dead.reason == "topic_template gives 'jobs.x1', not one of kafka.routed_topics; not published"
+    )
+
+
 def test_a_topic_template_reads_record_fields_only() -> None:
     with pytest.raises(ValidationError, match=r"topic_template: .*run metadata, not allowed here"):
         KafkaConfig(topic="t", topic_template="jobs.{run.task}")

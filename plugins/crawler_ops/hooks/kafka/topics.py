@@ -140,6 +140,8 @@ class TaskTopics:
     :param task_label: the crawl task id, for messages.
     :param days: the task's ``filter.days``.
     :param oldest: the oldest date the run keeps (its window's start).
+
+    It creates at most ``kafka.max_new_topics`` topics (a source decides the names a topic_template gives).
     """
 
     admin: Callable[[], AdminClient]
@@ -147,6 +149,7 @@ class TaskTopics:
     task_label: str
     days: float
     oldest: datetime
+    created: int = 0
 
     def __call__(self, topics: Iterable[str]) -> None:
         for topic in sorted(topics):
@@ -159,14 +162,23 @@ class TaskTopics:
     def prepare(self, topic: str) -> None:
         kafka = self.kafka
         settings = {name: setting_text(value) for name, value in kafka.topic_config.items()}
-        ensure_topic(
+        room = self.created < kafka.max_new_topics
+        refused = "kafka.create_topic is false; create it or enable create_topic"
+        if kafka.create_topic and not room:
+            refused = (
+                f"this chunk created kafka.max_new_topics ({kafka.max_new_topics}) topics for topic_template "
+                "already; nothing was produced to it. Create the topic, raise max_new_topics, or narrow "
+                "kafka.routed_topics"
+            )
+        self.created += ensure_topic(
             self.client,
             topic,
             kafka.partitions,
             kafka.replication_factor,
-            kafka.create_topic,
+            kafka.create_topic and room,
             self.task_label,
             config=settings,
+            refused=refused,
         )
         dated = (self.days, self.oldest, datetime.now(UTC)) if kafka.timestamp == "record_date" else None
         check_topic(self.client, topic, self.task_label, kafka.topic_config, dated)

@@ -20,7 +20,7 @@ from typing import Any, Literal
 
 from psycopg.types.json import Jsonb
 
-from crawler_ops.drift import FieldProfile
+from crawler_ops.drift import MAX_FIELDS, OTHER, FieldProfile
 from crawler_ops.hooks.store.batches import BatchRows
 from crawler_ops.hooks.store.db import CrawlerDbHook, Cursor, create_schema, fetch_dict
 from crawler_ops.hooks.store.sqlfiles import read_sql
@@ -242,7 +242,12 @@ def count_params(task_id: str, run_id: str, outcome: BatchOutcome) -> dict[str, 
     """The parameters of ``add_run_counts.sql``: a finished batch's counts and drift profile."""
     params = {**outcome.counts.to_dict(), "task": task_id, "run_id": run_id, "cutoff": outcome.cutoff}
     profile = outcome.profile
-    drift = {"drift_sampled": profile.sampled_records, "drift_fields": Jsonb(profile.to_json()["fields"])}
+    drift = {
+        "drift_sampled": profile.sampled_records,
+        "drift_fields": Jsonb(profile.to_json()["fields"]),
+        "max_fields": MAX_FIELDS,
+        "other": OTHER,
+    }
     return {**params, **drift}
 
 
