@@ -29,11 +29,13 @@ from urllib.parse import quote
 from fastapi import Depends, FastAPI, HTTPException, Query, Request
 from fastapi.responses import HTMLResponse
 from jinja2 import Environment, FileSystemLoader, select_autoescape
+from starlette.concurrency import run_in_threadpool
 
-from crawler_ops.config import LoadedConfig, broken_dag_id, current_config
+from crawler_ops.config import CrawlTaskConfig, LoadedConfig, broken_dag_id, current_config
 from crawler_ops.errors import ConfigError
 from crawler_ops.ops.charts import run_charts
 from crawler_ops.ops.check import check_within
+from crawler_ops.ops.check_runner import CheckRunner, UserBusyError
 from crawler_ops.ops.report_cache import BusyError, ReportCache
 from crawler_ops.ops.source_check import render_text as render_check
 from crawler_ops.ops.status import STATUS_DEADLINE_S, collect
@@ -41,14 +43,14 @@ from crawler_ops.ops.status import STATUS_DEADLINE_S, collect
 log = logging.getLogger(__name__)
 
 # "Check source": a task's check is run once at a time and its answer given again for CHECK_TTL_S, at most
-# MAX_CHECKS checks at once, each within CHECK_DEADLINE_S.
+# MAX_CHECKS checks at once and one per user, each within CHECK_DEADLINE_S.
 CHECK_TTL_S = 60.0
 MAX_CHECKS = 2
 CHECK_DEADLINE_S = 30.0
 
 
 REPORTS = ReportCache()
-CHECKS = ReportCache(ttl_s=CHECK_TTL_S, max_builds=MAX_CHECKS)
+CHECKS = CheckRunner(ttl_s=CHECK_TTL_S, most=MAX_CHECKS)
 TEMPLATES = Path(__file__).resolve().parent / "templates"
 
 
@@ -290,10 +292,10 @@ def status_page(user: User, task: str | None = None, live: bool = True, dag_id: 
     return render_html(report, dag_id=dag_id, filtered=True)
 
 
-def checked(user: Any, request: Request, task: str) -> dict[str, Any]:
-    """The source check of ``task`` (``crawler-ops check``), for a user who may read its DAG's runs: one check at a
-    time per task, its answer given again for ``CHECK_TTL_S``, at most ``MAX_CHECKS`` at once (503 beyond)."""
-    if request.headers.get("sec-fetch-site") == "cross-site":  # a form on another site must not make us ask a source
+def check_target(user: Any, request: Request, task: str) -> CrawlTaskConfig:
+    """The config of ``task``, for a user who may read its DAG's runs, asked from the status view itself."""
+    # A form on another site, or on another origin of this one, must not make us ask a source.
+    if request.headers.get("sec-fetch-site", "same-origin") not in ("same-origin", "none"):
         raise HTTPException(status_code=403, detail="a source check is started from the status view only")
     try:
         loaded = current_config()
@@ -302,23 +304,45 @@ def checked(user: Any, request: Request, task: str) -> dict[str, Any]:
     cfg = next((t for t in loaded.tasks if t.id == task), None)
     if cfg is None or task not in visible_entries(user, loaded)["tasks"]:
         raise HTTPException(status_code=404, detail=f"no crawl task '{task}' visible to you")
+    return cfg
+
+
+async def checked(user: Any, request: Request, task: str) -> dict[str, Any]:
+    """The source check of ``task`` (``crawler-ops check``) for a user who may read its DAG's runs (:data:`CHECKS`:
+    one check per task at a time, its answer given again for ``CHECK_TTL_S``, at most ``MAX_CHECKS`` at once and one
+    per user; 503 or 429 at once beyond). Nothing here holds a thread of the api-server while a source answers."""
+    cfg = await run_in_threadpool(check_target, user, request, task)
     try:
-        end = time.monotonic() + CHECK_DEADLINE_S  # a second click waits for the check under way
-        return CHECKS.report(task, False, lambda: check_within(cfg, CHECK_DEADLINE_S), end)
+        return await CHECKS.report(task, user_key(user), lambda: check_within(cfg, CHECK_DEADLINE_S))
+    except UserBusyError as exc:
+        raise HTTPException(
+            status_code=429, detail=f"{exc}; wait for its answer", headers={"Retry-After": "10"}
+        ) from exc
     except BusyError as exc:
         raise HTTPException(
             status_code=503, detail=f"busy: {exc}; try again in a few seconds", headers={"Retry-After": "10"}
         ) from exc
 
 
+def user_key(user: Any) -> str:
+    """Who a user is, for counting their checks."""
+    get_id = getattr(user, "get_id", None)
+    return str(get_id() if callable(get_id) else getattr(user, "username", None) or getattr(user, "name", id(user)))
+
+
 @app.post("/api/check")
-def check_json(user: User, request: Request, task: str) -> dict[str, Any]:
-    return checked(user, request, task)
+async def check_json(user: User, request: Request, task: str) -> dict[str, Any]:
+    return await checked(user, request, task)
 
 
 @app.post("/check", response_class=HTMLResponse)
-def check_page(user: User, request: Request, task: str) -> str:
-    report = checked(user, request, task)
+async def check_page(user: User, request: Request, task: str) -> str:
+    report = await checked(user, request, task)
+    return await run_in_threadpool(render_check_page, report)
+
+
+def render_check_page(report: dict[str, Any]) -> str:
+    """The check's page (its sample message parsed and indented: off the event loop)."""
     return TEMPLATE_ENV.get_template("check.html").render(
         report=report, text=render_check(report), sample=readable_message(report.get("sample_message"))
     )
