@@ -182,6 +182,18 @@ class SourceConfig(SourceShape):
         gt=0,
         description="MiB (1024 x 1024 bytes): a larger response body fails its request, without retry",
     )
+    max_part_requests: int = Field(
+        32,
+        ge=2,
+        le=10_000,
+        description="parts one batch's page may be read in when it is too large or too slow whole (each part one "
+        "request and its retries); past it, or past parts_budget_s, the batch fails (retriable) naming both",
+    )
+    parts_budget_s: float = Field(
+        600.0,
+        gt=0,
+        description="seconds: wall-clock limit of reading one batch's page in parts, every part and retry included",
+    )
     chunk_memory_mb: float | None = Field(
         None,
         gt=0,

@@ -26,7 +26,7 @@ from crawler_ops.hooks.source.auth import extra_headers, redact, source_auth
 from crawler_ops.hooks.source.budget import current_account
 from crawler_ops.hooks.source.feed import HeadedBody
 from crawler_ops.hooks.source.paging import DEFAULT_BATCH_SIZE, PageCall, Paging, Send, join_pages, probe_total
-from crawler_ops.hooks.source.parts import read_in_parts
+from crawler_ops.hooks.source.parts import PartsBudget, read_in_parts
 from crawler_ops.hooks.source.responses import COUNT_BODY_BYTES, Split, count_total, decode_body, decode_page
 from crawler_ops.hooks.source.rule_actions import check_answer, renew_token
 from crawler_ops.hooks.source.rules import wanted_statuses
@@ -152,7 +152,11 @@ class SourceApiHook(BaseHook):
         """The records of offsets ``[offset, offset + limit)`` as raw JSON, one per record, with the values of
         :attr:`fields` of each: one request, or the pages holding them (:meth:`Paging.calls`), in parts if too heavy."""
         calls = self.paging.calls(offset, offset + limit)
-        return join_pages([read_in_parts(self.read_call, self.paging, call) for call in calls])
+        return join_pages([read_in_parts(self.read_call, self.paging, call, self.parts_budget) for call in calls])
+
+    def parts_budget(self) -> PartsBudget:
+        """What reading one page in parts may spend (``source.max_part_requests``, ``source.parts_budget_s``)."""
+        return PartsBudget(self.source.max_part_requests, self.source.parts_budget_s)
 
     def read_call(self, call: PageCall, has_parts: bool) -> Page:
         reader = self.paging.reader(call, self.fields, f"task {self.task_label}", self.split)

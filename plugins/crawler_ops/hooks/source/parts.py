@@ -1,13 +1,20 @@
 """A page too large (``source.max_response_mb``) or too slow (``source.deadline_s``) read in parts within its batch:
 smaller requests for the same offsets, recursively down to one record, joined in order, so the batch's boundaries
-and the watermark do not move. One record still too large or too slow fails as any request does."""
+and the watermark do not move. One record still too large or too slow fails as any request does.
+
+A source decides how often a page must be split, so the parts of one page have a budget (:class:`PartsBudget`):
+at most ``source.max_part_requests`` requests (a part's retries included) within ``source.parts_budget_s``; past
+either, the page fails, retriable, naming both."""
 
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable
+from dataclasses import dataclass, field
 
 from crawler_ops.errors import AnswerTooHeavyError, SourceError
+from crawler_ops.hooks.http import deadline
 from crawler_ops.hooks.source.paging import PageCall, Paging, join_pages
 from crawler_ops.message.pages import Page
 
@@ -22,8 +29,38 @@ def too_heavy(exc: SourceError) -> bool:
     return isinstance(exc, AnswerTooHeavyError) or isinstance(exc.__cause__, AnswerTooHeavyError)
 
 
-def read_in_parts(read: Read, paging: Paging, call: PageCall) -> Page:
-    """The records ``call`` takes, read whole or, when its answer is too heavy, in parts (each read the same way)."""
+@dataclass
+class PartsBudget:
+    """What reading one page in parts may still spend: ``requests`` more requests, until the monotonic time ``end``."""
+
+    requests: int
+    seconds: float
+    end: float = field(init=False)
+    spent: int = 0
+
+    def __post_init__(self) -> None:
+        self.end = time.monotonic() + self.seconds
+
+    def take(self, call: PageCall, first: SourceError) -> None:
+        """One more request for ``call``; a :class:`SourceError` once the budget is spent."""
+        if self.spent < self.requests and time.monotonic() < self.end:
+            self.spent += 1
+            return
+        raise SourceError(
+            f"{first}; read in parts, it took {self.spent} requests in {self.seconds - self.left():.0f}s without "
+            f"finishing ({call.where} was next): past source.max_part_requests ({self.requests}) or "
+            f"source.parts_budget_s ({self.seconds:g}s); the source is too slow or its records too large, retried "
+            "later",
+            retriable=True,
+        )
+
+    def left(self) -> float:
+        return max(0.0, self.end - time.monotonic())
+
+
+def read_in_parts(read: Read, paging: Paging, call: PageCall, budget: Callable[[], PartsBudget] | PartsBudget) -> Page:
+    """The records ``call`` takes, read whole or, when its answer is too heavy, in parts (each read the same way),
+    within ``budget`` (made when the first split is needed)."""
     why_whole = paging.whole(call)
     try:
         return read(call, why_whole is None)
@@ -34,5 +71,12 @@ def read_in_parts(read: Read, paging: Paging, call: PageCall) -> Page:
             raise SourceError(f"{exc}; not read in parts: {why_whole}", retriable=exc.retriable) from exc
         split = paging.parts(call)
         log.warning("%s; reading it in %d parts: %s", exc, len(split), ", ".join(part.where for part in split))
+        first = exc
     # Outside the handler: the error's traceback (and the body it was reading) is gone before the parts are read.
-    return join_pages([read_in_parts(read, paging, part) for part in split])
+    spend = budget() if callable(budget) else budget
+    pages = []
+    for part in split:
+        spend.take(part, SourceError(str(first), retriable=True))
+        with deadline(spend.left()):
+            pages.append(read_in_parts(read, paging, part, spend))
+    return join_pages(pages)

@@ -18,6 +18,9 @@ from crawler_ops.config.source_responses import ResponseRule, rule_names
 
 _OBJECT = msgspec.json.Decoder(dict[str, msgspec.Raw])
 _ABSENT = object()
+#: The largest value at a rule's path that is decoded to be compared: the values a rule compares with are a config's
+#: constants, so a larger one (the page's records, say) matches no ``equals`` or ``in`` test and is never built.
+MAX_TESTED_BYTES = 64 * 1024
 
 
 @dataclass(frozen=True)
@@ -63,9 +66,9 @@ class Envelope:
         return node
 
     def value(self, path: str) -> Any:
-        """The value at ``path`` as Python objects, or ``_ABSENT``."""
+        """The value at ``path`` as Python objects, or ``_ABSENT`` (also for one over :data:`MAX_TESTED_BYTES`)."""
         raw = self.raw(path)
-        if raw is _ABSENT:
+        if raw is _ABSENT or len(raw) > MAX_TESTED_BYTES:
             return _ABSENT
         try:
             return msgspec.json.decode(raw)

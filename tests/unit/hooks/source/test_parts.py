@@ -135,3 +135,37 @@ def test_one_record_still_too_large_fails_as_before_saying_why_it_is_not_split(r
         match=r"offsets \[6, 7\): response of \d+ bytes exceeds .* not read in parts: it is a single record",
     ):
         hook.get_page(6, 2)
+
+
+def test_a_page_every_part_of_which_is_too_large_stops_at_the_budget_of_requests(routed):
+    # Every request of more than one record is too large: unbounded, a batch of 100 would take 199 requests.
+    source = TooLargeOver(most=1)
+    routed(source)
+    hook = SourceApiHook(SourceConfig(conn_id="src", max_response_mb=0.01, max_part_requests=10), "jobs", "remote_jobs")
+
+    with pytest.raises(
+        SourceError, match=r"read in parts, it took 10 requests .* past source.max_part_requests \(10\)"
+    ):
+        hook.get_page(0, 100)
+
+    assert len(source.asked) == 11, "the page whole, then ten parts"
+    assert source.asked[0] == (0, 100)
+
+
+def test_parts_stop_at_the_budget_of_time_whatever_is_left_of_requests(routed):
+    slow = TooLargeOver(most=1)
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        time.sleep(0.2)
+        return slow(request)
+
+    routed(answer)
+    cfg = SourceConfig(conn_id="src", max_response_mb=0.01, parts_budget_s=1.0, max_part_requests=1000)
+    hook = SourceApiHook(cfg, "jobs", "remote_jobs")
+
+    started = time.monotonic()
+    with pytest.raises(SourceError, match=r"source.parts_budget_s \(1s\)") as failed:
+        hook.get_page(0, 100)
+
+    assert failed.value.retriable and time.monotonic() - started < 3.0
+    assert len(slow.asked) < 10

@@ -5,6 +5,7 @@ the source hook do (crawler_ops.hooks.source.rule_actions) with a scripted trans
 from __future__ import annotations
 
 import time
+import tracemalloc
 from collections.abc import Callable
 from typing import Any
 
@@ -147,6 +148,24 @@ def test_a_body_that_is_not_json_or_not_an_object_matches_no_test_of_a_value():
     assert first_match(specs, b"[1, 2]", 200, 60) is None
     absent = rules({"when": {"path": "data.data", "exists": False}, "action": "retry"})
     assert first_match(absent, b"[1, 2]", 200, 60) is not None, "nothing is there"
+
+
+def test_a_rule_testing_a_large_value_never_builds_it():
+    # A page of 20 MB whose records sit where a rule compares a value: nothing of them is decoded.
+    records = b",".join(b'{"id": "%d", "text": "xxxxxxxxxxxxxxxxxxxx"}' % i for i in range(400_000))
+    page = b'{"code": 0, "data": [' + records + b"]}"
+    specs = rules(
+        {"when": {"path": "data", "equals": []}, "action": "retry"},
+        {"when": {"path": "data", "in": [[], None]}, "action": "retry"},
+        {"when": {"path": "code", "equals": 0}, "action": "fail"},
+    )
+    tracemalloc.start()
+    verdict = first_match(specs, page, 200, 60)
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+
+    assert verdict is not None and verdict.index == 2, "the large value matched no equality; the small one did"
+    assert peak < 2 * 2**20, f"{peak / 2**20:.0f} MiB built to test a rule"
 
 
 @pytest.mark.parametrize(
