@@ -19,11 +19,10 @@ from abc import abstractmethod
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Annotated, Any, ClassVar, Literal, NamedTuple
 
-import msgspec
 from pydantic import BaseModel, ConfigDict, Field
 
 from crawler_ops.config.kinds import kinds_of
-from crawler_ops.message.pages import json_path
+from crawler_ops.message.pages import body_path
 
 #: The placeholders whose value differs from page to page, in the order a misplaced one is reported.
 PAGING_PLACEHOLDERS = ("cursor", "offset", "page", "page_size", "limit")
@@ -247,11 +246,8 @@ class FeedPaginator(Paginator):
 
 
 def body_value(body: bytes, path: str) -> Any:
-    """The value at a dotted JSON path of a body (None when the body has no such path)."""
-    try:
-        return json_path(msgspec.json.decode(body), path)
-    except KeyError:
-        return None
+    """The value at a dotted JSON path of a body (None when the body has no such path), the page's records unbuilt."""
+    return body_path(body, path)
 
 
 class TokenPaginator(FeedPaginator):

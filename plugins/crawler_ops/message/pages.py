@@ -25,6 +25,30 @@ def json_path(document: Any, path: str) -> Any:
 Record = Mapping[str, Any] | msgspec.Raw
 
 
+_LEVEL = msgspec.json.Decoder(dict[str, msgspec.Raw])
+
+
+def body_path(body: bytes, path: str) -> Any:
+    """The value at a dotted ``path`` of a JSON body (None when the body has no such path), each object level on
+    the way decoded into its keys and raw values only: the records of a page beside a cursor are never built.
+
+    A number too large for 64 bits is given as its text. :raises msgspec.DecodeError: the body is no JSON.
+    """
+    node: bytes | msgspec.Raw = body
+    for step in path.split("."):
+        try:
+            level = _LEVEL.decode(node)
+        except msgspec.ValidationError:  # not an object: the path is not there
+            return None
+        if step not in level:
+            return None
+        node = level[step]
+    try:
+        return msgspec.json.decode(node)
+    except msgspec.ValidationError:  # a number past 64 bits: its text
+        return bytes(node).decode()
+
+
 def head_fields(date_fields: tuple[str, ...], extra: MessageShape | str | None) -> tuple[str, ...]:
     """The fields filtering reads of every record: the date fields in order of preference, then those the key and
     headers read (``extra``: a message shape, or a key field)."""

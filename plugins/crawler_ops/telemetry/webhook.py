@@ -71,7 +71,7 @@ def verify(
             raise InvalidWebhookError("missing header", f"no {name} header")
         values[name] = value
     delivery_id, timestamp = values[DELIVERY_HEADER], values[TIMESTAMP_HEADER]
-    if not timestamp.isascii() or not timestamp.isdigit():
+    if not timestamp.isascii() or not timestamp.isdigit() or len(timestamp) > 12:  # Unix seconds until year 33658
         raise InvalidWebhookError("bad timestamp", f"{TIMESTAMP_HEADER} is not Unix seconds: {timestamp[:40]!r}")
     # Compare the signature before the clock: a stale timestamp then always means an authentic old copy.
     if not hmac.compare_digest(values[SIGNATURE_HEADER].encode(), sign(secret, delivery_id, timestamp, body).encode()):

@@ -41,7 +41,7 @@ def test_the_signature_is_the_hmac_of_delivery_timestamp_and_body(secret, delive
     assert sign(secret, delivery, timestamp, body) != sign(secret, delivery, timestamp + "1", body)
 
 
-def signed(body: bytes = b'{"event": "run.success"}', delivery: str = "d1", at: int = NOW) -> dict[str, str]:
+def signed(body: bytes = b'{"event": "run.success"}', delivery: str = "d1", at: int | str = NOW) -> dict[str, str]:
     return {
         "X-Crawler-Ops-Delivery": delivery,
         "X-Crawler-Ops-Timestamp": str(at),
@@ -63,6 +63,7 @@ def test_a_signed_delivery_within_the_window_verifies_to_its_id(at):
         ({k: v for k, v in signed().items() if "Timestamp" not in k}, None, SECRET, "missing header"),
         ({k: v for k, v in signed().items() if "Signature" not in k}, None, SECRET, "missing header"),
         ({**signed(), "X-Crawler-Ops-Timestamp": "1e9"}, None, SECRET, "bad timestamp"),
+        (signed(at="9" * 5000), None, SECRET, "bad timestamp"),
         (signed(), b'{"event": "run.failure"}', SECRET, "bad signature"),
         (signed(), None, "another secret", "bad signature"),
         ({**signed(), "X-Crawler-Ops-Delivery": "d2"}, None, SECRET, "bad signature"),
@@ -75,6 +76,7 @@ def test_a_signed_delivery_within_the_window_verifies_to_its_id(at):
         "no-timestamp",
         "no-signature",
         "timestamp-not-seconds",
+        "signed-5000-digits",
         "tampered-body",
         "wrong-secret",
         "delivery-id-swapped",

@@ -19,6 +19,7 @@ import threading
 from collections import deque
 from collections.abc import Callable, Generator
 from typing import TYPE_CHECKING, Any
+from urllib.parse import quote, quote_plus
 
 import httpx
 
@@ -27,7 +28,7 @@ from crawler_ops.config.source_auth import OAuth2Auth as OAuth2Kind
 from crawler_ops.errors import SourceError, StatusTableError
 from crawler_ops.hooks.answers import read_bounded
 from crawler_ops.hooks.http import DeadlineTransport, deadline, environment_proxy
-from crawler_ops.hooks.source.tokens import DEFAULT_LIFETIME_S, Grant, Issued, SharedToken, seed_of
+from crawler_ops.hooks.source.tokens import DEFAULT_LIFETIME_S, MAX_LIFETIME_S, Grant, Issued, SharedToken, seed_of
 from crawler_ops.retry import RETRIABLE_STATUS, RetryPolicy, retry_after_seconds
 
 if TYPE_CHECKING:
@@ -47,11 +48,14 @@ _secrets_lock = threading.Lock()
 
 def remember(*secrets: str | None) -> None:
     """Secrets :func:`redact` masks from now on (only those of 4 characters or more: shorter ones are no secret and
-    would mask ordinary text)."""
+    would mask ordinary text), each also as a URL writes it (percent-encoded: an API key in a logged query)."""
     with _secrets_lock:
         for secret in secrets:
-            if secret and len(secret) >= 4 and secret not in _secrets:
-                _secrets.append(secret)
+            if not secret or len(secret) < 4:
+                continue
+            for form in dict.fromkeys((secret, quote(secret, safe=""), quote_plus(secret, safe=""))):
+                if form not in _secrets:
+                    _secrets.append(form)
 
 
 def sendable(value: str) -> bool:
@@ -238,9 +242,10 @@ class TokenGrant:
             )
         expires_in = document.get("expires_in", DEFAULT_LIFETIME_S)
         if isinstance(expires_in, str) and expires_in.isdigit():
-            expires_in = int(expires_in)
+            expires_in = int(expires_in) if len(expires_in) < 20 else MAX_LIFETIME_S
         if not isinstance(expires_in, int | float) or isinstance(expires_in, bool) or not expires_in > 0:
             expires_in = DEFAULT_LIFETIME_S
+        expires_in = min(expires_in, MAX_LIFETIME_S)  # a year at most: PostgreSQL's intervals, Python's floats
         refresh = document.get("refresh_token")
         refresh = refresh if isinstance(refresh, str) and refresh else None
         remember(token, refresh)

@@ -20,6 +20,9 @@ from crawler_ops.hooks.source.paging import Paging, Send, render, render_json
 from crawler_ops.hooks.source.responses import decode_page
 from crawler_ops.message.pages import Page
 
+#: The longest position (a cursor token or a next link) a feed follows and stores: longer ones fail for good.
+MAX_POSITION_CHARS = 8192
+
 
 class HeadedBody(bytes):
     """A page's body with the values of the answer's headers its paginator reads (lower-case names)."""
@@ -44,8 +47,17 @@ class FeedPage:
 def on_host(link: str, base: str, label: str) -> str:
     """``link`` as an absolute URL (a relative one against the connection's ``base`` URL); a link to another
     scheme, host or port fails for good, naming it."""
-    url = urljoin(base.rstrip("/") + "/", link)
-    got, own = urlsplit(url), urlsplit(base)
+    if any(c.isspace() or ord(c) < 0x20 or ord(c) == 0x7F for c in link):
+        raise SourceError(
+            f"{label}: the next page's link holds a space or a control character ({link[:200]!r}); not followed",
+            retriable=False,
+        )
+    try:
+        url = urljoin(base.rstrip("/") + "/", link)
+        got, own = urlsplit(url), urlsplit(base)
+        got.port  # noqa: B018 - a port out of range or not a number raises here, not when the link is sent
+    except ValueError as exc:
+        raise SourceError(f"{label}: the next page's link {link[:200]!r} is no URL ({exc})", retriable=False) from exc
     if (got.scheme.lower(), got.netloc.lower()) != (own.scheme.lower(), own.netloc.lower()):
         raise SourceError(
             f"{label}: the next page's link {url!r} leads to host {got.netloc or '(none)'!r}, not the source "
@@ -55,11 +67,23 @@ def on_host(link: str, base: str, label: str) -> str:
     return url
 
 
-def token(value: Any) -> str | None:
-    """A next-page token or URL as text; missing, null or empty: None (the feed ends)."""
+def token(value: Any, label: str = "feed") -> str | None:
+    """A next-page token or URL as text; missing, null or empty: None (the feed ends). One longer than
+    :data:`MAX_POSITION_CHARS` (or a number too long to write) fails for good: it would be stored and sent back."""
     if value is None or isinstance(value, (dict, list)):
         return None
-    text = str(value).strip()
+    try:
+        text = str(value).strip()
+    except ValueError as exc:  # an integer of more digits than Python writes
+        raise SourceError(
+            f"{label}: the next page's position is a number too long to use ({exc})", retriable=False
+        ) from exc
+    if len(text) > MAX_POSITION_CHARS:
+        raise SourceError(
+            f"{label}: the next page's position is {len(text):,} characters long, more than {MAX_POSITION_CHARS:,}; "
+            f"not followed nor stored (it starts {text[:80]!r})",
+            retriable=False,
+        )
     return text or None
 
 
@@ -88,7 +112,7 @@ def read_feed(body: bytes, source: SourceConfig, fields: tuple[str, ...], base: 
     is followed only on the connection's own host."""
     records = decode_page(body, source.records_path, fields)
     paginator = source.paginator
-    found = token(paginator.next_position(body, getattr(body, "headers", {})))
+    found = token(paginator.next_position(body, getattr(body, "headers", {})), label)
     if found is not None and paginator.follows_links:
         found = on_host(found, base, label)
     return FeedPage(records, found)

@@ -36,6 +36,9 @@ from crawler_ops.retry import RetryPolicy
 MARGIN_S = 30.0
 #: The lifetime assumed when the provider sends no ``expires_in``: the token is used until a 401.
 DEFAULT_LIFETIME_S = 3600.0
+#: The longest lifetime taken from a provider's ``expires_in``: a longer one (or inf, or a number of 400 digits) counts
+#: as this.
+MAX_LIFETIME_S = 365 * 86_400.0
 
 
 @dataclass(frozen=True)

@@ -165,6 +165,17 @@ def test_secrets_are_masked_in_errors_and_httpx_log_lines(provider, connection, 
     assert "apikey=***" in caplog.text and "k-secret-1" not in caplog.text
 
 
+def test_a_key_that_a_url_percent_encodes_is_masked_in_httpx_log_lines_too(provider, connection, caplog):
+    caplog.set_level(logging.INFO, logger="httpx")
+    connection(password="k+ey/canary=1 2")
+    provider.refuse_all = True
+
+    with pytest.raises(SourceError, match="HTTP 401"):
+        hook({"type": "api_key", "name": "apikey", "in": "query"}).get_total()
+
+    assert "apikey=***" in caplog.text and "canary" not in caplog.text, caplog.text
+
+
 # --------------------------------------------------------------------------- OAuth2
 
 
@@ -333,3 +344,19 @@ def test_a_failing_token_request_waits_between_tries_with_the_row_released(conne
 
     assert [while_held for _, while_held in slept] == [False, False], "no wait with the token row locked"
     assert row.locks == 3 and row.token == "at-1", "each try takes the row again, and reads it again"
+
+
+@pytest.mark.parametrize(
+    ("expires_in", "lifetime"),
+    [("1e300", 365 * 86_400), ('"' + "9" * 400 + '"', 365 * 86_400), ("1e999", 365 * 86_400), ("-5", 3600)],
+    ids=["1e300", "400-digits", "inf", "negative"],
+)
+def test_a_hostile_expires_in_is_clamped_to_a_year_or_the_default(connection, monkeypatch, expires_in, lifetime):
+    connection(login="app", password="cs-1")
+    issued = httpx.Response(200, content=b'{"access_token": "at-1", "expires_in": %s}' % expires_in.encode())
+    route_clients(monkeypatch, lambda request: issued if request.url.path == "/token" else COUNT)
+    row = MemoryRow()
+
+    assert hook(oauth2(), SharedToken(row)).get_total() == 7
+
+    assert row.token == "at-1" and row.left_s == Issued("at-1", lifetime).lifetime_s

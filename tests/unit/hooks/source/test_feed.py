@@ -3,6 +3,7 @@ page without a cursor) and where its answer names the next page."""
 
 from __future__ import annotations
 
+import tracemalloc
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -98,3 +99,52 @@ def test_next_links_are_read_from_the_body_or_the_link_header_and_checked():
     linked = HeadedBody.of(body({}), {"link": ['</p?b=2>; rel="next"']})
     assert read_feed(linked, in_header, (), BASE, "t").next == f"{BASE}/p?b=2"
     assert read_feed(HeadedBody.of(body({}), {}), in_header, (), BASE, "t").next is None
+
+
+@pytest.mark.parametrize(
+    ("position", "says"),
+    [
+        (b'"' + b"c" * 30_000_000 + b'"', "is 30,000,000 characters long, more than 8,192; not followed nor stored"),
+        (b"9" * 9000, "is 9,000 characters long, more than 8,192"),
+    ],
+    ids=["30-MB-cursor", "9000-digit-cursor"],
+)
+def test_a_hostile_cursor_fails_for_good_naming_what_is_wrong(position, says):
+    source = SourceConfig(paginator={"type": "cursor", "cursor_path": "data.next_cursor"})
+    page = b'{"data": {"data": [{"id": "a"}], "next_cursor": ' + position + b"}}"
+
+    with pytest.raises(SourceError, match=says) as caught:
+        read_feed(page, source, ("id",), BASE, "task t")
+
+    assert not caught.value.retriable and len(str(caught.value)) < 400
+
+
+@pytest.mark.parametrize(
+    ("link", "says"),
+    [
+        ("http://[::1/p", "is no URL"),
+        ("http://api.example.com:99999/p", "is no URL"),
+        ("/p?b=1\r\nX-Injected: 1", "a space or a control character"),
+        ("/p?b=1 2", "a space or a control character"),
+    ],
+)
+def test_a_hostile_next_link_fails_for_good_as_a_source_error(link, says):
+    in_body = SourceConfig(paginator={"type": "next_link", "next_path": "data.next"})
+
+    with pytest.raises(SourceError, match=says) as caught:
+        read_feed(body({"next": link}), in_body, (), BASE, "task t")
+
+    assert not caught.value.retriable
+
+
+def test_a_cursor_beside_many_records_is_read_without_building_them():
+    records = [{"id": str(i), "text": "x" * 20} for i in range(200_000)]
+    page = msgspec.json.encode({"data": {"data": records, "next_cursor": "c9"}})
+    source = SourceConfig(paginator={"type": "cursor", "cursor_path": "data.next_cursor"})
+
+    tracemalloc.start()
+    found = source.paginator.next_position(page, {})
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+
+    assert found == "c9" and peak < 2 * 2**20, f"{peak / 2**20:.0f} MiB built to read a cursor"
