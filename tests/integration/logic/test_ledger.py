@@ -270,3 +270,29 @@ def test_each_kind_of_run_gets_its_ledger(task):
     assert crawl.store.postgres_conn_id == crawl.claims.postgres_conn_id == cfg.postgres_conn_id
     for ledger_ in (replay, crawl):
         ledger_.close()
+
+
+@pytest.mark.parametrize("kind", ["status_table", "run_record"])
+def test_a_batchs_dead_letters_and_its_done_mark_are_written_together_or_not_at_all(pg, store, task, monkeypatch, kind):
+    """A finish that fails after its dead letters were written (the worker killed, PostgreSQL gone) leaves neither:
+    the batch's next attempt writes them again, so a dead letter is never stored twice nor without its batch."""
+    with store.transaction() as cur:
+        store.batches.insert(cur, [Batch(0, 10)], RUN)
+    owner = ledger(store, f"{RUN}|1", f"{RUN}|1|a") if kind == "status_table" else RunRecordLedger(store, RUN)
+    assert owner.claim(Batch(0, 10))
+
+    def broken(*args: Any, **kwargs: Any) -> Any:
+        raise psycopg.OperationalError("the server closed the connection")
+
+    target = "finish_batch" if kind == "status_table" else "add_batch_counts"
+    if kind == "status_table":
+        monkeypatch.setattr(ledger_module, target, broken)
+    else:
+        monkeypatch.setattr(store, target, broken)
+    letter = DeadLetter(3, "bad date", {"id": 3})
+    with pytest.raises(Exception, match="closed the connection"):
+        owner.finish(outcome(Batch(0, 10), kept=4, dead_letters=(letter,)))
+
+    letters = pg.execute("SELECT count(*) FROM crawler_ops.crawl_error WHERE task_id = %s", (task,)).fetchone()
+    assert letters == (0,), "the dead letter went with its failed finish"
+    assert batch_rows(pg, task)[0][1] == (CLAIMED if kind == "status_table" else PENDING), "not done"

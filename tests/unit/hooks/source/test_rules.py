@@ -4,6 +4,7 @@ the source hook do (crawler_ops.hooks.source.rule_actions) with a scripted trans
 
 from __future__ import annotations
 
+import json
 import time
 import tracemalloc
 from collections.abc import Callable
@@ -266,6 +267,21 @@ def test_skip_ends_the_page_with_the_envelope_for_its_dead_letter(served):
         ).get_page(0, 2)
 
     assert err.value.envelope == {"code": 20401, "msg": "withheld"} and len(served.calls) == 1
+
+
+@pytest.mark.parametrize("size", ["small", "large"])
+def test_a_skipped_pages_envelope_never_holds_the_secret_the_source_echoed(served, airflow_connection, size):
+    airflow_connection("src", conn_type="http", host="source.test", schema="http", password="tok-canary-77")
+    padding = "x" * (70_000 if size == "large" else 0)
+    served.answers = [body({"code": 20401, "msg": f"withheld for Bearer tok-canary-77 {padding}"})]
+    skip = {"name": "withheld", "when": {"path": "code", "equals": 20401}, "action": "skip"}
+
+    with pytest.raises(PageSkippedError) as err:
+        hook([skip], auth={"type": "bearer"}).get_page(0, 2)
+
+    stored = json.dumps(err.value.envelope)
+    assert "tok-canary-77" not in stored and "***" in stored, "the dead letter stores what the source echoed, masked"
+    assert "tok-canary-77" not in str(err.value)
 
 
 def test_the_first_matching_rule_decides(served):
