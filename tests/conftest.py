@@ -165,6 +165,18 @@ def namespace_cleanup(request: pytest.FixtureRequest) -> Iterator[None]:
 
 
 @pytest.fixture(autouse=True)
+def no_sleep_in_a_transaction() -> Iterator[None]:
+    """Fails a test whose crawler_ops code slept with a PostgreSQL transaction open (tests/held_sleeps.py)."""
+    from tests import held_sleeps
+
+    held_sleeps.install()
+    held_sleeps.take()
+    yield
+    found = held_sleeps.take()
+    assert not found, "sleeping with a transaction open (its row locks held):\n" + "\n".join(found)
+
+
+@pytest.fixture(autouse=True)
 def process_state() -> Iterator[None]:
     """Each test leaves the process as the session set it up: the environment is restored after it, and the
     process-wide caches that carry state from one call to the next (the sources' limiters and OAuth2 tokens, the
@@ -185,6 +197,9 @@ def process_state() -> Iterator[None]:
     web = sys.modules.get("crawler_ops.ops.web")
     if web is not None:
         web.REPORTS = web.ReportCache()
+    loading = sys.modules.get("crawler_ops.config.loading")
+    if loading is not None:
+        loading._current = None  # the config the api-server keeps: each test writes its own
 
 
 @pytest.fixture(scope="session")
