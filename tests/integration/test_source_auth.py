@@ -1,6 +1,6 @@
 """Auth of the source on the real stack: each ``source.auth`` type against the demo source's ground truth, OAuth2
 tokens shared by parallel chunk processes through PostgreSQL, a 401's one renewal, a kill between the provider's
-answer and the commit, and no secret in logs, run records, webhooks or the status view."""
+answer and the commit, and no secret in logs, run records, webhooks, XComs, the status view or the check."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ import uuid
 from collections.abc import Callable
 from dataclasses import replace
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -31,6 +32,7 @@ from tests.support import (
     read_topic,
     runner_result,
     spawn_runner,
+    write_config,
 )
 from tests.waiting import wait_until
 
@@ -133,6 +135,7 @@ def test_each_auth_type_crawls_the_source_and_no_secret_leaks(
     run_dag: Callable[..., str],
     caplog: pytest.LogCaptureFixture,
     capfd: pytest.CaptureFixture[str],
+    tmp_path: Path,
 ) -> None:
     caplog.set_level(logging.DEBUG)
     caplog.set_level(logging.INFO, logger="httpx")  # its request lines carry URLs (Airflow quiets it; one may not)
@@ -164,18 +167,32 @@ def test_each_auth_type_crawls_the_source_and_no_secret_leaks(
     runs = query(pg_uri, "SELECT row_to_json(r)::text FROM crawler_ops.crawl_run r WHERE task_id = %s", auth.task)
     errors = query(pg_uri, "SELECT row_to_json(e)::text FROM crawler_ops.crawl_error e WHERE task_id = %s", auth.task)
     assert len(runs) == 2 and errors, "a failed run and its errors, a successful run"
+    checked = cli("check", "--task", auth.task, "--json", "--config", str(write_config(cfg, tmp_path)))
     out, err = capfd.readouterr()
     places = {
         "logs": caplog.text + out + err,
         "run records": "\n".join(r[0] for r in runs + errors),
         "webhooks": "\n".join(r["body"].decode() for r in receiver.requests),
         "status view": status_failed.stdout + status_failed.stderr + status.stdout + status.stderr,
+        "XComs": dag_xcoms(cfg.dag_id),
+        "check": checked.stdout + checked.stderr,
     }
+    assert places["XComs"] and '"total"' in checked.stdout, "what is searched holds something"
     assert len(receiver.requests) == 2 and auth.task in places["webhooks"]
     shown = [s for s in [*secrets.values(), wrong, *(v for row in issued for v in row if v)] if len(s) >= 4]
     for where, text in places.items():
         leaked = [s for s in shown if s in text]
         assert not leaked, f"{len(leaked)} secret(s) in the {where}"
+
+
+def dag_xcoms(dag_id: str) -> str:
+    """Every XCom value of ``dag_id``'s runs in Airflow's metadata database, as text."""
+    from airflow.utils.session import create_session
+    from sqlalchemy import text
+
+    with create_session() as session:
+        rows = session.execute(text("SELECT value FROM xcom WHERE dag_id = :dag"), {"dag": dag_id}).scalars().all()
+    return "\n".join(json.dumps(row, default=str) for row in rows)
 
 
 def crawl_in_processes(cfg: CrawlTaskConfig, run_id: str, kill: dict[str, Any] | None = None) -> Any:
