@@ -7,7 +7,6 @@ thread cannot be stopped, so it runs on unobserved; a child process is killed wi
 
 from __future__ import annotations
 
-import contextlib
 import json
 import logging
 import os
@@ -21,6 +20,7 @@ from crawler_ops.config import ExecutorTaskConfig
 from crawler_ops.errors import ConfigError
 from crawler_ops.executor import udf
 from crawler_ops.executor.leases import LeaseBook
+from crawler_ops.executor.process_tree import kill_tree
 from crawler_ops.executor.udf_child import read_frame, write_frame
 from crawler_ops.hooks.store.status_table import ClaimedRow
 
@@ -151,11 +151,11 @@ class ProcessCaller:
             return f"row {row.id}: the child process running the function ended during the call: it {how}"
 
     def abort(self) -> None:
-        """Kill the child's process group (its call outlived the timeout or lost its lease): the child and
-        whatever it forked, which could otherwise hold the call's pipe open."""
+        """Kill the child's processes (its call outlived the timeout or lost its lease): the child and whatever it
+        forked, in its group or not (:func:`~crawler_ops.executor.process_tree.kill_tree`), which could otherwise
+        hold the call's pipe open."""
         if self.proc is not None:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(self.proc.pid, signal.SIGKILL)
+            kill_tree(self.proc.pid)
 
     def close(self) -> None:
         self.stop()
@@ -183,8 +183,7 @@ class ProcessCaller:
         try:
             return proc.wait(timeout=STOP_WAIT_S)
         except subprocess.TimeoutExpired:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(proc.pid, signal.SIGKILL)
+            kill_tree(proc.pid)
             return proc.wait()
 
 

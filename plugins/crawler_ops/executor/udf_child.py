@@ -7,8 +7,10 @@ or the error text), then, for each ``(values, row_id)`` it reads, with the row's
 The child leads a process group of its own (its parent starts it in a new session), and before it imports anything
 of the user's it forks a keeper: a process that runs no user code and waits on the lifeline pipe, whose write end
 only the worker holds. When the worker closes it or dies, the keeper kills the whole group: the child, however busy
-in C, and whatever the user function forked. With ``MEMORY_MB`` > 0 the child's address space is capped
-(``RLIMIT_AS``) before the function is imported; an allocation past it fails that row with a ``MemoryError``.
+in C, and whatever the user function forked, also what left the group with ``setsid()`` (the child is a subreaper
+of its descendants: :mod:`crawler_ops.executor.process_tree`). With ``MEMORY_MB`` > 0 the child's address space is
+capped (``RLIMIT_AS``) before the function is imported; an allocation past it fails that row with a
+``MemoryError``.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ import struct
 import sys
 from typing import IO, Any
 
+from crawler_ops.executor.process_tree import become_subreaper, kill_tree
 from crawler_ops.executor.udf import FunctionLoadError, UserFunction, call, load_function
 
 HEADER = struct.Struct(">I")
@@ -48,6 +51,7 @@ def read_frame(stream: IO[bytes]) -> Any:
 def fork_keeper(lifeline: int, pipes: tuple[int, ...]) -> None:
     """Fork the keeper of this process group: it kills the group when the lifeline pipe closes (never returns in
     the keeper). It holds no end of the call pipes, so a dead child still reads as EOF to the worker."""
+    child = os.getpid()
     if os.fork() != 0:
         os.close(lifeline)
         return
@@ -57,6 +61,10 @@ def fork_keeper(lifeline: int, pipes: tuple[int, ...]) -> None:
         while os.read(lifeline, 1):
             pass  # the worker never writes: EOF when it closed its end or died
     finally:
+        # The child's descendants that left its group (setsid), found while the child is alive: once it is gone
+        # this process belongs to another parent, whose other descendants are none of its business.
+        if os.getppid() == child:
+            kill_tree(child, group=False, spare=os.getpid())
         os.killpg(0, signal.SIGKILL)
         os._exit(1)
 
@@ -78,6 +86,7 @@ def limit_memory(path: str, memory_mb: int) -> UserFunction:
 
 def main(argv: list[str]) -> int:
     path, style, names_json, read_fd, write_fd, lifeline_fd, memory_mb = argv
+    become_subreaper()  # what the function forks stays this process's descendant, to be found and killed
     fork_keeper(int(lifeline_fd), (int(read_fd), int(write_fd)))
     names = json.loads(names_json)
     with os.fdopen(int(read_fd), "rb") as inbox, os.fdopen(int(write_fd), "wb") as outbox:

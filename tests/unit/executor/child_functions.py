@@ -35,3 +35,30 @@ def fork_then_spin_in_c(row: dict[str, Any]) -> None:
 def allocate_mb(row: dict[str, Any]) -> int:
     """Allocate (and touch) ``id`` MB."""
     return len(bytearray(int(row["id"]) * 2**20))
+
+
+def setsid_sleeper(path: str, double: bool) -> None:
+    """Fork a grandchild that leaves the child's process group (``setsid``) and sleeps for ten minutes, holding the
+    call pipes it inherited; with ``double``, through a middle process that exits at once (the grandchild is then
+    an orphan). Its pid goes to ``path``."""
+    pid = os.fork()
+    if pid == 0:
+        if double and os.fork() != 0:
+            os._exit(0)
+        os.setsid()
+        Path(f"{path}.tmp").write_text(str(os.getpid()))
+        os.replace(f"{path}.tmp", path)
+        time.sleep(600)
+        os._exit(0)
+    if double:
+        os.waitpid(pid, 0)
+
+
+def setsid_then_hang(row: dict[str, Any]) -> None:
+    setsid_sleeper(row["path"], double=False)
+    time.sleep(600)
+
+
+def double_fork_setsid_then_hang(row: dict[str, Any]) -> None:
+    setsid_sleeper(row["path"], double=True)
+    time.sleep(600)

@@ -52,17 +52,32 @@ def state(pid: int) -> str:
         return ""
 
 
+class HangingCall:
+    """A call of ``function`` under way in a thread, once the function has forked its grandchild."""
+
+    def __init__(self, function: str, folder: Path) -> None:
+        self.caller = ProcessCaller(f"{FUNCTIONS}.{function}", "dict", ("id", "path"))
+        self.caller.start()
+        assert self.caller.proc is not None
+        self.child = self.caller.proc.pid
+        pid_file = folder / "grandchild"
+        self.outcome: list[str | None] = []
+        row = ClaimedRow(1, True, (1, str(pid_file)))
+        self.thread = threading.Thread(target=lambda: self.outcome.append(self.caller.call(row)))
+        self.thread.start()
+        wait_until(pid_file.exists, 30, "the function to fork its grandchild")
+        self.grandchild = int(pid_file.read_text())
+
+
 def test_a_timed_out_call_kills_the_childs_whole_group_and_the_worker_moves_on_at_once(tmp_path):
-    caller = ProcessCaller(f"{FUNCTIONS}.fork_then_hang", "dict", ("id", "path"))
-    caller.start()
-    assert caller.proc is not None
-    child = caller.proc.pid
-    pid_file = tmp_path / "grandchild"
-    outcome: list[str | None] = []
-    call = threading.Thread(target=lambda: outcome.append(caller.call(ClaimedRow(1, True, (1, str(pid_file))))))
-    call.start()
-    wait_until(pid_file.exists, 30, "the function to fork its grandchild")
-    grandchild = int(pid_file.read_text())
+    hanging = HangingCall("fork_then_hang", tmp_path)
+    caller, child, call, outcome, grandchild = (
+        hanging.caller,
+        hanging.child,
+        hanging.thread,
+        hanging.outcome,
+        hanging.grandchild,
+    )
     assert os.getpgid(child) == child, "the child leads a process group of its own"
     assert os.getpgid(grandchild) == child
 
@@ -134,3 +149,17 @@ def test_child_memory_mb_is_an_executor_field_with_a_floor():
     assert ExecutorTaskConfig.model_validate({**base, "child_memory_mb": 512}).child_memory_mb == 512
     with pytest.raises(ValueError, match="child_memory_mb"):
         ExecutorTaskConfig.model_validate({**base, "child_memory_mb": 8})
+
+
+@pytest.mark.parametrize("function", ["setsid_then_hang", "double_fork_setsid_then_hang"])
+def test_a_grandchild_that_leaves_the_group_dies_with_a_timed_out_call_and_does_not_hold_the_worker(tmp_path, function):
+    hanging = HangingCall(function, tmp_path)
+    assert os.getpgid(hanging.grandchild) != hanging.child, "it left the child's group"
+
+    hanging.caller.abort()
+    hanging.thread.join(10)
+
+    assert not hanging.thread.is_alive(), "the worker got the call back at once: nothing holds its pipe"
+    assert hanging.outcome and hanging.outcome[0] is not None and "ended during the call" in hanging.outcome[0]
+    wait_until(lambda: not alive(hanging.grandchild), 30, "the grandchild outside the group to be killed too")
+    hanging.caller.close()
