@@ -71,7 +71,7 @@ class CheckRunner:
         with self.lock:
             self.flights.pop(task, None)
             self.users.discard(user)
-            if done.exception() is None:
+            if not done.cancelled() and done.exception() is None:
                 now = self.clock()
                 self.answers = {k: v for k, v in self.answers.items() if now - v[0] < self.ttl_s}
                 self.answers[task] = (now, done.result())
