@@ -8,7 +8,9 @@ Per task, in the body of ``PUT /admin/tasks/{task}``: ``"feed": {"next": "cursor
   at ``data.next``), ``link_header`` (an absolute URL in ``Link: <...>; rel="next"``);
 * ``other_host``: links point to this base URL instead (``http://elsewhere.invalid``), as a hostile or misconfigured
   source would;
-* ``expire_cursors``: every request with a position answers 410, as a source whose cursors expired does.
+* ``expire_cursors``: every request with a position answers 410, as a source whose cursors expired does;
+* ``end``: how the last page says the feed ends: ``none`` (no next page), ``scroll`` (a next page again, which is
+  empty and names itself, as scroll-style APIs do), ``self`` (the last page names itself as the next).
 
 Route: ``GET /api/{task}/feed?limit=&cursor=`` (cursor, header_cursor) or ``?limit=&before=`` (links). Page 1
 holds the newest ``limit`` records (offsets ``total - 1`` down), each next page the ``limit`` records before the
@@ -37,6 +39,7 @@ class FeedOptions(msgspec.Struct, forbid_unknown_fields=True, kw_only=True, froz
     next: Literal["cursor", "header_cursor", "next_link", "link_header"] = "cursor"
     other_host: str | None = None
     expire_cursors: bool = False
+    end: Literal["none", "scroll", "self"] = "none"
 
 
 @dataclass(frozen=True)
@@ -70,7 +73,9 @@ def serve_feed(config: TaskConfig, total: int, options: FeedOptions, query: dict
         return error(410, f"position {position} expired", entry)
     start = max(0, end - limit)
     records = list(reversed(make_page(config, start, end)))
-    following = f"o{start}" if start > 0 else None
+    following = f"o{start}" if start > 0 or options.end == "scroll" else None
+    if following is None and options.end == "self" and position is not None:
+        following = position
     data: dict[str, Any] = {"data": records}
     headers: tuple[tuple[bytes, bytes], ...] = ()
     base = options.other_host or f"http://{host}"

@@ -253,3 +253,24 @@ def test_records_appended_while_a_plan_is_open_wait_for_the_run_after_it(source,
     keys = {m.key for m in read_topic(kafka_bootstrap, cfg.kafka.topic)}
     assert keys - before == truth(source, unique_id, REF) - before and len(keys - before) == 150
     assert len(feed_requests(source, unique_id)) == 2, "150 new records: the second page holds the plan's mark"
+
+
+@pytest.mark.parametrize(
+    ("kind", "end"),
+    [("cursor", "scroll"), ("next_link", "scroll"), ("next_link", "self"), ("link_header", "self")],
+)
+def test_a_feed_that_ends_on_an_empty_page_with_a_cursor_or_on_a_page_naming_itself_ends_there(
+    kind, end, source, kafka_bootstrap, pg_uri, unique_id, run_dag
+):
+    source.create(unique_id, total=250, ref=REF, in_window_share=1.0, feed={"next": kind, "end": end})
+    cfg = feed_task(unique_id, kind)
+
+    assert run_dag(cfg, REF) == "success"
+
+    messages = read_topic(kafka_bootstrap, cfg.kafka.topic)
+    assert not duplicates(messages) and {m.key for m in messages} == truth(source, unique_id, REF)
+    asked = positions(feed_requests(source, unique_id))
+    # Pages of 100, 100 and 50 records; a scroll answers one more page, empty, before the walk stops.
+    assert len(asked) == (4 if end == "scroll" else 3), f"the walk stopped at the feed's end: {asked}"
+    assert run_record(pg_uri, unique_id)["status"] == "success"
+    assert watermark(pg_uri, unique_id) == len(asked)

@@ -131,7 +131,8 @@ def stop_at(
 
     The walk stops at the mark's record (by key), at the first record older than the mark's date (the mark's
     record was deleted upstream), after a page whose dated records are all older than ``since`` (the window's
-    start: a later page holds nothing the run keeps), and where the feed ends.
+    start: a later page holds nothing the run keeps), and where the feed ends: a page naming no next page, or an
+    empty page whatever it names (scroll-style APIs answer an empty page with a cursor again at their end).
     """
     dated_old = 0
     for index, record in enumerate(page.records):
@@ -141,7 +142,7 @@ def stop_at(
             return index, True
         dated_old += date is not None and date < since
     count = len(page.records)
-    return count, page.next is None or (count > 0 and dated_old == count)
+    return count, page.next is None or count == 0 or dated_old == count
 
 
 def newest(page: FeedPage, fields: tuple[str, ...], key_field: str, rule: DateRule) -> Mark | None:
@@ -245,9 +246,10 @@ class FeedWalk:
             page = self.fetch(batch, position)
             keep, stop = stop_at(page, self.source.fields, self.key_field, self.cfg.filter.rule, self.mark, self.since)
             outcome = self.publish(batch, page.records[:keep])
+            if not stop and page.next == position:  # a last page whose next link is itself: the feed's end
+                log.info("task %s: feed page %d names itself as the next: the feed ends there", self.cfg.id, batch.lo)
+                stop = True
             following = None if stop or page.next is None else Batch(batch.lo + 1, batch.lo + 2)
-            if following is not None and page.next == position:
-                raise SourceError(f"task {self.cfg.id}: feed page {batch.lo} names itself as the next", retriable=False)
             self.finish(outcome, following, page, position)
             if following is None:
                 return

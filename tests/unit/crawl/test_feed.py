@@ -51,7 +51,7 @@ def test_the_walk_stops_at_the_marks_record_and_keeps_every_record_before_it(pag
     index = data.draw(st.integers(0, len(ages) - 1)) if ages else None
     mark = None if index is None else Mark(keys[index], moment(ages[index]))
     keep, stop = stop_at(feed_page(ages, keys, more), FIELDS, "id", RULE, mark, moment(window_age))
-    assert (keep, stop) == ((index, True) if index is not None else (0, not more))
+    assert (keep, stop) == ((index, True) if index is not None else (0, True)), "an empty page ends the walk"
 
 
 @PROPERTY
@@ -63,7 +63,7 @@ def test_with_the_marks_record_gone_the_walk_stops_at_the_first_record_older_tha
     mark = Mark("deleted-upstream", moment(mark_age))
     keep, stop = stop_at(feed_page(ages, keys, more), FIELDS, "id", RULE, mark, moment(window_age))
     assert keep == sum(age <= mark_age for age in ages), "every record not older than the mark, none older"
-    all_old = bool(ages) and all(age > window_age for age in ages)
+    all_old = all(age > window_age for age in ages)  # an empty page too: it ends the walk
     assert stop is (keep < len(ages) or not more or all_old)
 
 
@@ -73,9 +73,15 @@ def test_a_first_crawl_reads_on_until_a_page_holds_only_records_older_than_the_w
     ages, keys = page
     keep, stop = stop_at(feed_page(ages, keys, more), FIELDS, "id", RULE, None, moment(window_age))
     assert keep == len(ages)
-    assert stop is (not more or (bool(ages) and all(age > window_age for age in ages)))
+    assert stop is (not more or not ages or all(age > window_age for age in ages))
 
 
 def test_a_plans_mark_is_its_first_pages_newest_record():
     assert newest(feed_page([3, 5], ["a", "b"]), FIELDS, "id", RULE) == Mark("a", moment(3))
     assert newest(feed_page([], []), FIELDS, "id", RULE) is None
+
+
+def test_an_empty_page_ends_the_walk_even_when_it_names_a_next_page():
+    # A scroll-style API answers its end with an empty page and a cursor again; walking on would never end.
+    assert stop_at(feed_page([], [], more=True), FIELDS, "id", RULE, None, moment(10_000)) == (0, True)
+    assert stop_at(feed_page([1], ["a"], more=True), FIELDS, "id", RULE, None, moment(10_000)) == (1, False)
