@@ -57,6 +57,9 @@ class Paginator(BaseModel):
 
     #: A feed's position is a URL to GET (on the connection's own host), not a token sent through the templates.
     follows_links: ClassVar[bool] = False
+    #: A relative link is resolved against the URL of the request that answered it (RFC 8288 for ``Link``), not the
+    #: connection's base URL.
+    links_relative_to_request: ClassVar[bool] = False
 
     type: str
 
@@ -313,6 +316,7 @@ class LinkHeaderPaginator(FeedPaginator):
     """Each answer names the next page by an RFC 8288 ``Link`` header with ``rel="next"``."""
 
     follows_links: ClassVar[bool] = True
+    links_relative_to_request: ClassVar[bool] = True
 
     type: Literal["link_header"] = Field(description="`link_header`: a Link header (rel=next) names the next page")
 

@@ -31,7 +31,7 @@ from crawler_ops.drift import profile_values
 from crawler_ops.errors import ConfigError, SourceError, StatusTableError
 from crawler_ops.hooks.kafka.exactly_once import TransactionalPublisher
 from crawler_ops.hooks.kafka.producer import Publisher
-from crawler_ops.hooks.source.feed import FeedPage, feed_reader, feed_send
+from crawler_ops.hooks.source.feed import FeedPage, feed_reader, feed_send, request_url
 from crawler_ops.hooks.source.hook import SourceApiHook
 from crawler_ops.hooks.store.feed_rows import FeedRows, Mark, PageRow
 from crawler_ops.hooks.store.hook import CrawlStoreHook, Cursor
@@ -342,7 +342,8 @@ def get_feed(source: SourceApiHook, position: str | None) -> FeedPage:
     """A page of the feed at ``position`` (None: its first page), through the hook's deadline, retries and limit."""
     base, label = str(source.client.base_url), f"task {source.task_label}"
     send = feed_send(source.paging, position, base, label)
-    return source.get_json(send, "feed page", feed_reader(source.source, source.fields, base, label))
+    url = request_url(source.client, send)
+    return source.get_json(send, "feed page", feed_reader(source.source, source.fields, base, label, url))
 
 
 def read_mark(run: RunContext) -> Mark | None:

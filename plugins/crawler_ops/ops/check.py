@@ -24,7 +24,7 @@ from crawler_ops.crawl.steps import strategy_for
 from crawler_ops.errors import CrawlerError, SourceError
 from crawler_ops.hooks.http import deadline
 from crawler_ops.hooks.source.auth import redact
-from crawler_ops.hooks.source.feed import feed_send, read_feed
+from crawler_ops.hooks.source.feed import feed_send, read_feed, request_url
 from crawler_ops.hooks.source.hook import SourceApiHook
 from crawler_ops.message.pages import Page, record_head
 from crawler_ops.message.records import Message, full_record
@@ -168,7 +168,8 @@ def judge_feed(run: RunContext, source: SourceApiHook, transform: bool) -> dict[
     }
     if not listed:
         return found
-    page = read_feed(body, cfg.source, (), base, label)
+    url = request_url(source.client, send)
+    page = read_feed(body, cfg.source, (), base, label, url)
     found["page"]["next"] = page.next
     # Offset n - 1 - i for the i-th record listed: "dates grow with the offset" reads "the newest come first".
     judged = judge_page(run, source, Batch(0, len(page.records)), Page(page.records[::-1]), transform, oldest=False)

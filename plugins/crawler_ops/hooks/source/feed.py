@@ -14,6 +14,8 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urljoin, urlsplit
 
+import httpx
+
 from crawler_ops.config import SourceConfig
 from crawler_ops.errors import SourceError
 from crawler_ops.hooks.source.paging import Paging, Send, render, render_json
@@ -44,16 +46,17 @@ class FeedPage:
     next: str | None
 
 
-def on_host(link: str, base: str, label: str) -> str:
-    """``link`` as an absolute URL (a relative one against the connection's ``base`` URL); a link to another
-    scheme, host or port fails for good, naming it."""
+def on_host(link: str, base: str, label: str, against: str | None = None) -> str:
+    """``link`` as an absolute URL (a relative one against ``against``, the URL of the request whose answer named it,
+    else the connection's ``base`` URL); a link to another scheme, host or port than ``base``'s fails for good,
+    naming it."""
     if any(c.isspace() or ord(c) < 0x20 or ord(c) == 0x7F for c in link):
         raise SourceError(
             f"{label}: the next page's link holds a space or a control character ({link[:200]!r}); not followed",
             retriable=False,
         )
     try:
-        url = urljoin(base.rstrip("/") + "/", link)
+        url = urljoin(against or base.rstrip("/") + "/", link)
         got, own = urlsplit(url), urlsplit(base)
         got.port  # noqa: B018 - a port out of range or not a number raises here, not when the link is sent
     except ValueError as exc:
@@ -107,16 +110,27 @@ def feed_send(paging: Paging, position: str | None, base: str, label: str) -> Se
     return Send(path, params, source.request.method, headers, body, answer_headers=kept)
 
 
-def read_feed(body: bytes, source: SourceConfig, fields: tuple[str, ...], base: str, label: str) -> FeedPage:
+def request_url(client: httpx.Client, send: Send) -> str:
+    """The URL ``send`` goes to through ``client`` (its base URL merged, the query included), as a relative
+    ``Link`` in its answer is resolved against it."""
+    return str(client.build_request(send.method, send.path, params=send.params or None).url)
+
+
+def read_feed(
+    body: bytes, source: SourceConfig, fields: tuple[str, ...], base: str, label: str, url: str | None = None
+) -> FeedPage:
     """A page's records and the position of the next page, where its paginator reads it (body or headers); a link
-    is followed only on the connection's own host."""
+    is followed only on the connection's own host. ``url``: the page request's URL, which a relative ``Link``
+    header is resolved against (RFC 8288); a relative link in the body is resolved against the base URL."""
     records = decode_page(body, source.records_path, fields)
     paginator = source.paginator
     found = token(paginator.next_position(body, getattr(body, "headers", {})), label)
     if found is not None and paginator.follows_links:
-        found = on_host(found, base, label)
+        found = on_host(found, base, label, url if paginator.links_relative_to_request else None)
     return FeedPage(records, found)
 
 
-def feed_reader(source: SourceConfig, fields: tuple[str, ...], base: str, label: str) -> Callable[[bytes], FeedPage]:
-    return functools.partial(read_feed, source=source, fields=fields, base=base, label=label)
+def feed_reader(
+    source: SourceConfig, fields: tuple[str, ...], base: str, label: str, url: str | None = None
+) -> Callable[[bytes], FeedPage]:
+    return functools.partial(read_feed, source=source, fields=fields, base=base, label=label, url=url)

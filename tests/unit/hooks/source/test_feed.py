@@ -148,3 +148,17 @@ def test_a_cursor_beside_many_records_is_read_without_building_them():
     tracemalloc.stop()
 
     assert found == "c9" and peak < 2 * 2**20, f"{peak / 2**20:.0f} MiB built to read a cursor"
+
+
+def test_a_relative_link_header_is_resolved_against_the_request_url_and_a_body_link_against_the_base():
+    asked = f"{BASE}/api/jobs/feed?limit=50"
+    in_header = SourceConfig(paginator={"type": "link_header"})
+    for link, expected in [
+        ("?max_id=5", f"{BASE}/api/jobs/feed?max_id=5"),
+        ("feed?page=2", f"{BASE}/api/jobs/feed?page=2"),
+        ("/v2/feed?p=3", f"{BASE}/v2/feed?p=3"),
+    ]:
+        answer = HeadedBody.of(body({}), {"link": [f'<{link}>; rel="next"']})
+        assert read_feed(answer, in_header, (), BASE, "t", asked).next == expected
+    in_body = SourceConfig(paginator={"type": "next_link", "next_path": "data.next"})
+    assert read_feed(body({"next": "?b=1"}), in_body, (), BASE, "t", asked).next == f"{BASE}/?b=1"
