@@ -78,7 +78,11 @@ class ResponseRule(_Section):
     wait_path: str | None = Field(
         None,
         pattern=PATH_PATTERN,
-        description="rate_limited: dotted path of the seconds to wait in the envelope (capped by max_retry_after_s)",
+        description="rate_limited: dotted path of the time to wait in the envelope, in wait_unit (capped by "
+        "max_retry_after_s)",
+    )
+    wait_unit: Literal["s", "ms"] = Field(
+        "s", description="rate_limited: the unit of the value at wait_path: seconds, or milliseconds (retry_after_ms)"
     )
     message: str | None = Field(None, min_length=1, description="fail: the error's message")
 
@@ -86,6 +90,8 @@ class ResponseRule(_Section):
     def _fits_action(self) -> ResponseRule:
         if self.wait_path is not None and self.action != "rate_limited":
             raise ValueError(f"wait_path applies to action rate_limited only, not {self.action}")
+        if "wait_unit" in self.model_fields_set and self.wait_path is None:
+            raise ValueError("wait_unit applies with a wait_path only")
         if self.message is not None and self.action != "fail":
             raise ValueError(f"message applies to action fail only, not {self.action}")
         return self

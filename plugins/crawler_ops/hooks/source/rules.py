@@ -108,8 +108,9 @@ def matches(rule: ResponseRule, envelope: Envelope, status: int) -> bool:
     return any(same(value, option) for option in when.in_ or ())
 
 
-def wait_seconds(value: Any, cap: float) -> float | None:
-    """Seconds to wait from an envelope's value: a number (or a numeric string) within ``[0, cap]``; None otherwise."""
+def wait_seconds(value: Any, cap: float, per_second: float = 1.0) -> float | None:
+    """Seconds to wait from an envelope's value: a number (or a numeric string) of ``1 / per_second`` seconds
+    (1000: milliseconds) within ``[0, cap]`` seconds; None otherwise."""
     if isinstance(value, str):
         try:
             value = float(value)
@@ -117,7 +118,7 @@ def wait_seconds(value: Any, cap: float) -> float | None:
             return None
     if isinstance(value, bool) or not isinstance(value, int | float) or math.isnan(value):
         return None
-    return min(max(0.0, float(value)), cap)
+    return min(max(0.0, float(value) / per_second), cap)
 
 
 def first_match(rules: Sequence[ResponseRule], body: bytes, status: int, max_wait_s: float) -> Verdict | None:
@@ -133,7 +134,8 @@ def first_match(rules: Sequence[ResponseRule], body: bytes, status: int, max_wai
         if matches(rule, envelope, status):
             wait = None
             if rule.wait_path is not None:
-                wait = wait_seconds(envelope.value(rule.wait_path), max_wait_s)
+                scale = 1000.0 if rule.wait_unit == "ms" else 1.0
+                wait = wait_seconds(envelope.value(rule.wait_path), max_wait_s, scale)
             return Verdict(index, rule, rule_names(rules)[index], wait)
     return None
 

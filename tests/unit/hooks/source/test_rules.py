@@ -237,6 +237,21 @@ def test_rate_limited_slows_every_worker_down_waits_what_the_body_says_and_retri
     assert len(page) == 2 and limiter.throttles == [7.0] and served.sleeps == [7.0]
 
 
+def test_a_wait_given_in_milliseconds_is_waited_in_seconds(served):
+    served.answers = [body({"code": 42901, "data": {"retry_after_ms": 1500}}), body(PAGE)]
+    in_ms = {**RATE_LIMITED, "wait_path": "data.retry_after_ms", "wait_unit": "ms"}
+    limiter = Limiter()
+
+    assert len(hook([in_ms], limiter).get_page(0, 2)) == 2
+
+    assert limiter.throttles == [1.5] and served.sleeps == [1.5]
+
+
+def test_wait_unit_needs_a_wait_path():
+    with pytest.raises(ValueError, match="wait_unit applies with a wait_path only"):
+        rules({"when": {"path": "code", "equals": 1}, "action": "rate_limited", "wait_unit": "ms"})
+
+
 def test_retry_backs_off_and_gives_up_after_max_retries(served):
     served.answers = [body({"code": 50301})]
 
