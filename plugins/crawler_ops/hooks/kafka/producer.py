@@ -110,11 +110,10 @@ def ensure_topic(
     task_label: str,
     timeout: float = 15.0,
     config: dict[str, str] | None = None,
-    refused: str = "kafka.create_topic is false; create it or enable create_topic",
+    refused: str | None = None,
 ) -> bool:
     """Make sure ``topic`` exists; create it (with the topic ``config``) when allowed. Returns True when created.
-    ``refused``: why it may not be created, and what to do (for the error when it does not exist and ``create`` is
-    false).
+    ``refused``: why it may not be created, and what to do, when that is not ``kafka.create_topic`` being false.
 
     A created topic gets :func:`new_topic_settings`. A topic with one replica is logged as a warning: the
     producer's ``acks=all`` then waits for a single broker, whose loss loses the topic.
@@ -129,7 +128,8 @@ def ensure_topic(
         warn_single_replica(task_label, topic, replicas)
         return False
     if not create:
-        raise DeliveryError(f"task {task_label}: Kafka topic '{topic}' does not exist and {refused}")
+        why = refused or "kafka.create_topic is false; create it or enable create_topic"
+        raise DeliveryError(f"task {task_label}: Kafka topic '{topic}' does not exist and {why}")
     replication, settings = new_topic_settings(replication, len(metadata.brokers), config)
     warn_single_replica(task_label, topic, replication)
     return create_topic(admin, topic, partitions, replication, settings, task_label, timeout)

@@ -162,10 +162,9 @@ class TaskTopics:
     def prepare(self, topic: str) -> None:
         kafka = self.kafka
         settings = {name: setting_text(value) for name, value in kafka.topic_config.items()}
-        room = self.created < kafka.max_new_topics
-        refused = "kafka.create_topic is false; create it or enable create_topic"
-        if kafka.create_topic and not room:
-            refused = (
+        capped = None
+        if kafka.create_topic and self.created >= kafka.max_new_topics:
+            capped = (
                 f"this chunk created kafka.max_new_topics ({kafka.max_new_topics}) topics for topic_template "
                 "already; nothing was produced to it. Create the topic, raise max_new_topics, or narrow "
                 "kafka.routed_topics"
@@ -175,10 +174,10 @@ class TaskTopics:
             topic,
             kafka.partitions,
             kafka.replication_factor,
-            kafka.create_topic and room,
+            kafka.create_topic and capped is None,
             self.task_label,
             config=settings,
-            refused=refused,
+            refused=capped,
         )
         dated = (self.days, self.oldest, datetime.now(UTC)) if kafka.timestamp == "record_date" else None
         check_topic(self.client, topic, self.task_label, kafka.topic_config, dated)

@@ -18,7 +18,7 @@ import re
 import threading
 from collections import deque
 from collections.abc import Callable, Generator
-from typing import TYPE_CHECKING, Any
+from typing import Any
 from urllib.parse import quote, quote_plus
 
 import httpx
@@ -30,9 +30,6 @@ from crawler_ops.hooks.answers import read_bounded
 from crawler_ops.hooks.http import DeadlineTransport, deadline, environment_proxy
 from crawler_ops.hooks.source.tokens import DEFAULT_LIFETIME_S, MAX_LIFETIME_S, Grant, Issued, SharedToken, seed_of
 from crawler_ops.retry import RETRIABLE_STATUS, RetryPolicy, retry_after_seconds
-
-if TYPE_CHECKING:
-    pass
 
 TOKEN_BODY_BYTES = 64 * 1024
 MASK = "***"

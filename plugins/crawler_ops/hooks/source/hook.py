@@ -152,11 +152,8 @@ class SourceApiHook(BaseHook):
         """The records of offsets ``[offset, offset + limit)`` as raw JSON, one per record, with the values of
         :attr:`fields` of each: one request, or the pages holding them (:meth:`Paging.calls`), in parts if too heavy."""
         calls = self.paging.calls(offset, offset + limit)
-        return join_pages([read_in_parts(self.read_call, self.paging, call, self.parts_budget) for call in calls])
-
-    def parts_budget(self) -> PartsBudget:
-        """What reading one page in parts may spend (``source.max_part_requests``, ``source.parts_budget_s``)."""
-        return PartsBudget(self.source.max_part_requests, self.source.parts_budget_s)
+        budget = self.source.max_part_requests, self.source.parts_budget_s
+        return join_pages([read_in_parts(self.read_call, self.paging, call, PartsBudget(*budget)) for call in calls])
 
     def read_call(self, call: PageCall, has_parts: bool) -> Page:
         reader = self.paging.reader(call, self.fields, f"task {self.task_label}", self.split)

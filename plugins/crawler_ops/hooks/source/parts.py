@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from crawler_ops.errors import AnswerTooHeavyError, SourceError
 from crawler_ops.hooks.http import deadline
@@ -31,18 +31,18 @@ def too_heavy(exc: SourceError) -> bool:
 
 @dataclass
 class PartsBudget:
-    """What reading one page in parts may still spend: ``requests`` more requests, until the monotonic time ``end``."""
+    """What reading one page in parts may spend: ``requests`` requests within ``seconds`` of the first split."""
 
     requests: int
     seconds: float
-    end: float = field(init=False)
+    end: float | None = None
     spent: int = 0
 
-    def __post_init__(self) -> None:
-        self.end = time.monotonic() + self.seconds
-
     def take(self, call: PageCall, first: SourceError) -> None:
-        """One more request for ``call``; a :class:`SourceError` once the budget is spent."""
+        """One more request for ``call`` (the first starts the clock); a :class:`SourceError` naming ``first``, the
+        whole read's failure, once the budget is spent."""
+        if self.end is None:
+            self.end = time.monotonic() + self.seconds
         if self.spent < self.requests and time.monotonic() < self.end:
             self.spent += 1
             return
@@ -55,12 +55,12 @@ class PartsBudget:
         )
 
     def left(self) -> float:
-        return max(0.0, self.end - time.monotonic())
+        return self.seconds if self.end is None else max(0.0, self.end - time.monotonic())
 
 
-def read_in_parts(read: Read, paging: Paging, call: PageCall, budget: Callable[[], PartsBudget] | PartsBudget) -> Page:
+def read_in_parts(read: Read, paging: Paging, call: PageCall, budget: PartsBudget) -> Page:
     """The records ``call`` takes, read whole or, when its answer is too heavy, in parts (each read the same way),
-    within ``budget`` (made when the first split is needed)."""
+    within ``budget``."""
     why_whole = paging.whole(call)
     try:
         return read(call, why_whole is None)
@@ -73,10 +73,9 @@ def read_in_parts(read: Read, paging: Paging, call: PageCall, budget: Callable[[
         log.warning("%s; reading it in %d parts: %s", exc, len(split), ", ".join(part.where for part in split))
         first = exc
     # Outside the handler: the error's traceback (and the body it was reading) is gone before the parts are read.
-    spend = budget() if callable(budget) else budget
     pages = []
     for part in split:
-        spend.take(part, SourceError(str(first), retriable=True))
-        with deadline(spend.left()):
-            pages.append(read_in_parts(read, paging, part, spend))
+        budget.take(part, first)
+        with deadline(budget.left()):
+            pages.append(read_in_parts(read, paging, part, budget))
     return join_pages(pages)
