@@ -165,8 +165,9 @@ async def send_response(send: Send, response: Response) -> None:
     :param send: ASGI send callable.
     :param response: the response.
     """
+    typed = any(name == b"content-type" for name, _ in response.headers)
     headers = [
-        *_JSON_HEADERS,
+        *(() if typed else _JSON_HEADERS),
         (b"content-length", str(len(response.body)).encode()),
         *response.headers,
     ]

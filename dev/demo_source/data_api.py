@@ -22,7 +22,7 @@ from demo_source.data import (
 )
 from demo_source.feed import serve_feed
 from demo_source.order import OLDEST_FIRST, served_records
-from demo_source.paging import PagingError, PagingOptions, Reader
+from demo_source.paging import PagingError, PagingOptions, Reader, shaped_body
 from demo_source.runtime import TaskRuntime
 from demo_source.window import page_offsets, view_count, window_of
 
@@ -120,15 +120,16 @@ class DataApi:
         :return: the response.
         """
         records = self._encoded_records(runtime, start, end)
-        faults = runtime.faults
+        faults, headers = runtime.faults, ()
         if faults.wrong_shape:
             body = b'{"code":0,"data":{"items":' + records + b"}}"
         else:
-            head = b'{"code":0,"msg":"ok","data":{"total":%d,"data":' % total
-            body = head + records + b"}}"
+            body, headers = shaped_body(runtime.paging.body, records, total)
+        if runtime.paging.total_header:
+            headers = (*headers, (b"x-total-count", str(total).encode()))
         if runtime.draw(faults.malformed_rate):
             body = body[: max(1, len(body) // 2)]
-        return Response(200, body)
+        return Response(200, body, headers)
 
     def _encoded_records(self, runtime: TaskRuntime, start: int, end: int) -> bytes:
         """Return the JSON array of records ``start .. end - 1`` (cached).

@@ -10,7 +10,11 @@ Per task, in the body of ``PUT /admin/tasks/{task}``: ``"feed": {"next": "cursor
   source would;
 * ``expire_cursors``: every request with a position answers 410, as a source whose cursors expired does;
 * ``end``: how the last page says the feed ends: ``none`` (no next page), ``scroll`` (a next page again, which is
-  empty and names itself, as scroll-style APIs do), ``self`` (the last page names itself as the next).
+  empty and names itself, as scroll-style APIs do), ``self`` (the last page names itself as the next),
+  ``has_more`` (every page names a next position, the last one too, and says ``data.has_more``: false on the last,
+  as Stripe's and GraphQL's ``pageInfo`` do);
+* ``body``: ``envelope`` (the records at ``data.data``), ``list`` (the bare JSON array, GitHub style) or ``jsonl``
+  (JSON Lines); without an envelope the next page is named in a header only (``header_cursor``, ``link_header``).
 
 Route: ``GET /api/{task}/feed?limit=&cursor=`` (cursor, header_cursor) or ``?limit=&before=`` (links). Page 1
 holds the newest ``limit`` records (offsets ``total - 1`` down), each next page the ``limit`` records before the
@@ -27,6 +31,7 @@ from typing import Any, Literal
 import msgspec
 
 from demo_source.data import TaskConfig, make_page
+from demo_source.paging import shaped_body
 
 DEFAULT_LIMIT = 100
 MAX_LIMIT = 1000
@@ -39,7 +44,8 @@ class FeedOptions(msgspec.Struct, forbid_unknown_fields=True, kw_only=True, froz
     next: Literal["cursor", "header_cursor", "next_link", "link_header"] = "cursor"
     other_host: str | None = None
     expire_cursors: bool = False
-    end: Literal["none", "scroll", "self"] = "none"
+    end: Literal["none", "scroll", "self", "has_more"] = "none"
+    body: Literal["envelope", "list", "jsonl"] = "envelope"
 
 
 @dataclass(frozen=True)
@@ -73,7 +79,7 @@ def serve_feed(config: TaskConfig, total: int, options: FeedOptions, query: dict
         return error(410, f"position {position} expired", entry)
     start = max(0, end - limit)
     records = list(reversed(make_page(config, start, end)))
-    following = f"o{start}" if start > 0 or options.end == "scroll" else None
+    following = f"o{start}" if start > 0 or options.end in ("scroll", "has_more") else None
     if following is None and options.end == "self" and position is not None:
         following = position
     data: dict[str, Any] = {"data": records}
@@ -88,5 +94,11 @@ def serve_feed(config: TaskConfig, total: int, options: FeedOptions, query: dict
         data["next"] = None if link is None else (base + link if options.other_host else link)
     elif link is not None:
         headers = ((b"link", f'<{base}{link}>; rel="next", <{base}/api/{config.task_id}/feed>; rel="first"'.encode()),)
-    body = _ENCODER.encode({"code": 0, "msg": "ok", "data": data})
+    if options.end == "has_more":
+        data["has_more"] = start > 0
+    if options.body == "envelope":
+        body = _ENCODER.encode({"code": 0, "msg": "ok", "data": data})
+    else:
+        body, typed = shaped_body(options.body, _ENCODER.encode(records), 0)
+        headers = (*headers, *typed)
     return FeedAnswer(200, body, headers, start, end - start, entry)

@@ -6,7 +6,11 @@ Per task, in the body of ``PUT /admin/tasks/{task}``: ``"paging": {"first_page":
 * ``first_page``: the number of the first page (0 or 1);
 * ``page_size``: null, the ``page_size`` parameter decides (default 100); a number: every page holds that many
   records whatever is asked (a fixed page size);
-* ``count``: false makes ``GET /api/{task}/count`` answer 404, as a source without a count endpoint does.
+* ``count``: false makes ``GET /api/{task}/count`` answer 404, as a source without a count endpoint does;
+* ``body``: how a page's body holds its records: ``envelope`` (``{"code": 0, "msg": "ok", "data": {"total": ,
+  "data": [...]}}``), ``list`` (the bare JSON array of the records, GitHub style), ``jsonl`` (JSON Lines: one record
+  per line, ``application/x-ndjson``);
+* ``total_header``: every page answer carries the task's total in ``X-Total-Count``.
 
 Routes (records ``0 .. total - 1``, oldest first; page ``first_page`` holds the oldest ``page_size``):
 
@@ -21,7 +25,7 @@ the search ``body``.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 import msgspec
 
@@ -34,6 +38,8 @@ class PagingOptions(msgspec.Struct, forbid_unknown_fields=True, kw_only=True, fr
     first_page: Annotated[int, msgspec.Meta(ge=0, le=1)] = 1
     page_size: Annotated[int, msgspec.Meta(ge=1, le=1000)] | None = None
     count: bool = True
+    body: Literal["envelope", "list", "jsonl"] = "envelope"
+    total_header: bool = False
 
 
 class SearchBody(msgspec.Struct, forbid_unknown_fields=True, kw_only=True, omit_defaults=True):
@@ -97,3 +103,14 @@ ROUTES: dict[tuple[str, ...], dict[str, Reader]] = {
     ("api", "*", "pages"): {"GET": read_pages},
     ("api", "*", "search"): {"POST": read_search},
 }
+
+
+def shaped_body(body: str, records: bytes, total: int) -> tuple[bytes, tuple[tuple[bytes, bytes], ...]]:
+    """A page's body holding ``records`` (their JSON array) the way ``body`` says (see the module doc), and the
+    content type it needs (none: JSON)."""
+    if body == "list":
+        return records, ()
+    if body == "jsonl":
+        lines = b"".join(bytes(record) + b"\n" for record in msgspec.json.decode(records, type=list[msgspec.Raw]))
+        return lines, ((b"content-type", b"application/x-ndjson"),)
+    return b'{"code":0,"msg":"ok","data":{"total":%d,"data":' % total + records + b"}}", ()

@@ -270,3 +270,28 @@ def test_a_registry_task_is_told_whether_the_page_fits_the_schema_the_next_plan_
     assert code == 1, text
     assert "registry   avro under " in text and "version 1 (id " in text and "0 of 100 page records fit" in text
     assert "field 'bonus' is not in the schema (100 of 100 records): the next plan fails" in text
+
+
+@pytest.mark.parametrize(
+    "shape", ["bare-list-total-header", "json-lines", "feed-has-more", "feed-json-lines-header-cursor"]
+)
+def test_each_answer_shape_is_checked_as_its_crawl_reads_it(shape, source, unique_id, tmp_path):
+    """A bare list with its total in a header, JSON Lines, a feed whose last page says has_more false: the check finds
+    the records, the total and the next position where the crawl does."""
+    from tests.integration.test_source_shapes import SHAPES, shaped_task
+
+    options, _ = SHAPES[shape]
+    source.create(unique_id, total=150, ref=now(), in_window_share=1.0, **options)
+    cfg = shaped_task(unique_id, shape)
+
+    code, report, _ = check(cfg, tmp_path, "--json")
+
+    assert code == 0 and isinstance(report, dict), report
+    assert report["order"]["verdict"] == "yes" and report["keys"]["unique"] is True
+    if "feed" in options:
+        assert report["page"]["records"] == 100 and report["page"]["next"], "a second page named"
+        return
+    assert report["page"]["records"] == 100 and report["page"]["offsets"] == [50, 150]
+    header = cfg.source.total_header
+    assert report["total"]["value"] == 150
+    assert report["total"]["how"] == (f"header {header} of the count answer" if header else "count endpoint")

@@ -22,10 +22,13 @@ from typing import Annotated, Any, ClassVar, Literal, NamedTuple
 from pydantic import BaseModel, ConfigDict, Field
 
 from crawler_ops.config.kinds import kinds_of
+from crawler_ops.config.source_responses import PATH_PATTERN
 from crawler_ops.message.pages import body_path
 
 #: The placeholders whose value differs from page to page, in the order a misplaced one is reported.
 PAGING_PLACEHOLDERS = ("cursor", "offset", "page", "page_size", "limit")
+#: An HTTP header name (an RFC 9110 token).
+HEADER_NAME = r"^[!#$%&'*+.^_\x60|~0-9A-Za-z-]+$"
 #: Answer headers are kept by their lower-case names.
 Headers = Mapping[str, Sequence[str]]
 
@@ -111,6 +114,14 @@ class Paginator(BaseModel):
     def check_task(self, key_field: str | None, value_format: str) -> None:
         """ValueError when the task's key or value format does not fit this kind (the config's checks name the
         task)."""
+
+    def check_lines(self) -> None:
+        """ValueError when this kind reads something of a page's body besides its records, which a JSON Lines body
+        (one record per line, no envelope) does not hold."""
+
+    def feed_ends(self, body: bytes) -> bool:
+        """Whether a feed's answer says it is the last page, whatever position it names (never, unless configured)."""
+        return False
 
     @property
     def feed(self) -> str | None:
@@ -220,6 +231,39 @@ class FeedPaginator(Paginator):
     crawl: ClassVar[Literal["offsets", "feed"]] = "feed"
     sends: ClassVar[frozenset[str]] = frozenset({"limit"})
     needs: ClassVar[tuple[str, ...]] = ("limit",)
+    #: Where the next position is named: the body, or a response header.
+    named_in: ClassVar[Literal["body", "header"]] = "body"
+
+    has_more_path: str | None = Field(
+        None,
+        pattern=PATH_PATTERN,
+        description="dotted JSON path of a boolean in a page's body saying whether a next page exists (`has_more`, "
+        "`pageInfo.hasNextPage`): false ends the feed whatever position the page names; a page without a boolean "
+        "there fails for good. null: the feed ends where no next position is named (or at an empty page)",
+    )
+
+    def feed_ends(self, body: bytes) -> bool:
+        if self.has_more_path is None:
+            return False
+        more = body_value(body, self.has_more_path)
+        if not isinstance(more, bool):
+            raise ValueError(
+                f"the page's value at paginator.has_more_path '{self.has_more_path}' is {str(more)[:80]!r}, not true "
+                "or false: the source changed shape or has_more_path is wrong"
+            )
+        return not more
+
+    def check_lines(self) -> None:
+        if self.named_in == "body":
+            raise ValueError(
+                f"paginator: a {self.type} feed reads the next page from the body, but a JSON Lines body "
+                "(records_format jsonl) holds records only; use header_cursor or link_header"
+            )
+        if self.has_more_path is not None:
+            raise ValueError(
+                f"paginator.has_more_path '{self.has_more_path}': a JSON Lines body (records_format jsonl) holds "
+                "records only, no has_more flag; remove has_more_path"
+            )
 
     def default_query(self, offset_param: str, limit_param: str) -> dict[str, str]:
         return {limit_param: "{limit}"}
@@ -285,11 +329,17 @@ class CursorPaginator(TokenPaginator):
 class HeaderCursorPaginator(TokenPaginator):
     """Each answer names the next page by a token in a response header (a missing or empty header: the end)."""
 
+    named_in: ClassVar[Literal["body", "header"]] = "header"
+
     type: Literal["header_cursor"] = Field(
         description="`header_cursor`: a token in a response header names the next page"
     )
     cursor_header: str = Field(
-        "X-Next-Cursor", min_length=1, description="the response header carrying the next page's token"
+        "X-Next-Cursor",
+        min_length=1,
+        max_length=100,
+        pattern=HEADER_NAME,
+        description="the response header carrying the next page's token",
     )
 
     @property
@@ -317,6 +367,7 @@ class LinkHeaderPaginator(FeedPaginator):
 
     follows_links: ClassVar[bool] = True
     links_relative_to_request: ClassVar[bool] = True
+    named_in: ClassVar[Literal["body", "header"]] = "header"
 
     type: Literal["link_header"] = Field(description="`link_header`: a Link header (rel=next) names the next page")
 

@@ -230,7 +230,8 @@ def bounds(field: FieldInfo) -> list[str]:
             if isinstance(item, kind):
                 found.append(f"{sign} {number(getattr(item, kind.__name__.lower()))}")
         if isinstance(item, annotated_types.MaxLen):
-            found.append(f"at most {item.max_length} characters")
+            unit = "items" if get_origin(field.annotation) in (tuple, list) else "characters"
+            found.append(f"at most {item.max_length} {unit}")
         if getattr(item, "pattern", None):
             found.append(f"matching `{item.pattern}`")
     return found

@@ -6,6 +6,7 @@ validating). Every field has a description; :mod:`crawler_ops.config.reference` 
 
 from __future__ import annotations
 
+import re
 from datetime import timedelta
 from typing import Any, Literal
 
@@ -13,10 +14,10 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from crawler_ops.config.checks import known_timezone
 from crawler_ops.config.kinds import with_type
-from crawler_ops.config.paginators import OffsetPaginator, PaginatorConfig
+from crawler_ops.config.paginators import HEADER_NAME, OffsetPaginator, PaginatorConfig
 from crawler_ops.config.source_auth import BasicAuth, SourceAuth
 from crawler_ops.config.source_paging import RequestConfig, check_request
-from crawler_ops.config.source_responses import ResponseRule, check_rules
+from crawler_ops.config.source_responses import PATH_PATTERN, ResponseRule, check_rules
 from crawler_ops.config.source_window import WindowFilterConfig
 from crawler_ops.message.filtering import DateRule
 from crawler_ops.retry import RetryPolicy
@@ -56,7 +57,25 @@ class SourceShape(StrictModel):
         "/api/{task}/list", description="path of the request that returns one page (batch_size records)"
     )
     total_path: str = Field("data.total", description="dotted JSON path of the total in the count response")
-    records_path: str = Field("data.data", description="dotted JSON path of the record list in a page response")
+    total_header: str | None = Field(
+        None,
+        min_length=1,
+        max_length=100,
+        pattern=HEADER_NAME,
+        description="a response header of the count answer carrying the total (`X-Total-Count`); total_path is then "
+        "not read. count_path may then name a page request asking one record (`/api/{task}/items?limit=1`)",
+    )
+    records_path: str = Field(
+        "data.data",
+        description="dotted JSON path of the record list in a page response; `''` or `.`: the body is the list "
+        "itself (a bare JSON array)",
+    )
+    records_format: Literal["json", "jsonl"] = Field(
+        "json",
+        description="how a page's body holds its records: `json`, one JSON document with the list at records_path; "
+        "`jsonl`, JSON Lines (one record per line, blank lines skipped; records_path is not read, and the next "
+        "page of a feed is named in a header)",
+    )
     offset_param: str = Field("offset", description="query parameter carrying a page's start offset (offset paginator)")
     limit_param: str = Field(
         "limit", description="query parameter carrying a page's size in records (offset paginator)"
@@ -89,6 +108,32 @@ class SourceShape(StrictModel):
     def _offset_by_default(cls, value: Any) -> Any:
         return with_type(value, "offset")
 
+    @field_validator("records_path")
+    @classmethod
+    def _records_path(cls, value: str) -> str:
+        """``''`` and ``.`` are the body itself (kept as ``''``); otherwise object keys joined by dots."""
+        if value in ("", "."):
+            return ""
+        if not re.fullmatch(PATH_PATTERN, value):
+            raise ValueError(
+                f"{value!r} is not a dotted path of object keys like 'data.items' (no empty step, no space); "
+                "'' or '.' when the body is the list itself"
+            )
+        return value
+
+    @model_validator(mode="before")
+    @classmethod
+    def _lines_have_no_path(cls, data: Any) -> Any:
+        """JSON Lines bodies are the records themselves: records_path is the body."""
+        if not isinstance(data, dict) or data.get("records_format") != "jsonl":
+            return data
+        if data.get("records_path", "") not in ("", "."):
+            raise ValueError(
+                f"records_path {data['records_path']!r}: a JSON Lines body (records_format jsonl) holds one record per "
+                "line and no envelope; remove records_path"
+            )
+        return {**data, "records_path": ""}
+
     @field_validator("auth", mode="before")
     @classmethod
     def _basic_by_default(cls, value: Any) -> Any:
@@ -107,6 +152,13 @@ class SourceShape(StrictModel):
             counted = (self.window_filter.count_path or self.count_path) is not None
             self.window_filter.check(self.request.method, counted)
         check_rules(self.responses, self.auth.oauth2, self.auth.type, feed)
+        if self.records_format == "jsonl":
+            self.paginator.check_lines()
+        if self.total_header is not None and self.count_path is None:
+            raise ValueError(
+                f"total_header {self.total_header}: the total is read from the answer to count_path, which is null; "
+                "set count_path (a page request asking one record will do) or remove total_header"
+            )
         return self
 
     @property

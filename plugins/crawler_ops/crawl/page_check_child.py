@@ -61,17 +61,22 @@ def import_msgspec(msgspec_dir: str) -> Any:
     return msgspec
 
 
+def steps(records_path: str) -> list[str]:
+    """The keys of ``records_path`` (none: the body is the list)."""
+    return records_path.split(".") if records_path else []
+
+
 def envelope(msgspec: Any, records_path: str, node: Any) -> Any:
     """The type of a page's body down to ``records_path``, its records list of ``node``: as the parent's
     ``crawler_ops.hooks.source.responses.envelope_decoder`` builds it (other keys skipped, each level's value in
     ``v``)."""
-    for depth, step in enumerate(reversed(records_path.split("."))):
+    for depth, step in enumerate(reversed(steps(records_path))):
         node = msgspec.defstruct(f"PageLevel{depth}", [("v", node)], rename={"v": step})
     return node
 
 
 def unwrap(document: Any, records_path: str) -> Any:
-    for _ in records_path.split("."):
+    for _ in steps(records_path):
         document = document.v
     return document
 

@@ -12,6 +12,11 @@ import msgspec
 from crawler_ops.message.shaping import MessageShape, as_shape
 
 
+def path_steps(path: str) -> list[str]:
+    """The keys of a dotted path in order; none for ``''``, the document itself (a records path of a bare list)."""
+    return path.split(".") if path else []
+
+
 def json_path(document: Any, path: str) -> Any:
     """Follow a dotted path (``data.data``) through nested mappings; KeyError names the missing step."""
     node = document

@@ -123,6 +123,8 @@ def fetch_and_judge(
         return judge_feed(run, source, transform)
     total = source.get_total()
     how = "count endpoint" if cfg.source.count_path is not None else "probed: no count endpoint"
+    if cfg.source.total_header is not None:
+        how = f"header {cfg.source.total_header} of the count answer"
     found: dict[str, Any] = {"total": {"value": total, "how": how, "requests": requests()}}
     lo, hi = newest_batch(total, cfg.batch_size, cfg.source.paginator.aligned)
     if hi <= lo:

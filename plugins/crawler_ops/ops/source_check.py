@@ -20,6 +20,7 @@ from typing import Any
 
 from crawler_ops.message.dates import date_format, parse_date
 from crawler_ops.message.filtering import Verdict, Window
+from crawler_ops.message.pages import path_steps
 from crawler_ops.message.shaping import MessageShape, as_shape
 from crawler_ops.planning import search_bracket
 
@@ -42,7 +43,7 @@ def records_at(document: Any, path: str) -> list[Any] | None:
     """The list at the dotted ``path`` of ``document`` (through objects only, as the crawl reads it), or None when a
     step is missing or the value there is not a list."""
     node = document
-    for step in path.split("."):
+    for step in path_steps(path):
         if not isinstance(node, Mapping) or step not in node:
             return None
         node = node[step]

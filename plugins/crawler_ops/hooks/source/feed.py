@@ -119,11 +119,18 @@ def request_url(client: httpx.Client, send: Send) -> str:
 def read_feed(
     body: bytes, source: SourceConfig, fields: tuple[str, ...], base: str, label: str, url: str | None = None
 ) -> FeedPage:
-    """A page's records and the position of the next page, where its paginator reads it (body or headers); a link
-    is followed only on the connection's own host. ``url``: the page request's URL, which a relative ``Link``
-    header is resolved against (RFC 8288); a relative link in the body is resolved against the base URL."""
+    """A page's records and the position of the next page, where its paginator reads it (body or headers), none when
+    the page says it is the last (``paginator.has_more_path``); a link is followed only on the connection's own host.
+    ``url``: the page request's URL, which a relative ``Link`` header is resolved against (RFC 8288); a relative link
+    in the body is resolved against the base URL."""
     records = decode_page(body, source.records_path, fields)
     paginator = source.paginator
+    try:
+        last = paginator.feed_ends(body)
+    except ValueError as exc:
+        raise SourceError(f"{label}: {exc}", retriable=False) from exc
+    if last:
+        return FeedPage(records, None)
     found = token(paginator.next_position(body, getattr(body, "headers", {})), label)
     if found is not None and paginator.follows_links:
         found = on_host(found, base, label, url if paginator.links_relative_to_request else None)

@@ -27,7 +27,15 @@ from crawler_ops.hooks.source.budget import current_account
 from crawler_ops.hooks.source.feed import HeadedBody
 from crawler_ops.hooks.source.paging import DEFAULT_BATCH_SIZE, PageCall, Paging, Send, join_pages, probe_total
 from crawler_ops.hooks.source.parts import PartsBudget, read_in_parts
-from crawler_ops.hooks.source.responses import COUNT_BODY_BYTES, Split, count_total, decode_body, decode_page
+from crawler_ops.hooks.source.responses import (
+    COUNT_BODY_BYTES,
+    Split,
+    count_total,
+    decode_body,
+    decode_page,
+    header_total,
+    lines_as_array,
+)
 from crawler_ops.hooks.source.rule_actions import check_answer, renew_token
 from crawler_ops.hooks.source.rules import wanted_statuses
 from crawler_ops.hooks.source.wire import WireTransport
@@ -145,8 +153,12 @@ class SourceApiHook(BaseHook):
         count = self.paging.count_request()
         if count is None:
             return probe_total(self.get_page, self.paging.batch_size, f"task {self.task_label}", known)
+        label, header = f"task {self.task_label}", self.source.total_header
+        if header is not None:
+            read = partial(header_total, header=header, label=label)
+            return int(self.get_json(count[0], "count", decode=read, max_bytes=COUNT_BODY_BYTES))
         document = self.get_json(count[0], "count", max_bytes=COUNT_BODY_BYTES)
-        return count_total(document, count[1], f"task {self.task_label}")
+        return count_total(document, count[1], label)
 
     def get_page(self, offset: int, limit: int) -> Page:
         """The records of offsets ``[offset, offset + limit)`` as raw JSON, one per record, with the values of
@@ -234,7 +246,9 @@ class SourceApiHook(BaseHook):
                     else:
                         body = read_bounded(response, max_bytes, label, f"{what} answer", f"{max_bytes // 1024} KiB")
                     check_answer(response, body, label, self.source, self.limiter)
-                    if max_bytes is None and request.answer_headers:
+                    if max_bytes is None and self.source.records_format == "jsonl":  # a page: one record per line
+                        body = lines_as_array(body, label)
+                    if request.answer_headers:
                         kept = {name: response.headers.get_list(name) for name in request.answer_headers}
                         return HeadedBody.of(body, kept)
                     return body

@@ -144,7 +144,8 @@ class Paging:
 
     def count_request(self) -> tuple[Send, str] | None:
         """The request of the total (of the filtered view when ``filtered``) and the JSON path of the total in its
-        answer; None when the source has no count endpoint (the total is probed from pages)."""
+        answer (``source.total_header``: the header it is read from instead, kept with the answer); None when the
+        source has no count endpoint (the total is probed from pages)."""
         source, window = self.source, self.source.window_filter if self.filtered else None
         if window and window.count_path:
             path = str(render(window.count_path, self.values))
@@ -155,7 +156,8 @@ class Paging:
         query = window.count_templates() if window else {}
         params = {name: render(template, self.values) for name, template in query.items()}
         total_path = (window.total_path if window else None) or source.total_path
-        return Send(path, params), total_path
+        kept = () if source.total_header is None else (source.total_header.lower(),)
+        return Send(path, params, answer_headers=kept), total_path
 
     def calls(self, lo: int, hi: int) -> list[PageCall]:
         """The requests that read offsets ``[lo, hi)``, as the paginator cuts them (:meth:`Paginator.slices`)."""

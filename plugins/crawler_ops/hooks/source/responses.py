@@ -10,7 +10,7 @@ from typing import Any
 import msgspec
 
 from crawler_ops.errors import SourceError
-from crawler_ops.message.pages import Page, head_struct, json_path
+from crawler_ops.message.pages import Page, head_struct, json_path, path_steps
 
 #: A count answer is a few bytes; it is read to this size at most.
 COUNT_BODY_BYTES = 64 * 1024
@@ -39,7 +39,7 @@ def counted_page_decoder(records_path: str, limit: int) -> msgspec.json.Decoder[
 
 
 def envelope_decoder(records_path: str, node: Any) -> msgspec.json.Decoder[Any]:
-    for depth, step in enumerate(reversed(records_path.split("."))):
+    for depth, step in enumerate(reversed(path_steps(records_path))):
         node = msgspec.defstruct(f"PageLevel{depth}", [("v", node)], rename={"v": step})
     return msgspec.json.Decoder(node)
 
@@ -54,7 +54,7 @@ class PageTooLongError(ValueError):
 
 def unwrap(envelope: Any, records_path: str) -> Any:
     """The records list inside an envelope decoded by :func:`page_decoder`."""
-    for _ in records_path.split("."):
+    for _ in path_steps(records_path):
         envelope = envelope.v
     return envelope
 
@@ -71,6 +71,51 @@ def count_total(document: Any, total_path: str, label: str) -> int:
     if isinstance(total, bool) or not isinstance(total, int) or total < 0:
         raise SourceError(f"{label}: total at '{total_path}' is {total!r}, not a non-negative integer", retriable=False)
     return total
+
+
+_RAW_LIST = msgspec.json.Decoder(list[msgspec.Raw])
+
+
+def lines_as_array(body: bytes, label: str) -> bytes:
+    """A JSON Lines body (one JSON value per line, blank lines and a final newline skipped, CRLF allowed) as one
+    JSON array of its lines, in order, read like any page whose records_path is the body. A line that is not
+    exactly one JSON value (malformed, or two values on one line) fails naming it: retriably, as a truncated body
+    would be read again."""
+    lines = [line for line in (raw.strip() for raw in body.split(b"\n")) if line]
+    joined = b"[" + b",".join(lines) + b"]"
+    try:
+        values = _RAW_LIST.decode(joined)
+    except (msgspec.DecodeError, RecursionError):
+        values = None
+    same = values is not None and len(values) == len(lines)
+    if same and all(bytes(value) == line for value, line in zip(values or (), lines, strict=True)):
+        return joined
+    for number, line in enumerate(lines, 1):  # the first line that is not one JSON value, named
+        try:
+            msgspec.json.decode(line)
+        except (msgspec.DecodeError, RecursionError) as exc:
+            raise SourceError(
+                f"{label}: JSON Lines body: record line {number} is not one JSON value ({exc}): {line[:120]!r}",
+                retriable=True,
+            ) from exc
+    raise SourceError(f"{label}: JSON Lines body does not split into one JSON value per line", retriable=True)
+
+
+def header_total(body: bytes, header: str, label: str) -> int:
+    """The total in the response header ``header`` of a count answer (kept with its body, :class:`HeadedBody`): one
+    non-negative decimal integer; missing, repeated with other values, or anything else fails for good."""
+    values = {value.strip() for value in getattr(body, "headers", {}).get(header.lower(), ())}
+    if not values:
+        raise SourceError(
+            f"{label}: the count answer has no {header} header; check source.total_header and count_path",
+            retriable=False,
+        )
+    (value, *others) = sorted(values)
+    if others or not value.isascii() or not value.isdigit() or len(value) > 18:
+        shown = ", ".join(repr(v[:40]) for v in sorted(values)[:3])
+        message = f"{label}: the total in header {header} is {shown}, not one non-negative integer"
+        raise SourceError(message, retriable=False)
+    return int(value)
 
 
 #: Finds a page's records in its body elsewhere (a chunk's page check helper), given the most records it may hold:
