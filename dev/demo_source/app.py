@@ -12,8 +12,9 @@ All state lives in memory in a :class:`DemoSource` instance. Routes:
 * ``GET /admin/tasks/{task}/truth?ref=&days=&tolerance_s=``
 * the paging modes of :mod:`demo_source.paging`: ``GET /api/{task}/pages``, ``POST /api/{task}/search``, and a
   count endpoint that answers 404 (a task's ``paging`` options)
-* ``GET /api/{task}/feed``: the records newest first, each page naming the next by a cursor, a next link or a Link
-  header (a task's ``feed`` options, :mod:`demo_source.feed`)
+* ``GET /api/{task}/feed`` (or ``POST`` with the query's members in a JSON body): the records newest first, each
+  page naming the next by a cursor, a next link or a Link header (a task's ``feed`` options,
+  :mod:`demo_source.feed`)
 * ``from`` and ``to`` on the page routes and ``/count``: the records dated in a window (``demo_source.window``)
 * ``POST /oauth/{task}/token``, ``GET /admin/tasks/{task}/auth``, ``POST /admin/tasks/{task}/auth/revoke``: a task
   created with ``auth`` wants it on its ``/api`` requests (``demo_source.auth``)
@@ -97,7 +98,7 @@ class DemoSource(DataApi, AdminApi):
             ("healthz",): {"GET": self.healthz},
             ("api", "*", "count"): {"GET": self.count},
             ("api", "*", "list"): {"GET": self.list_records},
-            ("api", "*", "feed"): {"GET": self.feed},
+            ("api", "*", "feed"): {"GET": self.feed, "POST": self.feed},
             ("admin", "tasks"): {"GET": self.list_tasks},
             ("admin", "tasks", "*"): {"GET": self.get_task, "PUT": self.put_task, "DELETE": self.delete_task},
             ("admin", "tasks", "*", "append"): {"POST": self.append},

@@ -1,5 +1,6 @@
 """Auth of the demo source's data API, per task (``auth`` in ``PUT /admin/tasks/{task}``).
 
+* ``basic``: every ``/api/{task}/...`` request wants ``Authorization: Basic base64(<login>:<password>)`` (RFC 7617).
 * ``bearer``: every ``/api/{task}/...`` request wants ``Authorization: Bearer <token>``.
 * ``api_key``: it wants the key in the header or query parameter ``key_name``.
 * ``oauth2``: it wants ``Authorization: Bearer <access token>`` issued by ``POST /oauth/{task}/token`` (form body:
@@ -30,7 +31,9 @@ import msgspec
 class AuthOptions(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     """The ``auth`` member of ``PUT /admin/tasks/{task}``."""
 
-    type: Literal["bearer", "api_key", "oauth2"]
+    type: Literal["basic", "bearer", "api_key", "oauth2"]
+    login: str | None = None
+    password: str | None = None
     token: str | None = None
     key: str | None = None
     key_name: str = "X-Api-Key"
@@ -73,7 +76,10 @@ class AuthState:
         """Whether a data request carries what the task's auth wants (counting the refusals)."""
         options = self.options
         sent = headers.get(b"authorization", b"").decode("latin-1")
-        if options.type == "bearer":
+        if options.type == "basic":
+            pair = f"{options.login}:{options.password}".encode()
+            ok = same(sent, "Basic " + base64.b64encode(pair).decode())
+        elif options.type == "bearer":
             ok = same(sent, f"Bearer {options.token}")
         elif options.type == "api_key":
             name = options.key_name

@@ -6,6 +6,8 @@ from __future__ import annotations
 import asyncio
 from typing import Any, Final
 
+import msgspec
+
 from demo_source.asgi import (
     _ENCODER,
     HttpError,
@@ -189,7 +191,16 @@ class DataApi:
         """Answer ``GET /api/{task}/feed`` (:mod:`demo_source.feed`) and log it."""
         runtime = self._task(request.task_id)
         host = request.headers.get(b"host", b"").decode()
-        answer = serve_feed(runtime.config, runtime.state.total, runtime.feed, request.query, host)
+        query = request.query
+        if request.method == "POST":  # the same members in a JSON body; a null cursor asks the first page
+            try:
+                body = msgspec.json.decode(request.body or b"{}", type=dict[str, str | int | None])
+            except (msgspec.ValidationError, msgspec.DecodeError) as exc:
+                return error_response(400, f"invalid body: {exc}")
+            query = {name: str(value) for name, value in body.items() if value is not None}
+        answer = serve_feed(runtime.config, runtime.state.total, runtime.feed, query, host)
+        if request.method == "POST":
+            answer.entry.update(method="POST", body=query)
         runtime.record_list(answer.offset, answer.served, answer.status, answer.entry)
         return Response(answer.status, answer.body, answer.headers)
 

@@ -242,12 +242,40 @@ def test_a_feed_is_checked_on_its_first_page_newest_first_with_the_next_position
     assert positions(feed_requests(source, unique_id)) == [None], "one request: the first page"
     assert report["schema"]["records"] == cfg.batch_size, "the schema of the feed's first page"
 
+    evidence = report["order"]["evidence"]
+    first, last = evidence["first_listed"], evidence["last_listed"]
+    assert (first["listed"], last["listed"]) == (1, 100) and first["date"] > last["date"], "labelled as listed"
+    assert evidence["rising_steps"] > evidence["falling_steps"], "older down the page"
+
     sample = report["sample_message"]
     assert run_dag(cfg, ref) == "success"
-    published = {m.key: m.value for m in read_topic(kafka_bootstrap, cfg.kafka.topic)}
-    assert json.loads(sample["value"]) == published[sample["key"]], "the message a crawl publishes for that record"
+    published = {m.key: m for m in read_topic(kafka_bootstrap, cfg.kafka.topic)}
+    crawled = published[sample["key"]]
+    assert json.loads(sample["value"]) == crawled.value, "the message a crawl publishes for that record"
+    assert dict(sample["headers"])["source_offset"] == crawled.headers["source_offset"], "and its headers"
     text_code, text, _ = check(cfg, tmp_path)
     assert text_code == 0 and "  next       " in str(text)
+    assert "steps older down the page" in str(text) and "listed 1 " in str(text)
+
+
+def test_a_window_filter_task_is_estimated_from_the_sources_count_of_the_window(source, unique_id, tmp_path):
+    """A first crawl of a source with a window filter counts the window; the check does too, and its estimate is
+    exact: the window's records by the source's own count, one request to find the window's start."""
+    from tests.integration.test_source_window import WINDOW_FILTER
+
+    ref = now()
+    source.create(unique_id, total=5_000, ref=ref - timedelta(hours=1), in_window_share=0.3)
+    cfg = make_task(unique_id, source={"window_filter": WINDOW_FILTER})
+
+    code, report, _ = check(cfg, tmp_path, "--json")
+
+    assert code == 0 and isinstance(report, dict), report
+    truth = source.truth(unique_id, ref, days=cfg.filter.days, tolerance_s=0)["in_window_count"]
+    estimate = report["first_crawl"]
+    assert report["window_count"] == {"value": truth, "requests": 1}
+    assert estimate["records_in_window"] == [truth, truth] and estimate["exact"] is True
+    assert "window_filter" in estimate["basis"]
+    assert report["requests"] == report["total"]["requests"] + 3, "count, newest page, oldest record, window count"
 
 
 def test_a_registry_task_is_told_whether_the_page_fits_the_schema_the_next_plan_writes_with(

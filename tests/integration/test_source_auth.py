@@ -4,6 +4,7 @@ answer and the commit, and no secret in logs, run records, webhooks, XComs, the 
 
 from __future__ import annotations
 
+import base64
 import itertools
 import json
 import logging
@@ -91,6 +92,11 @@ def published_exactly_the_source(source: DemoSource, bootstrap: str, cfg: CrawlT
 
 # Per type: the demo source's auth, the crawl's source.auth, and the connection (login, password, extra) with the
 # right secret; the wrong one replaces the password (or the extra's token).
+def basic(s: dict[str, str], _task: str) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
+    demo = {"type": "basic", "login": "crawler", "password": s["token"]}
+    return demo, {"type": "basic"}, {"login": "crawler", "password": s["token"]}
+
+
 def bearer_in_extra(s: dict[str, str], _task: str) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
     return {"type": "bearer", "token": s["token"]}, {"type": "bearer"}, {"extra": {"token": s["token"]}}
 
@@ -122,7 +128,7 @@ def refresh_token(s: dict[str, str], task: str) -> tuple[dict[str, Any], dict[st
     return demo, crawl, {"login": "crawler", "password": s["token"], "extra": {"client_secret": s["client"]}}
 
 
-MODES = [bearer, bearer_in_extra, key_header, key_query, client_credentials, refresh_token]
+MODES = [basic, bearer, bearer_in_extra, key_header, key_query, client_credentials, refresh_token]
 
 
 @pytest.mark.parametrize("mode", MODES, ids=[m.__name__ for m in MODES])
@@ -180,6 +186,7 @@ def test_each_auth_type_crawls_the_source_and_no_secret_leaks(
     assert places["XComs"] and '"total"' in checked.stdout, "what is searched holds something"
     assert len(receiver.requests) == 2 and auth.task in places["webhooks"]
     shown = [s for s in [*secrets.values(), wrong, *(v for row in issued for v in row if v)] if len(s) >= 4]
+    shown += [base64.b64encode(f"crawler:{s}".encode()).decode() for s in (secrets["token"], wrong)]  # basic's header
     for where, text in places.items():
         leaked = [s for s in shown if s in text]
         assert not leaked, f"{len(leaked)} secret(s) in the {where}"

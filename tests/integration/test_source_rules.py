@@ -206,3 +206,28 @@ def test_a_page_too_large_or_too_slow_is_read_in_parts_within_its_batch(
     batch_pages = {(o, n) for o, n in asked if n > 1}  # one-record reads: the first crawl's window search
     assert batch_pages == wanted, sorted(batch_pages - wanted)
     assert "reading it in 2 parts" in caplog.text
+
+
+def test_rules_with_in_and_exists_and_one_scoped_to_a_404_act_on_the_real_sources_answers(
+    rules, kafka_bootstrap, pg_uri
+):
+    """``in`` retries either of two codes, and ``exists`` on the body of a 404 (a status-scoped rule) dead-letters that
+    page, against the demo source's own answers."""
+    rules.create(1_000, {"busy_every": 4, "rate_limited_every": 7, "retry_after_s": 0.01})
+    rules.source.faults(rules.task, fail_offsets=[450], fail_status=404)
+    either = {"when": {"path": "code", "in": [50301, 42901]}, "action": "retry"}
+    gone = {"name": "gone", "when": {"status": 404, "path": "msg", "exists": True}, "action": "skip"}
+    cfg = rules.task_config([either, gone], max_retries=6)
+
+    rows = crawled(cfg, pg_uri)
+
+    assert published_offsets(kafka_bootstrap, cfg) == [o for o in range(1_000) if not 400 <= o < 500]
+    answered = rules.answered()
+    assert answered["50301"] >= 2 and answered["42901"] >= 1, "both codes of the `in` rule were answered and retried"
+    assert (400, 500, 2) in rows and watermark(pg_uri, cfg.id) == 1_000
+    statement = (
+        "SELECT source_offset, reason, record FROM crawler_ops.crawl_error WHERE task_id = %s AND kind = 'record'"
+    )
+    ((offset, reason, record),) = query(pg_uri, statement, cfg.id)
+    assert offset == 400 and "source.responses[1] (gone) matched (skip)" in reason
+    assert record == {"code": 404, "msg": "injected failure at offset"}, "the 404's body, as the rule read it"

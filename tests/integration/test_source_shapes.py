@@ -1,7 +1,8 @@
 """Sources whose answers have other shapes than a JSON envelope, crawled through the real stack: a bare JSON list as
 the body, JSON Lines, a total in a response header, a feed that ends on ``has_more: false`` while still naming a next
-position. Each shape is crawled exactly, survives a SIGKILL mid-run (Airflow's retry of the killed chunk), and is
-crawled incrementally after appends; assertions are on Kafka, PostgreSQL and the demo source's request log."""
+position, a cursor sent back in a POST body. Each shape is crawled exactly, survives a SIGKILL mid-run (Airflow's
+retry of the killed chunk), and is crawled incrementally after appends; assertions are on Kafka, PostgreSQL and the
+demo source's request log."""
 
 from __future__ import annotations
 
@@ -43,6 +44,13 @@ SHAPES: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
     "feed-bare-list-link-header": (
         {"feed": {"next": "link_header", "body": "list"}},
         {"paginator": {"type": "link_header"}, "records_path": ""},
+    ),
+    "feed-cursor-in-a-post-body": (
+        {"feed": {"next": "cursor"}},
+        {
+            "paginator": {"type": "cursor", "cursor_path": "data.next_cursor"},
+            "request": {"method": "POST", "body": {"cursor": "{cursor}", "limit": "{limit}"}},
+        },
     ),
     "feed-json-lines-header-cursor": (
         {"feed": {"next": "header_cursor", "body": "jsonl"}},
@@ -99,6 +107,10 @@ def test_each_shape_is_crawled_exactly_survives_a_kill_and_crawls_incrementally(
     assert 0 < again <= 100, "at most the killed page published again"
     logged = requests_of(source, unique_id)
     assert all(r["status"] == 200 for r in logged), [r for r in logged if r["status"] != 200][:3]
+    method = cfg.source.request.method
+    assert all(r.get("method", "GET") == method for r in logged), f"every page asked by {method}"
+    if method == "POST":  # the cursor travels in the body: none on the first page, then each page's next
+        assert [r["body"].get("cursor") for r in logged[:3]] == [None, "o950", "o850"], logged[:3]
     if feed:
         pages = -(-total // 100)
         assert len(logged) == pages + 1, f"every page once, the killed one twice, no page past the end: {len(logged)}"

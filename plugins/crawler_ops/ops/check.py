@@ -79,7 +79,7 @@ def check_task(cfg: CrawlTaskConfig, now: datetime | None = None, transform: boo
         raise CheckFailed(redact(str(exc))) from exc
     finally:
         source.close()
-    report["requests"] = requests()
+    report["requests"] = requests() + report.get("window_count", {}).get("requests", 0)
     report["problems"] = problems(report)
     report["exit_code"] = 1 if report["problems"] else 0
     return report
@@ -146,6 +146,8 @@ def fetch_and_judge(
     if listed:
         page = source.paging.reader(call, (), f"task {cfg.id}")(body)
         found |= judge_page(run, source, Batch(lo, lo + len(page)), page, transform)
+        if cfg.source.window_filter is not None:
+            found["window_count"] = window_count(run)
         found["first_crawl"] = first_crawl(run, total, found, latency)
     return found
 
@@ -174,9 +176,17 @@ def judge_feed(run: RunContext, source: SourceApiHook, transform: bool) -> dict[
     page = read_feed(body, cfg.source, (), base, label, url)
     found["page"]["next"] = page.next
     # Offset n - 1 - i for the i-th record listed: "dates grow with the offset" reads "the newest come first".
-    judged = judge_page(run, source, Batch(0, len(page.records)), Page(page.records[::-1]), transform, oldest=False)
+    n = len(page.records)
+    judged = judge_page(run, source, Batch(0, n), Page(page.records[::-1]), transform, oldest=False)
     judged.pop("dated")
+    evidence = judged["order"]["evidence"]
+    for end, label in (("lowest", "last_listed"), ("highest", "first_listed")):  # by place on the page, from 1
+        if end in evidence:
+            shown = evidence.pop(end)
+            evidence[label] = {"listed": n - shown.pop("offset"), **shown}
     judged["order"] |= {"assumption": FEED_ASSUMPTION, "problem": FEED_PROBLEM}
+    # The message a crawl of the feed's first page publishes for its newest record (the page's first, offset 0).
+    judged["sample_message"] = sample_message(run, Batch(0, 1), page.records, transform, feed=True)
     return found | judged
 
 
@@ -237,8 +247,25 @@ def first_crawl(run: RunContext, total: int, found: dict[str, Any], latency: flo
         total_requests=found["total"]["requests"],
     )
     dated = found.pop("dated")
-    grows = found["order"]["verdict"] != "no"
-    return first_crawl_estimate(total, window_records(total, dated, run.window.start) if grows else None, rate)
+    count = found.get("window_count", {}).get("value")
+    if count is not None:  # a first crawl counts the window (source.window_filter): so did the check, exactly
+        basis = "the source's count of the window (source.window_filter)"
+        return first_crawl_estimate(total, (count, count), rate, basis, counted=True)
+    if found["order"]["verdict"] == "no":
+        return first_crawl_estimate(total, None, rate, "the dates seen do not grow with the offset")
+    in_window = window_records(total, dated, run.window.start)
+    return first_crawl_estimate(total, in_window, rate, "dates seen" if in_window else "fewer than two dates seen")
+
+
+def window_count(run: RunContext) -> dict[str, Any]:
+    """The source's count of the run's window, through the filtered view a first crawl counts
+    (``source.window_filter``), and the requests it took."""
+    view = run.source(filtered=True)
+    sent = count_requests(view)
+    try:
+        return {"value": view.get_total(), "requests": sent()}
+    finally:
+        view.close()
 
 
 def newest_batch(total: int, batch_size: int, aligned: bool) -> tuple[int, int]:
@@ -250,19 +277,22 @@ def newest_batch(total: int, batch_size: int, aligned: bool) -> tuple[int, int]:
     return lo, total
 
 
-def sample_message(run: RunContext, batch: Batch, page: Page, transform: bool = True) -> dict[str, Any] | None:
+def sample_message(
+    run: RunContext, batch: Batch, page: Page, transform: bool = True, feed: bool = False
+) -> dict[str, Any] | None:
     """The message a crawl publishes for the newest record of ``page`` that it keeps (its filter, transform, key and
-    headers; a crawl's headers carry its run id instead of ``check``), or None when it keeps none. Without
+    headers; a crawl's headers carry its run id instead of ``check``), or None when it keeps none; ``feed``: ``page``
+    is a feed's page as listed (newest first, as many records as the source sends). Without
     ``transform`` the task's transform is not run (the status view must not run the task's code in the api-server):
     the record as the source sent it, and a ``note`` saying so."""
     skipped = run.cfg.transform if not transform else None
     if skipped:
         run = replace(run, cfg=run.cfg.model_copy(update={"transform": None}))
-    filtered = BatchFilter(run, early_stop=False).filter(batch, page)
+    filtered = BatchFilter(run, early_stop=False).filter(batch, page, exact=not feed)
     kept = [m for m in filtered.messages if m.topic is None]
     if not kept:
         return None
-    shown = show_message(kept[-1], run.cfg.kafka.topic)
+    shown = show_message(kept[0 if feed else -1], run.cfg.kafka.topic)
     if skipped:
         shown["note"] = f"before the transform {skipped}, which the status view does not run (crawler-ops check does)"
     return shown

@@ -264,15 +264,21 @@ class Rate:
         return max(by_latency, by_rate)
 
 
-def first_crawl_estimate(total: int, in_window: tuple[int, int] | None, rate: Rate) -> dict[str, Any]:
+def first_crawl_estimate(
+    total: int, in_window: tuple[int, int] | None, rate: Rate, basis: str = "dates seen", counted: bool = False
+) -> dict[str, Any]:
     """Requests and seconds a first crawl would take: the total, the search for the window's start, and the pages
     from ``max_expired_batches`` batches below it to the end; a range when the window's records are estimated
-    (``in_window`` None: unknown, from none of them to all)."""
+    (``in_window`` None: unknown, from none of them to all; ``basis`` says why). ``counted``: the source counted the
+    window (``source.window_filter``), so its start is found by that one count instead of a search."""
     low, high = in_window if in_window is not None else (0, total)
     cases = []
     for records in (low, high):
         boundary = max(0, total - records)
-        search, rounds, start = window_search(total, boundary, rate.concurrency, rate.batch_size)
+        if counted:
+            search, rounds, start = 1, 1, boundary
+        else:
+            search, rounds, start = window_search(total, boundary, rate.concurrency, rate.batch_size)
         floor = max(0, start - rate.max_expired_batches * rate.batch_size)
         pages = batches_between(floor, total, rate.batch_size, rate.aligned)
         requests = rate.total_requests + search + pages
@@ -283,7 +289,7 @@ def first_crawl_estimate(total: int, in_window: tuple[int, int] | None, rate: Ra
         "requests": [min(requests_lo, requests_hi), max(requests_lo, requests_hi)],
         "seconds": [round(min(seconds_lo, seconds_hi), 1), round(max(seconds_lo, seconds_hi), 1)],
         "exact": in_window is not None and low == high,
-        "basis": "dates seen" if in_window is not None else "unknown window (no dates): from none to every record",
+        "basis": basis if in_window is not None else f"unknown window ({basis}): from none to every record",
         "rate": {
             "requests_per_s": rate.requests_per_s,
             "parallel": min(rate.concurrency, rate.max_in_flight or rate.concurrency),
@@ -385,17 +391,7 @@ def render_text(report: Mapping[str, Any]) -> str:
         )
     order = report.get("order")
     if order:
-        evidence = order["evidence"]
-        ends = (
-            f", offset {evidence['lowest']['offset']} {evidence['lowest']['date']} .. offset "
-            f"{evidence['highest']['offset']} {evidence['highest']['date']}"
-            if "lowest" in evidence
-            else ""
-        )
-        lines.append(
-            f"  order      {order['verdict']} (as the crawl assumes, {order['assumption']}?): "
-            f"{evidence['rising_steps']} steps up, {evidence['falling_steps']} down{ends}"
-        )
+        lines.append(f"  order      {order['verdict']} (as the crawl assumes, {order['assumption']}?): {steps(order)}")
     sample = report.get("sample_message")
     if sample:
         lines.append(f"  message    topic {sample['topic']} key {sample['key']} headers {dict(sample['headers'])}")
@@ -456,3 +452,20 @@ def span(pair: Sequence[Any]) -> str:
 
 def shorten(text: str, most: int) -> str:
     return text if len(text) <= most else text[: most - 3] + "..."
+
+
+def steps(order: Mapping[str, Any]) -> str:
+    """The order's evidence in words: steps between neighbouring records, and the dates at either end (by offset, or,
+    on a feed's page, by place in the listing)."""
+    evidence = order["evidence"]
+    if "first_listed" in evidence:
+        first, last = evidence["first_listed"], evidence["last_listed"]
+        return (
+            f"{evidence['rising_steps']} steps older down the page, {evidence['falling_steps']} newer; listed "
+            f"{first['listed']} {first['date']} .. listed {last['listed']} {last['date']}"
+        )
+    ends = ""
+    if "lowest" in evidence:
+        low, high = evidence["lowest"], evidence["highest"]
+        ends = f", offset {low['offset']} {low['date']} .. offset {high['offset']} {high['date']}"
+    return f"{evidence['rising_steps']} steps up, {evidence['falling_steps']} down{ends}"
