@@ -295,7 +295,7 @@ def run_check(task_id: str, path: Path | None, as_json: bool) -> int:
     from crawler_ops.config import get_task
     from crawler_ops.hooks.source.auth import redact
     from crawler_ops.ops.check import CheckFailed, check_task, failed_report
-    from crawler_ops.ops.source_check import render_text as render_check
+    from crawler_ops.ops.check_text import render_text as render_check
 
     cfg = get_task(task_id, path)
     try:

@@ -55,6 +55,8 @@ def test_a_healthy_task_passes_and_its_sample_message_is_what_a_crawl_publishes(
     assert report["keys"]["present"] == 100 and report["keys"]["unique"] is True
     assert report["order"]["verdict"] == "yes"
     assert report["order"]["evidence"]["lowest"]["offset"] == 0
+    disorder = report["disorder"]
+    assert disorder["records"] == 100 and 0 <= disorder["offsets"] < 100 and disorder["backfill_reads_all"] is True
     assert report["requests"] == 3 == requests_made(source, unique_id) + 1  # the count is not logged as a page
     truth = source.truth(unique_id, ref, days=cfg.filter.days, tolerance_s=0)["in_window_count"]
     low, high = report["first_crawl"]["records_in_window"]

@@ -114,6 +114,14 @@ class CrawlTaskConfig(DagSettings):
         description="a first crawl's early stop: batches of margin read below the probed start of the date window, "
         "and the run of consecutive pages with nothing in the window below which the rest is expired",
     )
+    backfill_margin_batches: int = Field(
+        1,
+        ge=1,
+        le=1000,
+        description="a backfill that probes for its interval (no source.window_filter): batches read beyond each end "
+        "the probe finds. It reads every record of the interval when records out of date order always lie fewer than "
+        "backfill_margin_batches x batch_size offsets apart (`crawler-ops check` measures that distance on a page)",
+    )
     kafka: KafkaConfig = Field(description="where kept records are published")
     max_chunks: int = Field(
         16, ge=1, le=512, description="most crawl_chunk instances (mapped tasks) a run splits its batches into"

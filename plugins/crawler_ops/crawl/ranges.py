@@ -28,8 +28,7 @@ def range_batches(run: RunContext, source: SourceApiHook, total: int) -> list[Ba
 
 def range_to_read(run: RunContext, source: SourceApiHook, total: int) -> tuple[int, int]:
     """The offsets a replay names, a backfill's filtered view (``source.window_filter``: all of it), or those a
-    backfill finds by probing its interval's two ends, each to within a batch and rounded outwards (then one batch of
-    margin each side for records that are only roughly in time order)."""
+    backfill finds by probing its interval's two ends (:func:`probed_range`)."""
     if run.params.replay:
         return run.params.replay_from or 0, min(run.params.replay_to or 0, total)
     if run.reads_filtered_view:  # the total is the filtered view's count
@@ -41,21 +40,42 @@ def range_to_read(run: RunContext, source: SourceApiHook, total: int) -> tuple[i
             total,
         )
         return 0, total
-    window, margin = run.window, run.cfg.batch_size
-    width = run.cfg.source.concurrency
-    rule = run.cfg.filter.rule
-    lo = probe_offset(source, total, rule, window.start, width, margin)[0]  # within a batch, each end widened
-    hi = probe_offset(source, total, rule, window.end, width, margin)[1]
+    cfg, window = run.cfg, run.window
+    margin = cfg.backfill_margin_batches * cfg.batch_size
+    interval, width = (window.start, window.end), cfg.source.concurrency
+    lo, hi = probed_range(source, total, cfg.filter.rule, interval, width=width, within=cfg.batch_size, margin=margin)
     log.info(
         "task %s: backfill of [%s, %s) reads offsets [%d, %d) of %d (probed, +/- %d)",
-        run.cfg.id,
+        cfg.id,
         window.start,
         window.end,
-        max(0, lo - margin),
-        min(total, hi + margin),
+        lo,
+        hi,
         total,
         margin,
     )
+    return lo, hi
+
+
+def probed_range(
+    source: SourceApiHook,
+    total: int,
+    rule: DateRule,
+    interval: tuple[datetime, datetime],
+    *,
+    width: int,
+    within: int,
+    margin: int,
+) -> tuple[int, int]:
+    """The offsets ``[lo, hi)`` holding the records dated in ``interval``, found by probing for its two ends
+    (``width`` reads a round), each to within ``within`` offsets, then widened by ``margin`` outwards.
+
+    The bound: a probe leaves a record found older than the moment just below its bracket and one found not older at
+    its top. When any two records more than ``D`` offsets apart are in date order, every record more than ``D``
+    below the first is older and every record more than ``D`` above the second is not: with ``D < margin`` the range
+    holds every record of the interval, however the probe's reads fell."""
+    lo = probe_offset(source, total, rule, interval[0], width, within)[0]
+    hi = probe_offset(source, total, rule, interval[1], width, within)[1]
     return max(0, lo - margin), min(total, hi + margin)
 
 

@@ -33,6 +33,7 @@ from crawler_ops.ops.source_check import (
     Dated,
     Rate,
     date_report,
+    disorder,
     first_crawl_estimate,
     key_report,
     order_verdict,
@@ -146,6 +147,7 @@ def fetch_and_judge(
     if listed:
         page = source.paging.reader(call, (), f"task {cfg.id}")(body)
         found |= judge_page(run, source, Batch(lo, lo + len(page)), page, transform)
+        found["disorder"] = disorder_report(cfg, [d for d in found["dated"] if d.offset >= lo])
         if cfg.source.window_filter is not None:
             found["window_count"] = window_count(run)
         found["first_crawl"] = first_crawl(run, total, found, latency)
@@ -255,6 +257,20 @@ def first_crawl(run: RunContext, total: int, found: dict[str, Any], latency: flo
         return first_crawl_estimate(total, None, rate, "the dates seen do not grow with the offset")
     in_window = window_records(total, dated, run.window.start)
     return first_crawl_estimate(total, in_window, rate, "dates seen" if in_window else "fewer than two dates seen")
+
+
+def disorder_report(cfg: CrawlTaskConfig, dated: list[Dated]) -> dict[str, Any]:
+    """How far apart records out of date order lie on the newest page, against what a backfill that probes for its
+    interval tolerates: fewer than ``backfill_margin_batches x batch_size`` offsets (none when the source counts
+    windows itself, ``source.window_filter``)."""
+    margin = cfg.backfill_margin_batches * cfg.batch_size
+    widest = disorder(dated)
+    return {
+        "offsets": widest,
+        "records": len(dated),
+        "backfill_margin": None if cfg.source.window_filter is not None else margin,
+        "backfill_reads_all": cfg.source.window_filter is not None or widest < margin,
+    }
 
 
 def window_count(run: RunContext) -> dict[str, Any]:

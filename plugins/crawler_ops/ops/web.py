@@ -36,8 +36,8 @@ from crawler_ops.errors import ConfigError
 from crawler_ops.ops.charts import run_charts
 from crawler_ops.ops.check import check_within
 from crawler_ops.ops.check_runner import CheckRunner, UserBusyError
+from crawler_ops.ops.check_text import render_text as render_check
 from crawler_ops.ops.report_cache import BusyError, ReportCache
-from crawler_ops.ops.source_check import render_text as render_check
 from crawler_ops.ops.status import STATUS_DEADLINE_S, collect
 
 log = logging.getLogger(__name__)

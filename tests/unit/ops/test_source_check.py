@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 from crawler_ops.crawl.ranges import probe_offset
 from crawler_ops.message.dates import date_format, parse_date
 from crawler_ops.message.filtering import DateRule, Window
+from crawler_ops.ops.check_text import render_text
 from crawler_ops.ops.source_check import (
     NO,
     UNKNOWN,
@@ -21,6 +22,7 @@ from crawler_ops.ops.source_check import (
     Rate,
     batches_between,
     date_report,
+    disorder,
     exit_code,
     first_crawl_estimate,
     key_report,
@@ -28,7 +30,6 @@ from crawler_ops.ops.source_check import (
     problems,
     record_lists,
     records_at,
-    render_text,
     window_records,
     window_search,
 )
@@ -343,9 +344,18 @@ def test_an_unknown_order_is_no_problem() -> None:
 
 def test_the_schema_line_names_each_field_its_types_and_whether_every_record_has_it():
     from crawler_ops.message.schemas import json_schema
-    from crawler_ops.ops.source_check import schema_fields
+    from crawler_ops.ops.check_text import schema_fields
 
     records = [{"id": 1, "aae397": "2026-12-01", "pay": 1.5, "tags": ["a"]}, {"id": 2, "pay": None, "tags": []}]
     assert schema_fields(json_schema(records)) == "id integer, aae397 string?, pay number?, tags array"
     assert schema_fields(json_schema([{"x": 1}, {"x": "a"}])) == "x integer|string"
     assert schema_fields({"type": "object"}) == "no fields"
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.integers(0, 50), max_size=60), st.integers(0, 5))
+def test_disorder_is_the_widest_distance_between_two_records_out_of_date_order(seconds, start):
+    t0 = datetime(2026, 1, 1, tzinfo=UTC)
+    dated = [Dated(start + i, t0 + timedelta(seconds=s)) for i, s in enumerate(seconds)]
+    pairs = [(a, b) for a in dated for b in dated if a.offset < b.offset and b.moment < a.moment]
+    assert disorder(dated[::-1]) == max((b.offset - a.offset for a, b in pairs), default=0)
