@@ -256,6 +256,12 @@ class KafkaConfig(KafkaTopicConfig):
             raise ValueError(
                 "contract evolve widens an inferred schema; with value_schema the schema is yours: edit it to evolve it"
             )
+        if self.topic_template is not None and self.contract == "evolve":
+            raise ValueError(
+                "contract evolve with topic_template: each routed topic's subject holds the schema the plan settled, "
+                "registered when a chunk first routes to it, and a version evolved in a chunk would reach one subject "
+                "only; use freeze or discard_row, or evolve the schema yourself (value_schema)"
+            )
         if isinstance(self.value_schema, dict):
             check_value_schema(self.value_format, self.value_schema)
         return self

@@ -461,7 +461,7 @@ def crawl_offsets(run: RunContext, payload: ChunkPlan, resume: ChunkResume | Non
     ledger = ledger_for(run, owner, token)
     try:
         batch_filter = BatchFilter(run, early_stop=payload.early_stop, schema_id=payload.schema_id)
-        publisher = publisher_for(run, batches, ledger)  # every leg on the whole chunk's transactional id
+        publisher = publisher_for(run, batches, ledger, payload.schema_id)  # every leg: the chunk's transactional id
     except Exception as exc:
         # A chunk that cannot start (a transform that does not import, Kafka transactions refused) names why on
         # the run, like a chunk that fails on a batch.

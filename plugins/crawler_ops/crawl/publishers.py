@@ -18,14 +18,15 @@ from crawler_ops.hooks.kafka.producer import (
 from crawler_ops.planning import Batch
 
 
-def publisher_for(run: RunContext, batches: Sequence[Batch], ledger: Ledger) -> Publisher:
+def publisher_for(run: RunContext, batches: Sequence[Batch], ledger: Ledger, schema_id: int | None = None) -> Publisher:
     """Nothing for a dry run; the idempotent producer; or, for exactly-once delivery, Kafka transactions with the
-    batches' markers (a replay's or backfill's own: it publishes its range once, however often it is retried)."""
+    batches' markers (a replay's or backfill's own: it publishes its range once, however often it is retried).
+    ``schema_id``: the value schema the plan settled, which each topic a record is routed to gets under its subject."""
     cfg = run.cfg
     if run.params.dry_run:
         return DryRunPublisher()
     hook = IdempotentProducerHook(cfg.kafka.conn_id, task_settings(cfg.kafka))
-    routes = run.topics(hook.admin) if cfg.kafka.topic_template is not None else None
+    routes = run.topics(hook.admin, schema_id) if cfg.kafka.topic_template is not None else None
     if cfg.kafka.delivery == "at_least_once":
         return KafkaPublisher(hook.get_producer(), cfg.kafka.topic, cfg.id, prepare=routes)
     generations = ledger.generations(batches)  # none for replays and backfills: their markers are their run's

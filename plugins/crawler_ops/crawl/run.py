@@ -235,11 +235,12 @@ class RunContext:
             defer_after_s=defer_after_s,
         )
 
-    def topics(self, admin: Callable[[], AdminClient]) -> TaskTopics:
-        """Makes the topics this run sends records to ready (``admin`` gives the admin client when first needed)."""
+    def topics(self, admin: Callable[[], AdminClient], schema_id: int | None = None) -> TaskTopics:
+        """Makes the topics this run sends records to ready (``admin`` gives the admin client when first needed;
+        ``schema_id``: the value schema the plan settled, registered under each routed topic's subject)."""
         from crawler_ops.hooks.kafka.topics import TaskTopics
 
-        return TaskTopics(admin, self.cfg.kafka, self.cfg.id, self.cfg.filter.days, self.window.start)
+        return TaskTopics(admin, self.cfg.kafka, self.cfg.id, self.cfg.filter.days, self.window.start, 0, schema_id)
 
     def store(self) -> CrawlStoreHook:
         """The task's crawl store; a dry run's reads it and drops its writes."""

@@ -647,6 +647,10 @@ AVRO = {"type": "record", "name": "r", "fields": [{"name": "id", "type": "string
         ({"contract": "evolve"}, "value_schema and contract need value_format json_schema or avro"),
         ({"value_format": "avro", "value_schema": AVRO, "contract": "evolve"}, "with value_schema the schema is yours"),
         ({"value_format": "avro", "value_schema": {"type": "string"}}, "an Avro value_schema must be a record"),
+        (
+            {"value_format": "avro", "contract": "evolve", "topic_template": "jobs.{city}"},
+            "contract evolve with topic_template: each routed topic's subject holds the schema the plan settled",
+        ),
         ({"value_format": "json_schema", "value_schema": {"type": 3}}, "not a valid JSON Schema"),
         ({"value_format": "protobuf"}, r"field 'kafka.value_format'"),
     ],
@@ -655,6 +659,7 @@ AVRO = {"type": "record", "name": "r", "fields": [{"name": "id", "type": "string
         "contract-without-format",
         "evolve-a-given-schema",
         "avro-not-a-record",
+        "evolve-with-routed-topics",
         "invalid-json-schema",
         "unknown-format",
     ],

@@ -777,7 +777,9 @@ def test_the_progress_is_logged_every_ten_batches_and_once_the_chunk_is_done(chu
     batches = tuple(Batch(lo, lo + 40) for lo in range(TOTAL - 40, -1, -40))
     asked: list[tuple[Any, Any]] = []
 
-    def publisher_for(run: RunContext, chunk: Sequence[Batch], ledger: Any) -> RecordingPublisher:
+    def publisher_for(
+        run: RunContext, chunk: Sequence[Batch], ledger: Any, schema_id: Any = None
+    ) -> RecordingPublisher:
         asked.append((list(chunk), ledger))
         return RecordingPublisher(Events())
 

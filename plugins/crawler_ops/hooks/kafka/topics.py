@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient, ConfigResource, ResourceType
 
-from crawler_ops.errors import ConfigError, DeliveryError
+from crawler_ops.errors import ConfigError, DeliveryError, RegistryError
 from crawler_ops.hooks.kafka.producer import ensure_topic
 
 if TYPE_CHECKING:
@@ -150,6 +150,8 @@ class TaskTopics:
     days: float
     oldest: datetime
     created: int = 0
+    #: The value schema the run's plan settled (json_schema or avro): registered under each routed topic's subject.
+    schema_id: int | None = None
 
     def __call__(self, topics: Iterable[str]) -> None:
         for topic in sorted(topics):
@@ -181,3 +183,27 @@ class TaskTopics:
         )
         dated = (self.days, self.oldest, datetime.now(UTC)) if kafka.timestamp == "record_date" else None
         check_topic(self.client, topic, self.task_label, kafka.topic_config, dated)
+        if self.schema_id is not None and topic != kafka.topic:
+            register_routed(kafka, topic, self.schema_id, self.task_label)
+
+
+def register_routed(kafka: KafkaConfig, topic: str, schema_id: int, task_label: str) -> None:
+    """The schema ``schema_id`` registered under ``topic``'s subject (a version of it already: nothing new), so a
+    consumer of a routed topic finds its schema by the topic's name too. A subject whose compatibility refuses it
+    fails the batch naming it, before anything is produced to the topic."""
+    from crawler_ops.hooks.kafka.registry import SchemaRegistryHook, subject_of
+
+    registry = SchemaRegistryHook(kafka.registry_conn_id)
+    try:
+        schema = registry.schema(schema_id)
+        registry.register(subject_of(topic), schema, "AVRO" if kafka.value_format == "avro" else "JSON")
+    except RegistryError as exc:
+        raise RegistryError(
+            f"task {task_label}: the routed topic {topic!r}'s subject {subject_of(topic)!r} does not take the value "
+            f"schema (id {schema_id}) the run publishes with: {exc}; nothing was produced to it. Align that subject's "
+            "schema or compatibility with the task's topic, or narrow kafka.routed_topics",
+            retriable=exc.retriable,
+            status=exc.status,
+        ) from exc
+    finally:
+        registry.close()
