@@ -198,7 +198,7 @@ class DataApi:
             except (msgspec.ValidationError, msgspec.DecodeError) as exc:
                 return error_response(400, f"invalid body: {exc}")
             query = {name: str(value) for name, value in body.items() if value is not None}
-        answer = serve_feed(runtime.config, runtime.state.total, runtime.feed, query, host)
+        answer = serve_feed(runtime.config, runtime.state.total, runtime.feed, query, host, runtime.faults)
         if request.method == "POST":
             answer.entry.update(method="POST", body=query)
         runtime.record_list(answer.offset, answer.served, answer.status, answer.entry)

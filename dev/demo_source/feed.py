@@ -30,7 +30,7 @@ from typing import Any, Literal
 
 import msgspec
 
-from demo_source.data import TaskConfig, make_page
+from demo_source.data import Faults, TaskConfig, make_page
 from demo_source.paging import shaped_body
 
 DEFAULT_LIMIT = 100
@@ -64,8 +64,11 @@ def error(status: int, msg: str, entry: dict[str, Any]) -> FeedAnswer:
     return FeedAnswer(status, _ENCODER.encode({"code": status, "msg": msg}), (), None, None, entry)
 
 
-def serve_feed(config: TaskConfig, total: int, options: FeedOptions, query: dict[str, str], host: str) -> FeedAnswer:
-    """The page a feed request asks for (``host``: the request's Host header, for absolute links)."""
+def serve_feed(
+    config: TaskConfig, total: int, options: FeedOptions, query: dict[str, str], host: str, faults: Faults | None = None
+) -> FeedAnswer:
+    """The page a feed request asks for (``host``: the request's Host header, for absolute links; ``faults``: the
+    task's record faults, ``set_fields`` and the like, applied as on every route)."""
     position = query.get("cursor" if options.next in ("cursor", "header_cursor") else "before")
     entry: dict[str, Any] = {"method": "GET", "route": "feed", "position": position}
     try:
@@ -78,7 +81,7 @@ def serve_feed(config: TaskConfig, total: int, options: FeedOptions, query: dict
     if position is not None and options.expire_cursors:
         return error(410, f"position {position} expired", entry)
     start = max(0, end - limit)
-    records = list(reversed(make_page(config, start, end)))
+    records = list(reversed(make_page(config, start, end, faults)))
     following = f"o{start}" if start > 0 or options.end in ("scroll", "has_more") else None
     if following is None and options.end == "self" and position is not None:
         following = position

@@ -116,3 +116,25 @@ def test_each_routed_topic_has_its_subject_and_confluents_deserializer_reads_it(
             seen.append(key)
     assert sorted(seen) == sorted(truth), "every record once, each on its city's topic"
     assert run_record(pg_uri, unique_id)["published"] == 400
+
+
+@pytest.mark.parametrize("value_format", FORMATS)
+def test_a_feed_publishes_a_registry_format_that_confluents_deserializer_reads(
+    value_format, source, kafka_bootstrap, unique_id, run_dag
+):
+    from tests.integration.test_source_feeds import feed_task
+
+    source.create(unique_id, total=350, ref=REF, in_window_share=1.0, append_step_s=60, feed={"next": "cursor"})
+    source.faults(unique_id, set_fields=EXTRA)
+    truth = {r["id"]: r for r in source.records(unique_id, 0, 350)}
+    cfg = feed_task(unique_id, "cursor", kafka={"value_format": value_format})
+    assert run_dag(cfg, REF) == "success"
+    source.append(unique_id, 50)
+    truth |= {r["id"]: r for r in source.records(unique_id, 350, 50)}
+    assert run_dag(cfg, LATER) == "success"
+
+    read = read_back(kafka_bootstrap, cfg.kafka.topic, value_format)
+    assert sorted(key for key, _, _ in read) == sorted(truth), "every record of the feed once"
+    for key, _, value in read:
+        assert value == expected(truth[key], value, value_format), key
+    assert len(registry_client().get_versions(f"{cfg.kafka.topic}-value")) == 1, "settled on the first page"

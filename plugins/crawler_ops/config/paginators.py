@@ -277,18 +277,13 @@ class FeedPaginator(Paginator):
         return super().refusal(where, name)
 
     def check_task(self, key_field: str | None, value_format: str) -> None:
-        """A feed stops at the newest record the last crawl saw, found by its key, and publishes JSON: ValueError
-        naming the field otherwise (the config's checks name the task)."""
+        """A feed stops at the newest record the last crawl saw, found by its key: ValueError naming the field
+        otherwise (the config's checks name the task)."""
         if key_field is None:
             raise ValueError(
                 f"the key is not one field (kafka.key_field is null, or key_fields or key_template is set), but a "
                 f"{self.type} paginator finds where the last crawl stopped by the key of the newest record it saw; "
                 "name the records' unique key field in kafka.key_field"
-            )
-        if value_format != "json":
-            raise ValueError(
-                f"kafka.value_format {value_format} is for offset-paged sources; a feed ({self.type}) publishes JSON "
-                "(value_format json)"
             )
 
 

@@ -22,7 +22,8 @@ from dataclasses import replace
 from datetime import datetime
 from typing import Any
 
-from crawler_ops.crawl.batch_filter import BatchFilter, FilteredBatch
+from crawler_ops.crawl.batch_filter import BatchFilter, FilteredBatch, load_transform
+from crawler_ops.crawl.contract import Settled, decoded_records, settle_value_schema
 from crawler_ops.crawl.ledger import DryRunLedger, RunRecordLedger, StatusTableLedger
 from crawler_ops.crawl.preflight import ensure_topics
 from crawler_ops.crawl.publishers import publisher_for
@@ -79,7 +80,27 @@ def plan_feed(run: RunContext) -> list[ChunkPlan]:
         store.close()
     resumed = "resumes the open plan at" if open_page is not None else "starts at the feed's first page,"
     log.info("task %s run %s: the feed walk %s page %d", cfg.id, run.run_id, resumed, lo)
-    return [ChunkPlan(f"feed from page {lo}", (Batch(lo, lo + 1),), early_stop=first)]
+    settled = settle_feed_schema(run)
+    schema_id = settled.schema_id if settled is not None else None
+    return [ChunkPlan(f"feed from page {lo}", (Batch(lo, lo + 1),), early_stop=first, schema_id=schema_id)]
+
+
+def settle_feed_schema(run: RunContext) -> Settled | None:
+    """The value schema of a registry format, settled before anything is produced, on the feed's first page (its
+    newest records: what a new subject's schema is inferred from and what the contract is checked on)."""
+    cfg = run.cfg
+    if cfg.kafka.value_format == "json":
+        return None
+    transform = load_transform(cfg)
+
+    def newest() -> list[Any]:
+        source = run.source()
+        try:
+            return decoded_records(get_feed(source, None).records, transform)
+        finally:
+            source.close()
+
+    return settle_value_schema(cfg, newest, run.params.dry_run)
 
 
 def advance_feed(
@@ -219,9 +240,10 @@ class FeedWalk:
         ledger: FeedLedger | DryRunFeedLedger,
         publisher: Publisher,
         mark: Mark | None,
+        schema_id: int | None = None,
     ) -> None:
         self.run, self.cfg, self.source, self.ledger, self.publisher = run, run.cfg, source, ledger, publisher
-        self.filter = BatchFilter(run, early_stop=False)
+        self.filter = BatchFilter(run, early_stop=False, schema_id=schema_id)
         self.mark, self.key_field = mark, str(run.cfg.kafka.unique_key_field)
         self.counts = RunCounts()
         self.current: Batch | None = None
@@ -321,8 +343,8 @@ def crawl_feed(run: RunContext, payload: ChunkPlan) -> dict[str, Any]:
     try:
         # One transactional id for every attempt of every run of the feed (batch [0, 1) stands for it): each
         # fences the one before it, whose open transaction is aborted.
-        publisher = publisher_for(run, [Batch(0, 1)], ledger)
-        walk = FeedWalk(run, source, ledger, publisher, read_mark(run))
+        publisher = publisher_for(run, [Batch(0, 1)], ledger, payload.schema_id)
+        walk = FeedWalk(run, source, ledger, publisher, read_mark(run), payload.schema_id)
         try:
             walk.walk(batch)
         finally:

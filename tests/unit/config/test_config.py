@@ -670,8 +670,8 @@ def test_a_value_format_setting_that_cannot_work_is_refused_naming_it(kafka: dic
     assert re.search(message, loaded.errors["eo"]), loaded.errors["eo"]
 
 
-def test_a_feed_publishes_json_only() -> None:
+def test_a_feed_takes_a_registry_value_format() -> None:
     document = _crawl_task(value_format="avro", key_field="id")
-    document["tasks"][0]["source"] = {"paginator": {"type": "cursor", "cursor_path": "next"}}
+    document["tasks"][0]["source"] = {"paginator": {"type": "cursor", "cursor_path": "next"}, "count_path": None}
     loaded = parse_config(document, "tasks.yaml")
-    assert "value_format avro is for offset-paged sources" in loaded.errors["eo"], loaded.errors["eo"]
+    assert not loaded.errors and loaded.tasks[0].kafka.value_format == "avro"
