@@ -325,3 +325,15 @@ def test_each_answer_shape_is_checked_as_its_crawl_reads_it(shape, source, uniqu
     header = cfg.source.total_header
     assert report["total"]["value"] == 150
     assert report["total"]["how"] == (f"header {header} of the count answer" if header else "count endpoint")
+
+
+def test_a_bare_list_with_the_default_records_path_fails_and_suggests_the_body_itself(source, unique_id, tmp_path):
+    source.create(unique_id, total=300, ref=now(), paging={"body": "list"})
+    cfg = make_task(unique_id)
+
+    code, text, _ = check(cfg, tmp_path)
+
+    assert code == 1, text
+    fix = [line for line in str(text).splitlines() if line.strip().startswith("FIX")]
+    assert len(fix) == 1 and "no list at records_path 'data.data'" in fix[0] and "'' (100 records)" in fix[0], text
+    assert "(suggested: '')" in str(text)

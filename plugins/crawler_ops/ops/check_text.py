@@ -18,7 +18,11 @@ def render_text(report: Mapping[str, Any]) -> str:
     lines.append(f"  total      {total['value']} ({total['how']})")
     lines.append(
         f"  page       {page['where']}: {show_count(page['records'])} records at '{page['records_path']}'"
-        + (f" (suggested: {', '.join(s['path'] for s in page['suggested_paths'])})" if page["suggested_paths"] else "")
+        + (
+            f" (suggested: {', '.join(repr(s['path']) for s in page['suggested_paths'])})"
+            if page["suggested_paths"]
+            else ""
+        )
     )
     if "next" in page:
         lines.append(f"  next       {page['next'] or 'none: the feed ends with its first page'}")

@@ -53,8 +53,11 @@ def records_at(document: Any, path: str) -> list[Any] | None:
 
 def record_lists(document: Any, depth: int = MOST_DEPTH) -> list[dict[str, Any]]:
     """The dotted paths of the lists of objects in ``document`` (each ``{"path", "records"}``), most records first,
-    at most :data:`MOST_SUGGESTIONS`: where the records may be when ``records_path`` holds none."""
+    at most :data:`MOST_SUGGESTIONS`: where the records may be when ``records_path`` holds none. A body that is
+    itself a list of objects is the path ``''``."""
     found: list[tuple[str, int]] = []
+    if isinstance(document, list) and document and all(isinstance(item, Mapping) for item in document):
+        found.append(("", len(document)))
     level: list[tuple[str, Any]] = [("", document)]
     for _ in range(depth):
         deeper = []

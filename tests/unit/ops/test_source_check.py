@@ -66,6 +66,8 @@ def test_record_lists_suggests_the_lists_of_objects_largest_first() -> None:
         {"path": "meta.links", "records": 1},
     ]
     assert record_lists({"data": {"total": 3}}) == []
+    assert record_lists([{"id": 1}, {"id": 2}]) == [{"path": "", "records": 2}], "a bare list: the body itself"
+    assert record_lists([1, 2]) == []
 
 
 # ------------------------------------------------------------------ keys
@@ -319,7 +321,7 @@ def test_a_wrong_records_path_is_the_first_problem_and_names_the_lists_found() -
     assert "no list at records_path 'data.data'" in found[0] and "'data.items' (10 records)" in found[0]
     assert exit_code(wrong) == 1
     text = render_text({**wrong, "problems": found})
-    assert f"FIX        {found[0]}" in text and "(suggested: data.items)" in text
+    assert f"FIX        {found[0]}" in text and "(suggested: 'data.items')" in text
     assert "empty list" in problems(report(page={**page, "records": 0, "suggested_paths": []}))[0]
 
 
