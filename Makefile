@@ -85,6 +85,7 @@ bench: stack-up
 	$(BIN)/python bench/window_bench.py --batch-size 100 --concurrency 8
 	$(BIN)/python bench/dag_shards_bench.py --tasks 1000
 	$(BIN)/python bench/fleet_bench.py --short
+	$(BIN)/python bench/value_formats.py
 
 # docker-compose.yaml under a real Docker engine (dev/compose/engine.sh starts it and builds stand-in images; root).
 # COMPOSE_TEST_ARGS=--keep leaves a failed project running for a look; docs/deploy.md has the phases and timings.
