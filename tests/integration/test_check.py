@@ -337,3 +337,16 @@ def test_a_bare_list_with_the_default_records_path_fails_and_suggests_the_body_i
     fix = [line for line in str(text).splitlines() if line.strip().startswith("FIX")]
     assert len(fix) == 1 and "no list at records_path 'data.data'" in fix[0] and "'' (100 records)" in fix[0], text
     assert "(suggested: '')" in str(text)
+
+
+def test_a_json_lines_body_read_as_json_fails_at_once_naming_records_format(source, unique_id, tmp_path):
+    source.create(unique_id, total=300, ref=now(), paging={"body": "jsonl"})
+    cfg = make_task(unique_id)
+
+    code, text, err = check(cfg, tmp_path)
+
+    said = str(text) + err
+    assert code == 2, said
+    assert "is JSON Lines" in said and "source.records_format: jsonl" in said
+    logged = source._json("GET", f"/admin/tasks/{unique_id}/requests")["requests"]
+    assert len(logged) == 1, "not retried: retrying would not change it"

@@ -26,6 +26,7 @@ from crawler_ops.hooks.http import deadline
 from crawler_ops.hooks.source.auth import redact
 from crawler_ops.hooks.source.feed import feed_send, read_feed, request_url
 from crawler_ops.hooks.source.hook import SourceApiHook
+from crawler_ops.hooks.source.responses import lines_as_array
 from crawler_ops.message.pages import Page, record_head
 from crawler_ops.message.records import Message, full_record
 from crawler_ops.message.schemas import avro_schema, json_schema
@@ -133,7 +134,7 @@ def fetch_and_judge(
         return found | {"page": empty | {"suggested_paths": []}}
     call = source.paging.calls(lo, hi)[0]
     started = time.monotonic()
-    document, body = source.get_json(call.send, call.where, decode=lambda raw: (msgspec.json.decode(raw), raw))
+    document, body = source.get_json(call.send, call.where, decode=page_document)
     latency = time.monotonic() - started
     listed = records_at(document, cfg.source.records_path)
     found["page"] = {
@@ -154,13 +155,30 @@ def fetch_and_judge(
     return found
 
 
+def page_document(body: bytes) -> tuple[Any, bytes]:
+    """A page's body decoded, and the body. A body that is not one JSON document but one per line fails at once,
+    saying so: the task reads JSON Lines with ``source.records_format: jsonl``."""
+    try:
+        return msgspec.json.decode(body), body
+    except msgspec.DecodeError as malformed:
+        try:
+            lines_as_array(body, "")
+        except SourceError:
+            raise malformed from None  # not JSON Lines either: malformed JSON, as any page
+        raise SourceError(
+            f"the page's body is JSON Lines (one JSON value on each of its lines, {len(body)} bytes), not one JSON "
+            "document: set source.records_format: jsonl",
+            retriable=False,
+        ) from None
+
+
 def judge_feed(run: RunContext, source: SourceApiHook, transform: bool) -> dict[str, Any]:
     """A feed has no total and no offsets: its first page (the newest records) and where it says the next page is,
     judged as a page of offsets whose order is read backwards (a feed lists its newest records first)."""
     cfg = run.cfg
     base, label = str(source.client.base_url), f"task {cfg.id}"
     send = feed_send(source.paging, None, base, label)
-    document, body = source.get_json(send, "feed page", decode=lambda raw: (msgspec.json.decode(raw), raw))
+    document, body = source.get_json(send, "feed page", decode=page_document)
     listed = records_at(document, cfg.source.records_path)
     found: dict[str, Any] = {
         "total": {"value": None, "how": f"none: a {cfg.source.paginator.type} feed is walked page after page"},
