@@ -34,7 +34,7 @@ import msgspec
 from crawler_ops.config import CrawlTaskConfig
 from crawler_ops.config.loading import config_path
 from crawler_ops.errors import ConfigError, RegistryError, SourceError
-from crawler_ops.hooks.kafka.registry import SchemaRegistryHook, SchemaType, subject_of
+from crawler_ops.hooks.kafka.registry import SchemaRegistryHook, SchemaType, schema_type_of, subject_of
 from crawler_ops.message.schemas import (
     avro_schema,
     incompatible_fields,
@@ -59,7 +59,7 @@ class Settled:
 
 
 def schema_type(cfg: CrawlTaskConfig) -> SchemaType:
-    return "AVRO" if cfg.kafka.value_format == "avro" else "JSON"
+    return schema_type_of(cfg.kafka.value_format)
 
 
 def given_schema(cfg: CrawlTaskConfig) -> dict[str, Any] | None:

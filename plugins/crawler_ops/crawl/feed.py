@@ -22,10 +22,10 @@ from dataclasses import replace
 from datetime import datetime
 from typing import Any
 
-from crawler_ops.crawl.batch_filter import BatchFilter, FilteredBatch, load_transform
-from crawler_ops.crawl.contract import Settled, decoded_records, settle_value_schema
+from crawler_ops.crawl.batch_filter import BatchFilter, FilteredBatch
+from crawler_ops.crawl.contract import Settled
 from crawler_ops.crawl.ledger import DryRunLedger, RunRecordLedger, StatusTableLedger
-from crawler_ops.crawl.preflight import ensure_topics
+from crawler_ops.crawl.preflight import ensure_topics, settle_on
 from crawler_ops.crawl.publishers import publisher_for
 from crawler_ops.crawl.run import RunContext
 from crawler_ops.drift import profile_values
@@ -86,21 +86,16 @@ def plan_feed(run: RunContext) -> list[ChunkPlan]:
 
 
 def settle_feed_schema(run: RunContext) -> Settled | None:
-    """The value schema of a registry format, settled before anything is produced, on the feed's first page (its
-    newest records: what a new subject's schema is inferred from and what the contract is checked on)."""
-    cfg = run.cfg
-    if cfg.kafka.value_format == "json":
-        return None
-    transform = load_transform(cfg)
+    """The value schema of a registry format, settled on the feed's first page (its newest records)."""
 
-    def newest() -> list[Any]:
+    def first_page() -> Sequence[Any]:
         source = run.source()
         try:
-            return decoded_records(get_feed(source, None).records, transform)
+            return get_feed(source, None).records
         finally:
             source.close()
 
-    return settle_value_schema(cfg, newest, run.params.dry_run)
+    return settle_on(run, first_page)
 
 
 def advance_feed(

@@ -3,6 +3,7 @@ of a registry format is settled (registered, or checked against the topic's cont
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from crawler_ops.crawl.batch_filter import load_transform
@@ -37,15 +38,23 @@ def ensure_topics(run: RunContext) -> None:
 
 
 def settle_schema(run: RunContext, source: SourceApiHook, total: int) -> Settled | None:
-    """The value schema's registry id, settled before anything is produced (value_format json_schema or avro):
-    the newest page is what a new subject's schema is inferred from and what the contract is checked on."""
+    """The value schema's registry id, settled on the newest page of offsets (none without records)."""
+    if total == 0:
+        return None
+    size = min(run.cfg.batch_size, total)
+    return settle_on(run, lambda: source.get_page(total - size, size))
+
+
+def settle_on(run: RunContext, newest_page: Callable[[], Sequence[Any]]) -> Settled | None:
+    """The value schema's registry id, settled before anything is produced (value_format json_schema or avro): the
+    records of ``newest_page`` (read when needed), transformed, are what a new subject's schema is inferred from and
+    what the contract is checked on."""
     cfg = run.cfg
-    if cfg.kafka.value_format == "json" or total == 0:
+    if cfg.kafka.value_format == "json":
         return None
     transform = load_transform(cfg)
 
     def newest() -> list[dict[str, Any]]:
-        size = min(cfg.batch_size, total)
-        return decoded_records(source.get_page(total - size, size), transform)  # type: ignore[return-value]
+        return decoded_records(newest_page(), transform)  # type: ignore[return-value]
 
     return settle_value_schema(cfg, newest, run.params.dry_run)

@@ -25,10 +25,17 @@ from crawler_ops.hooks.http import DeadlineTransport, base_url, current_deadline
 from crawler_ops.message.values import framed, unframed
 from crawler_ops.retry import RETRIABLE_STATUS, RetryPolicy, retry_after_seconds
 
-__all__ = ["Registered", "SchemaRegistryHook", "framed", "subject_of", "unframed"]
+__all__ = ["Registered", "SchemaRegistryHook", "framed", "schema_type_of", "subject_of", "unframed"]
 
 CONTENT_TYPE = "application/vnd.schemaregistry.v1+json"
 SchemaType = Literal["AVRO", "JSON"]
+
+
+def schema_type_of(value_format: str) -> SchemaType:
+    """The registry's schema type of a value format (json_schema or avro)."""
+    return "AVRO" if value_format == "avro" else "JSON"
+
+
 #: A registry that did not answer, or answered 5xx / 429, is asked again: three more times within 10 s of waiting.
 REGISTRY_RETRY = RetryPolicy(retries=3, backoff_s=0.5, max_backoff_s=4.0, max_retry_after_s=10.0, max_wait_s=10.0)
 #: The most of a registry's answer that is read (inflated): a schema is a few KiB, a subject's list of versions less.

@@ -191,12 +191,12 @@ def register_routed(kafka: KafkaConfig, topic: str, schema_id: int, task_label: 
     """The schema ``schema_id`` registered under ``topic``'s subject (a version of it already: nothing new), so a
     consumer of a routed topic finds its schema by the topic's name too. A subject whose compatibility refuses it
     fails the batch naming it, before anything is produced to the topic."""
-    from crawler_ops.hooks.kafka.registry import SchemaRegistryHook, subject_of
+    from crawler_ops.hooks.kafka.registry import SchemaRegistryHook, schema_type_of, subject_of
 
     registry = SchemaRegistryHook(kafka.registry_conn_id)
     try:
         schema = registry.schema(schema_id)
-        registry.register(subject_of(topic), schema, "AVRO" if kafka.value_format == "avro" else "JSON")
+        registry.register(subject_of(topic), schema, schema_type_of(kafka.value_format))
     except RegistryError as exc:
         raise RegistryError(
             f"task {task_label}: the routed topic {topic!r}'s subject {subject_of(topic)!r} does not take the value "
